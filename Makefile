@@ -1,0 +1,43 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+DEBS    := iproute2 nftables procps
+SHOAL   := $(VENV)/bin/shoal
+
+.PHONY: run test test-slow bench lint sysdeps clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,dev]'
+	touch $@
+
+# Debian packages the LAN tests need (network namespaces, packet loss).
+sysdeps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "note: not root, not installing:$$missing (LAN tests will skip)"; fi; \
+	fi
+
+# A demo cluster of agents on loopback: it forms, loses a member, heals.
+run: $(STAMP)
+	$(SHOAL) demo --nodes 5
+
+test: $(STAMP) sysdeps
+	$(PY) -m pytest
+
+test-slow: $(STAMP) sysdeps
+	$(PY) -m pytest -m slow
+
+bench: $(STAMP)
+	$(PY) bench/sim_scale.py
+	$(PY) bench/detect_vs_serf.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

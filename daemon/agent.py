@@ -1,0 +1,343 @@
+"""Agent: the asyncio (uvloop) driver that runs a `ShoalNode` on real sockets.
+
+Shape (aioquic's QuicConnectionProtocol): every input — a datagram, a stream
+frame, an API command, the timer — becomes one `node.<input>(..., now)` call
+followed by `flush()`. `flush()` drains the node until it is empty: persist
+(synced) first, then send, then publish events; then it re-arms the single
+`loop.call_at` timer on `node.next_deadline()`. There are no protocol
+coroutines and no other timers; `asyncio.sleep` appears only in lifecycle
+code (the leave grace period).
+
+Every flush is timed: one over 50 ms is counted and logged, because a
+blocking call in the loop delays every probe answer and makes peers suspect
+us (python-zeroconf's blockbuster lesson).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+import structlog
+
+from daemon.addresses import choose_advertise
+from daemon.config import AgentConfig
+from daemon.errors import ConfigError
+from daemon.node import ShoalNode
+from membership import codec
+from membership.events import JoinCompleted, event_fields
+from membership.member import NodeIdentity, Tags
+from membership.output import Address, Channel, Output, PersistIncarnation, Send
+from membership.messages import PushPull
+from membership.transport import FaultInjector, PacketProtocol, read_frame
+from storage.identity import FileIdentityStore
+
+SLOW_FLUSH_S = 0.05
+_MAX_DROP_KEYS = 1024
+_WATCHER_QUEUE = 1024
+
+log = structlog.get_logger("shoal")
+
+
+class Watcher:
+    """One `/v1/events` client: a bounded queue; overflow ends the stream."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(_WATCHER_QUEUE)
+
+    def offer(self, record: dict[str, Any]) -> bool:
+        """Queue `record`; on overflow, end the stream and return False."""
+        try:
+            self.queue.put_nowait(record)
+            return True
+        except asyncio.QueueFull:
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
+            return False
+
+
+class Agent:
+    """Runs one node until SIGTERM/SIGINT, then leaves gracefully."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.tag = codec.cluster_tag(config.cluster)
+        self.counters: Counter[str] = Counter()
+        self.watchers: set[Watcher] = set()
+        self.node: ShoalNode
+        self.started_wall_ms = int(time.time() * 1000)
+        self._loop: asyncio.AbstractEventLoop
+        self._udp: asyncio.DatagramTransport | None = None
+        self._inbound: dict[Address, asyncio.StreamWriter] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at: float | None = None
+        self._drop_seen: set[tuple[str, str]] = set()
+        self._join_waiters: list[tuple[set[Address], dict[str, bool], asyncio.Future[None]]] = []
+        self._stop = asyncio.Event()
+        self.identity_store: FileIdentityStore | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Start, serve until asked to stop, leave, and return the exit code."""
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        advertise, why = choose_advertise(cfg.bind, cfg.advertise)
+        self.identity_store = FileIdentityStore(cfg.data_dir)
+        stored = self.identity_store.load()
+        await self._open_sockets()
+        ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
+        rng = random.Random(int.from_bytes(os.urandom(8), "big"))
+        self.node = ShoalNode(ident, cfg.swim, rng, stored.incarnation)
+        now = self._loop.time()
+        self.node.start(now)
+        if cfg.join:
+            self.node.join(list(cfg.join), now)
+        self.flush()
+        log.info("agent started", node=cfg.node_name, node_id=stored.node_id.hex(),
+                 cluster=cfg.cluster, bind=f"{cfg.bind[0]}:{cfg.bind[1]}",
+                 advertise=f"{advertise[0]}:{advertise[1]}", advertise_reason=why,
+                 incarnation=self.node.swim.incarnation, profile=cfg.profile)  # fmt: skip
+        if cfg.faults.enabled:
+            log.warning("fault injection is on", **vars_of(cfg.faults))
+        from daemon.api import ApiServer  # aiohttp loads after the node is up
+
+        api = ApiServer(self)
+        await api.start(cfg.api)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._stop.set)
+        await self._stop.wait()
+        await self._leave_gracefully()
+        await api.stop()
+        self._close()
+        log.info("agent stopped", node=cfg.node_name)
+        return 0
+
+    def request_stop(self) -> None:
+        """Ask the agent to leave and exit (as SIGTERM does)."""
+        self._stop.set()
+
+    async def _open_sockets(self) -> None:
+        cfg = self.config
+        handler = self._on_datagram
+        if cfg.faults.enabled:
+            f = cfg.faults
+            handler = FaultInjector(self._loop, f.drop, f.duplicate, f.delay_s, f.seed).wrap(handler)
+        try:
+            self._udp, _ = await self._loop.create_datagram_endpoint(
+                lambda: PacketProtocol(handler), local_addr=cfg.bind
+            )
+            self._server = await asyncio.start_server(self._on_stream, cfg.bind[0], cfg.bind[1])
+        except OSError as exc:
+            raise ConfigError(f"bind: cannot listen on {cfg.bind[0]}:{cfg.bind[1]}: "
+                              f"{exc.strerror}") from None  # fmt: skip
+
+    async def _leave_gracefully(self) -> None:
+        node = self.node
+        node.leave(self._loop.time())
+        self.flush()
+        deadline = self._loop.time() + self.config.leave_timeout_s
+        # Keep answering pings until the leave has been gossiped out, so that
+        # nobody suspects us while the news spreads.
+        while self._loop.time() < deadline and node.swim.broadcasts.pending(node.name):
+            await asyncio.sleep(0.05)
+
+    def _close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._udp is not None:
+            self._udp.close()
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        if self.identity_store is not None:
+            self.identity_store.close()
+
+    # -- inputs ----------------------------------------------------------------------
+
+    def _on_datagram(self, data: bytes, addr: Address) -> None:
+        self.counters["datagrams_in"] += 1
+        self.counters["bytes_in"] += len(data)
+        try:
+            messages = codec.decode_datagram(data, self.tag)
+        except codec.DecodeError as exc:
+            self._dropped(exc.reason, addr)
+            return
+        now = self._loop.time()
+        for msg in messages:
+            if isinstance(msg, PushPull):  # full state only over streams
+                self._dropped("pushpull_datagram", addr)
+                continue
+            self.node.receive(msg, addr, now)
+        self.flush()
+
+    async def _on_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_info = writer.get_extra_info("peername")
+        peer: Address = (str(peer_info[0]), int(peer_info[1]))
+        self.counters["streams_in"] += 1
+        try:
+            body = await read_frame(reader, self.config.swim.stream_timeout_s)
+            if body is not None:
+                messages = codec.decode_datagram(body, self.tag)
+                self._inbound[peer] = writer
+                now = self._loop.time()
+                for msg in messages:
+                    self.node.receive(msg, peer, now)
+                self.flush()
+                await writer.drain()
+        except codec.DecodeError as exc:
+            self._dropped(exc.reason, peer)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            self.counters["stream_errors"] += 1
+        finally:
+            self._inbound.pop(peer, None)
+            writer.close()
+
+    async def _stream_out(self, send: Send) -> None:
+        timeout_s = self.config.swim.stream_timeout_s
+        expects_reply = any(isinstance(m, PushPull) and not m.reply for m in send.messages)
+        self.counters["streams_out"] += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(*send.to)
+            try:
+                writer.write(codec.encode_frame(send.messages, self.tag))
+                await writer.drain()
+                if expects_reply:
+                    body = await read_frame(reader, timeout_s)
+                    if body is None:
+                        raise ConnectionResetError("closed without a reply")
+                    messages = codec.decode_datagram(body, self.tag)
+                    now = self._loop.time()
+                    for msg in messages:
+                        self.node.receive(msg, send.to, now)
+                    self.flush()
+            finally:
+                writer.close()
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, codec.DecodeError):
+            self.counters["stream_errors"] += 1
+            self.node.stream_failed(send.to, self._loop.time())
+            self.flush()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._armed_at = None
+        self.node.tick(self._loop.time())
+        self.flush()
+
+    # -- commands (from the API) -----------------------------------------------------
+
+    async def join(self, addrs: list[Address]) -> dict[str, bool]:
+        """Join through `addrs`; wait for each attempt's outcome."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        results: dict[str, bool] = {}
+        pending = set(addrs) - {self.node.swim.ident.addr}
+        if pending:
+            self._join_waiters.append((pending, results, fut))
+        self.node.join(addrs, self._loop.time())
+        self.flush()
+        if pending:
+            await asyncio.wait_for(fut, self.config.swim.stream_timeout_s + 1)
+        return results
+
+    def leave(self) -> None:
+        """Leave the cluster but keep running (a later join rejoins)."""
+        self.node.leave(self._loop.time())
+        self.flush()
+
+    def set_tags(self, tags: Tags) -> None:
+        """Replace this node's tags."""
+        self.node.set_tags(tags, self._loop.time())
+        self.flush()
+
+    # -- output ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Drain the node until it is empty, then re-arm the timer."""
+        started = time.perf_counter()
+        while True:
+            out = self.node.drain()
+            if not out:
+                break
+            self._handle(out)
+        deadline = self.node.next_deadline()
+        if deadline != self._armed_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
+            self._armed_at = deadline
+        elapsed = time.perf_counter() - started
+        if elapsed > SLOW_FLUSH_S:
+            self.counters["slow_flushes"] += 1
+            log.warning("slow flush: the event loop was blocked", ms=round(elapsed * 1000, 1))
+
+    def _handle(self, out: Output) -> None:
+        for item in out.persist:
+            if isinstance(item, PersistIncarnation):
+                assert self.identity_store is not None
+                self.identity_store.save_incarnation(item.incarnation)
+        for send in out.send:
+            self._send(send)
+        for event in out.events:
+            self._publish(event)
+
+    def _send(self, send: Send) -> None:
+        if send.channel is Channel.STREAM:
+            writer = self._inbound.get(send.to)
+            if writer is not None:
+                writer.write(codec.encode_frame(send.messages, self.tag))
+                return
+            task = self._loop.create_task(self._stream_out(send))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        data = codec.encode_datagram(send.messages, self.tag)
+        assert self._udp is not None
+        self._udp.sendto(data, send.to)
+        self.counters["datagrams_out"] += 1
+        self.counters["bytes_out"] += len(data)
+
+    def _publish(self, event: Any) -> None:
+        record = event_fields(event)
+        record["at_ms"] = int(time.time() * 1000)
+        record["observer"] = self.config.node_name
+        kind = str(record.pop("type"))
+        log.info(kind, **record)
+        record["type"] = kind
+        for watcher in list(self.watchers):
+            if not watcher.offer(record):
+                self.watchers.discard(watcher)
+        if isinstance(event, JoinCompleted):
+            self._resolve_join(event)
+
+    def _resolve_join(self, event: JoinCompleted) -> None:
+        for pending, results, fut in list(self._join_waiters):
+            if event.addr in pending:
+                pending.discard(event.addr)
+                results[f"{event.addr[0]}:{event.addr[1]}"] = event.ok
+                if not pending:
+                    self._join_waiters.remove((pending, results, fut))
+                    if not fut.done():
+                        fut.set_result(None)
+
+    def _dropped(self, reason: str, addr: Address) -> None:
+        """Count a rejected datagram; log the first per (reason, host) at info."""
+        self.counters["dropped_" + reason] += 1
+        key = (reason, addr[0])
+        if key not in self._drop_seen and len(self._drop_seen) < _MAX_DROP_KEYS:
+            self._drop_seen.add(key)
+            log.info("dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}")
+        else:
+            log.debug("dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}")
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    """The fields of a slotted dataclass as a dict (for log lines)."""
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}

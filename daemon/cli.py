@@ -1,0 +1,165 @@
+"""`shoal`: the agent and the commands that talk to it.
+
+Usage errors and bad settings print one line on stderr and exit 2 (argparse
+does the same for unknown flags); other failures exit 1. Imports are lazy so
+that `shoal members` and the agent's start-up stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from daemon.errors import ConfigError, ShoalError
+
+DEFAULT_API = "127.0.0.1:7947"
+
+
+def _api_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--api",
+        default=os.environ.get("SHOAL_API", DEFAULT_API),
+        help="the agent's API address ADDR:PORT (default %(default)s, or $SHOAL_API)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    agent = sub.add_parser("agent", help="run the agent in the foreground")
+    agent.add_argument("--config", help="TOML config file (or $SHOAL_CONFIG)")
+    agent.add_argument("--node-name", dest="node_name", help="unique node name (default: hostname)")
+    agent.add_argument("--cluster", help="cluster name; agents of other clusters are ignored")
+    agent.add_argument("--bind", help="gossip address ADDR:PORT, UDP and TCP (default 0.0.0.0:7946)")
+    agent.add_argument("--advertise", help="address others should use, ADDR[:PORT]")
+    agent.add_argument("--join", action="append", help="ADDR[:PORT] to join (repeatable)")
+    agent.add_argument("--data-dir", dest="data_dir", help="state directory")
+    agent.add_argument("--api", help="HTTP API address ADDR:PORT (default 127.0.0.1:7947)")
+    agent.add_argument("--tag", dest="tags", action="append", help="KEY=VALUE (repeatable)")
+    agent.add_argument("--profile", help="timing profile: lan, local or wan")
+    agent.add_argument("--log-level", dest="log_level", help="debug, info, warning or error")
+    agent.add_argument("--log-format", dest="log_format", help="auto, json or console")
+
+    members = sub.add_parser("members", help="list the members an agent knows")
+    _api_arg(members)
+    members.add_argument("--json", action="store_true", help="print JSON")
+    members.add_argument("--status", help="only members in this state (alive, suspect, ...)")
+
+    join = sub.add_parser("join", help="ask an agent to join through addresses")
+    _api_arg(join)
+    join.add_argument("addrs", nargs="+", metavar="ADDR[:PORT]")
+
+    leave = sub.add_parser("leave", help="make an agent leave the cluster")
+    _api_arg(leave)
+
+    monitor = sub.add_parser("monitor", help="follow an agent's membership events")
+    _api_arg(monitor)
+
+    demo = sub.add_parser("demo", help="run a demo cluster of agents on loopback")
+    demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
+    demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
+
+    sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
+    sim.add_argument("--nodes", type=int, default=200)
+    sim.add_argument("--duration", type=float, default=120.0, help="simulated seconds")
+    sim.add_argument("--loss", type=float, default=0.0, help="datagram loss, 0..1")
+    sim.add_argument("--crash", type=int, default=0, help="nodes to crash during the run")
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--profile", default="lan", help="timing profile: lan, local or wan")
+    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `shoal` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        code = _run(args)
+    except ShoalError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def _run(args: argparse.Namespace) -> int:
+    command: str = args.command
+    if command == "agent":
+        return _agent(args)
+    if command == "demo":
+        from daemon.demo import run_demo
+
+        return run_demo(args.nodes, keep=args.keep)
+    if command == "simulate":
+        from sim.report import simulate_command
+
+        return simulate_command(args)
+    from daemon.client import ApiClient
+    from daemon.config import parse_address
+
+    client = ApiClient(parse_address("--api", args.api))
+    if command == "members":
+        return _members(client, args)
+    if command == "join":
+        addrs = [f"{a}" if ":" in a else f"{a}:7946" for a in args.addrs]
+        answer = client.post("/v1/join", {"addrs": addrs})
+        for addr, ok in answer["results"].items():
+            print(f"{addr}: {'joined' if ok else 'failed'}")
+        print(f"Successfully joined cluster by contacting {answer['joined']} nodes.")
+        return 0 if answer["joined"] else 1
+    if command == "leave":
+        client.post("/v1/leave")
+        print("Graceful leave complete.")
+        return 0
+    for event in client.stream("/v1/events"):
+        print(json.dumps(event), flush=True)
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from daemon import config as config_mod
+
+    flags: dict[str, Any] = {
+        k: getattr(args, k)
+        for k in ("config", "node_name", "cluster", "bind", "advertise", "join", "data_dir",
+                  "api", "tags", "profile", "log_level", "log_format")  # fmt: skip
+    }
+    cfg = config_mod.load(flags)
+    from daemon import logging as shoal_logging
+
+    shoal_logging.configure(cfg.log_level, cfg.log_format)
+    import uvloop
+
+    from daemon.agent import Agent
+
+    agent = Agent(cfg)
+    return uvloop.run(agent.run())
+
+
+def _members(client: Any, args: argparse.Namespace) -> int:
+    query = f"?status={args.status}" if args.status else ""
+    if args.status and args.status not in ("alive", "suspect", "dead", "left"):
+        raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
+    members = client.get("/v1/members" + query)["members"]
+    if args.json:
+        print(json.dumps(members, indent=2))
+        return 0
+    rows = [
+        (m["name"], m["address"], m["status"], str(m["incarnation"]),
+         ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())))  # fmt: skip
+        for m in sorted(members, key=lambda m: m["name"])
+    ]
+    header = ("Name", "Address", "Status", "Inc", "Tags")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    main()

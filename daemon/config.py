@@ -1,0 +1,276 @@
+"""Agent configuration: TOML file, then SHOAL_* environment, then flags.
+
+Everything ends in one frozen `AgentConfig`. Each layer overrides the one
+before; every value is validated once, and a bad one raises `ConfigError`
+whose message names the setting and says what was expected, e.g.
+``bind: expected ADDR:PORT, got 'localhost'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon.errors import ConfigError
+from membership.member import Tags, make_tags
+from membership.output import Address
+from membership.profiles import PROFILES, SwimConfig
+
+DEFAULT_GOSSIP_PORT = 7946
+DEFAULT_API_PORT = 7947
+DEFAULT_DATA_DIR = "/var/lib/shoal"
+
+
+@dataclass(frozen=True, slots=True)
+class FaultConfig:
+    """Fault injection in the agent's own transport, for tests and benchmarks
+    only (this kernel has no netem). Off unless a probability is set."""
+
+    drop: float = 0.0
+    duplicate: float = 0.0
+    delay_s: float = 0.0
+    seed: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any fault is switched on."""
+        return bool(self.drop or self.duplicate or self.delay_s)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Everything `shoal agent` needs, validated."""
+
+    node_name: str
+    cluster: str = "shoal"
+    bind: Address = ("0.0.0.0", DEFAULT_GOSSIP_PORT)
+    advertise: Address | None = None
+    join: tuple[Address, ...] = ()
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    api: Address = ("127.0.0.1", DEFAULT_API_PORT)
+    tags: Tags = ()
+    profile: str = "lan"
+    swim: SwimConfig = field(default_factory=SwimConfig)
+    log_level: str = "info"
+    log_format: str = "auto"
+    leave_timeout_s: float = 5.0
+    faults: FaultConfig = field(default_factory=FaultConfig)
+
+
+# -- parsing single values ------------------------------------------------------
+
+
+def parse_address(setting: str, text: str, default_port: int | None = None) -> Address:
+    """Parse `ADDR:PORT` (or `ADDR` when a default port is given).
+
+    Raises:
+        ConfigError: naming `setting`.
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}")
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = text, ""
+    if not port_text:
+        if default_port is None:
+            raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}")
+        port_text = str(default_port)
+    try:
+        ipaddress.IPv4Address(host)
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"{setting}: expected ADDR:PORT with an IPv4 address, got {text!r}")
+    if not 0 < port < 65536:
+        raise ConfigError(f"{setting}: port must be 1-65535, got {port}")
+    return (host, port)
+
+
+def parse_tags(setting: str, items: list[str] | Mapping[str, Any]) -> Tags:
+    """Tags from `k=v` strings or a TOML table."""
+    if isinstance(items, Mapping):
+        pairs = {str(k): v for k, v in items.items()}
+    else:
+        pairs = {}
+        for item in items:
+            key, sep, value = str(item).partition("=")
+            if not sep or not key:
+                raise ConfigError(f"{setting}: expected KEY=VALUE, got {item!r}")
+            pairs[key] = value
+    for key, value in pairs.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{setting}: value of tag {key!r} must be a string")
+    return make_tags(pairs)
+
+
+def _swim(profile: str, overrides: Mapping[str, Any]) -> SwimConfig:
+    if profile not in PROFILES:
+        names = ", ".join(sorted(PROFILES))
+        raise ConfigError(f"profile: unknown profile {profile!r} (choose from {names})")
+    base = PROFILES[profile]
+    known = {f.name: f.type for f in dataclasses.fields(SwimConfig)}
+    for key, value in overrides.items():
+        if key not in known:
+            raise ConfigError(f"swim.{key}: unknown setting")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"swim.{key}: expected a number, got {value!r}")
+        if known[key] == "int" and not isinstance(value, int):
+            raise ConfigError(f"swim.{key}: expected a whole number, got {value!r}")
+    try:
+        return dataclasses.replace(base, **overrides)
+    except ValueError as exc:
+        raise ConfigError(f"swim: {exc}") from None
+
+
+# -- layering ---------------------------------------------------------------------
+
+_TOP_KEYS = {
+    "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
+    "profile", "swim", "log_level", "log_format", "leave_timeout_s", "faults",
+}  # fmt: skip
+
+_ENV = {
+    "SHOAL_NODE_NAME": "node_name",
+    "SHOAL_CLUSTER": "cluster",
+    "SHOAL_BIND": "bind",
+    "SHOAL_ADVERTISE": "advertise",
+    "SHOAL_JOIN": "join",
+    "SHOAL_DATA_DIR": "data_dir",
+    "SHOAL_API": "api",
+    "SHOAL_TAGS": "tags",
+    "SHOAL_PROFILE": "profile",
+    "SHOAL_LOG_LEVEL": "log_level",
+    "SHOAL_LOG_FORMAT": "log_format",
+}
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The settings of a TOML config file.
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, or an unknown setting.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(raw) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown setting in {path}")
+    return raw
+
+
+def read_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """Settings from SHOAL_* variables (lists are comma-separated)."""
+    out: dict[str, Any] = {}
+    for var, key in _ENV.items():
+        if var in env and env[var] != "":
+            value: Any = env[var]
+            if key in ("join", "tags"):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            out[key] = value
+    return out
+
+
+def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
+    """Merge layers (later wins) into a validated `AgentConfig`."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if value is None:
+                continue
+            if key in ("swim", "faults") and isinstance(value, Mapping):
+                merged[key] = {**merged.get(key, {}), **value}
+            else:
+                merged[key] = value
+    return _validate(merged)
+
+
+def _text(raw: Mapping[str, Any], key: str, default: str) -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _validate(raw: Mapping[str, Any]) -> AgentConfig:
+    name = _text(raw, "node_name", socket.gethostname())
+    if len(name) > 128:
+        raise ConfigError("node_name: at most 128 characters")
+    profile = _text(raw, "profile", "lan")
+    swim_overrides = raw.get("swim", {})
+    if not isinstance(swim_overrides, Mapping):
+        raise ConfigError("swim: expected a table of settings")
+    bind = parse_address("bind", raw.get("bind", f"0.0.0.0:{DEFAULT_GOSSIP_PORT}"))
+    advertise = raw.get("advertise")
+    join = raw.get("join", [])
+    if isinstance(join, str):
+        join = [join]
+    if not isinstance(join, list):
+        raise ConfigError("join: expected a list of ADDR:PORT")
+    log_level = _text(raw, "log_level", "info").lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log_level: expected debug, info, warning or error, got {log_level!r}")
+    log_format = _text(raw, "log_format", "auto")
+    if log_format not in ("auto", "json", "console"):
+        raise ConfigError(f"log_format: expected auto, json or console, got {log_format!r}")
+    leave_timeout = raw.get("leave_timeout_s", 5.0)
+    if isinstance(leave_timeout, bool) or not isinstance(leave_timeout, (int, float)):
+        raise ConfigError(f"leave_timeout_s: expected seconds, got {leave_timeout!r}")
+    if not 0 <= leave_timeout <= 300:
+        raise ConfigError("leave_timeout_s: expected 0 to 300 seconds")
+    return AgentConfig(
+        node_name=name,
+        cluster=_text(raw, "cluster", "shoal"),
+        bind=bind,
+        advertise=parse_address("advertise", advertise, bind[1]) if advertise else None,
+        join=tuple(parse_address("join", j, DEFAULT_GOSSIP_PORT) for j in join),
+        data_dir=Path(_text(raw, "data_dir", DEFAULT_DATA_DIR)),
+        api=parse_address("api", raw.get("api", f"127.0.0.1:{DEFAULT_API_PORT}")),
+        tags=parse_tags("tags", raw.get("tags", [])),
+        profile=profile,
+        swim=_swim(profile, swim_overrides),
+        log_level=log_level,
+        log_format=log_format,
+        leave_timeout_s=float(leave_timeout),
+        faults=_faults(raw.get("faults", {})),
+    )
+
+
+def _faults(raw: Any) -> FaultConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("faults: expected a table")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in ("drop", "duplicate", "delay_s", "seed"):
+            raise ConfigError(f"faults.{key}: unknown setting")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"faults.{key}: expected a number")
+        values[key] = value
+    for key in ("drop", "duplicate"):
+        if not 0 <= values.get(key, 0) < 1:
+            raise ConfigError(f"faults.{key}: expected a probability in [0, 1)")
+    if values.get("delay_s", 0) < 0:
+        raise ConfigError("faults.delay_s: expected seconds >= 0")
+    return FaultConfig(**values)
+
+
+def load(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> AgentConfig:
+    """The agent's config from an optional file, the environment and flags.
+
+    The file is `flags["config"]`, else $SHOAL_CONFIG, else none.
+    """
+    env = os.environ if env is None else env
+    path = flags.get("config") or env.get("SHOAL_CONFIG")
+    file_layer = read_file(Path(path)) if path else {}
+    flag_layer = {k: v for k, v in flags.items() if k != "config"}
+    return build([file_layer, read_env(env), flag_layer])

@@ -1,0 +1,34 @@
+"""shoal's errors, one hierarchy. What the CLI does with each:
+
+    ShoalError                 one line on stderr, exit 1
+    ├── ConfigError            a setting is wrong: names it; exit 2
+    ├── DataDirError           the data directory is unusable or in use; exit 2
+    └── ApiError               an agent's API could not be reached or said no; exit 1
+
+Remote input (datagrams, frames, API bodies) never raises these: it is
+counted and dropped, or answered with a 4xx.
+"""
+
+from __future__ import annotations
+
+
+class ShoalError(Exception):
+    """Base of every error shoal reports to a user."""
+
+    exit_code = 1
+
+
+class ConfigError(ShoalError):
+    """A configuration value is missing, malformed or inconsistent."""
+
+    exit_code = 2
+
+
+class DataDirError(ShoalError):
+    """The data directory cannot be created, read, written, or is locked."""
+
+    exit_code = 2
+
+
+class ApiError(ShoalError):
+    """A client command could not talk to the agent, or the agent refused."""

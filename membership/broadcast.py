@@ -1,0 +1,89 @@
+"""BroadcastQueue: updates waiting to be piggybacked (SWIM §4.1).
+
+Each update about a member is sent a limited number of times (about λ·log N,
+see `SwimConfig.retransmit_limit`), least-sent first and newest first among
+equals, as memberlist's TransmitLimitedQueue does. A newer update about the
+same member replaces the older one at once, so stale news is never spread.
+
+Entries sit in buckets by how often they were sent; picking walks the buckets
+from the least-sent upwards and stops when the byte budget is full, so one
+call costs about what it returns, not the queue length (which reaches the
+cluster size during a mass join).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class _Entry:
+    __slots__ = ("key", "message", "size", "transmits")
+
+    def __init__(self, key: str, message: Any, size: int) -> None:
+        self.key = key
+        self.message = message
+        self.size = size
+        self.transmits = 0
+
+
+class BroadcastQueue:
+    """Transmit-limited, invalidating queue of gossip updates."""
+
+    # Below this many free bytes no further message can fit; stop scanning.
+    _MIN_MESSAGE_BYTES = 8
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, _Entry] = {}
+        self._buckets: list[dict[str, _Entry]] = []
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def push(self, key: str, message: Any, size: int) -> None:
+        """Queue `message` (of `size` encoded bytes), replacing any older one for `key`."""
+        old = self._by_key.pop(key, None)
+        if old is not None:
+            del self._buckets[old.transmits][key]
+        entry = _Entry(key, message, size)
+        self._by_key[key] = entry
+        self._bucket(0)[key] = entry
+
+    def take(self, budget_bytes: int, limit: int) -> list[Any]:
+        """Messages that fit in `budget_bytes`, each counted as sent once more.
+
+        Args:
+            budget_bytes: room left in the datagram.
+            limit: how many sends an update gets before it is dropped.
+
+        Returns:
+            The chosen messages, least-sent and newest first.
+        """
+        picked: list[_Entry] = []
+        room = budget_bytes
+        for bucket in self._buckets:
+            for entry in reversed(bucket.values()):
+                if entry.size <= room:
+                    picked.append(entry)
+                    room -= entry.size
+                if room < self._MIN_MESSAGE_BYTES:
+                    break
+            if room < self._MIN_MESSAGE_BYTES:
+                break
+        for entry in picked:
+            del self._buckets[entry.transmits][entry.key]
+            entry.transmits += 1
+            if entry.transmits >= limit:
+                del self._by_key[entry.key]
+            else:
+                self._bucket(entry.transmits)[entry.key] = entry
+        return [entry.message for entry in picked]
+
+    def pending(self, key: str) -> Any | None:
+        """The queued message for `key`, if any."""
+        entry = self._by_key.get(key)
+        return entry.message if entry is not None else None
+
+    def _bucket(self, transmits: int) -> dict[str, _Entry]:
+        while len(self._buckets) <= transmits:
+            self._buckets.append({})
+        return self._buckets[transmits]

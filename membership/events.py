@@ -1,0 +1,134 @@
+"""Membership events, in the past tense. The core emits them; the driver logs
+them, writes them to the history log and streams them to API watchers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from membership.member import MemberView
+from membership.output import Address
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJoined:
+    """A member became alive: new, or back after being dead or gone."""
+
+    member: MemberView
+
+
+@dataclass(frozen=True, slots=True)
+class MemberUpdated:
+    """An alive member changed its address or tags."""
+
+    member: MemberView
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSuspected:
+    """`source` suspects `member` (the node that raised the suspicion)."""
+
+    member: MemberView
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRefuted:
+    """A suspicion about `member` was refuted. When `member` is this node,
+    `source` names who suspected it."""
+
+    member: MemberView
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDied:
+    """`member` was declared dead; `source` is the node that declared it."""
+
+    member: MemberView
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLeft:
+    """`member` left the cluster on purpose."""
+
+    member: MemberView
+
+
+@dataclass(frozen=True, slots=True)
+class MemberReaped:
+    """A dead or departed member was forgotten after its reap timeout."""
+
+    member: MemberView
+
+
+@dataclass(frozen=True, slots=True)
+class NameConflicted:
+    """Another node claims our name, or a name held by a live member.
+
+    Reported once per (name, claimed id); the claim is refused.
+    """
+
+    name: str
+    known_id: bytes
+    claimed_id: bytes
+    claimed_addr: Address
+
+
+@dataclass(frozen=True, slots=True)
+class JoinCompleted:
+    """A join attempt through `addr` finished; `ok` if the peer answered."""
+
+    addr: Address
+    ok: bool
+
+
+SwimEvent = (
+    MemberJoined
+    | MemberUpdated
+    | MemberSuspected
+    | MemberRefuted
+    | MemberDied
+    | MemberLeft
+    | MemberReaped
+    | NameConflicted
+    | JoinCompleted
+)
+
+
+_TYPE_NAMES = {
+    MemberJoined: "member-joined",
+    MemberUpdated: "member-updated",
+    MemberSuspected: "member-suspected",
+    MemberRefuted: "member-refuted",
+    MemberDied: "member-failed",
+    MemberLeft: "member-left",
+    MemberReaped: "member-reaped",
+    NameConflicted: "name-conflict",
+    JoinCompleted: "join-completed",
+}
+
+
+def event_fields(event: object) -> dict[str, object]:
+    """An event as a flat JSON object: `type`, then the member's fields.
+
+    `member-failed` is Serf's word for a member declared dead; `source` names
+    the node that raised a suspicion or declared a death.
+    """
+    out: dict[str, object] = {"type": _TYPE_NAMES[type(event)]}
+    member = getattr(event, "member", None)
+    if isinstance(member, MemberView):
+        out.update(member.to_json())
+    source = getattr(event, "source", None)
+    if source:
+        out["source"] = source
+    if isinstance(event, NameConflicted):
+        out.update(
+            name=event.name,
+            known_id=event.known_id.hex(),
+            claimed_id=event.claimed_id.hex(),
+            address=f"{event.claimed_addr[0]}:{event.claimed_addr[1]}",
+        )
+    elif isinstance(event, JoinCompleted):
+        out.update(address=f"{event.addr[0]}:{event.addr[1]}", ok=event.ok)
+    return out

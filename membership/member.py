@@ -1,0 +1,106 @@
+"""Members: who a node is (`NodeIdentity`) and what a view knows of it (`Member`).
+
+A `NodeIdentity` is frozen and shared: the simulator passes the same object to
+every node's table, which keeps 10,000 views of 10,000 members affordable.
+A `Member` is the small mutable row of one view; it is slotted and holds only
+references and small ints.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from membership.output import Address
+
+Tags = tuple[tuple[str, str], ...]
+"""Member tags as sorted (key, value) pairs, so that identities are hashable."""
+
+
+def make_tags(tags: dict[str, str] | Tags | None) -> Tags:
+    """Return tags in their canonical sorted-tuple form."""
+    if not tags:
+        return ()
+    items = tags.items() if isinstance(tags, dict) else tags
+    return tuple(sorted((str(k), str(v)) for k, v in items))
+
+
+class MemberState(enum.IntEnum):
+    """The SWIM states of a member, in the order a member moves through them."""
+
+    ALIVE = 0
+    SUSPECT = 1
+    DEAD = 2
+    LEFT = 3
+
+    @property
+    def label(self) -> str:
+        """The lower-case name shown to users (`alive`, `failed` is `dead`)."""
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """Who a node is: a unique name, a persistent 16-byte id, where it listens.
+
+    The id survives restarts (it lives in the data directory), so a node that
+    comes back with a new address is recognised as itself, and another machine
+    that takes the same name is recognised as someone else.
+    """
+
+    name: str
+    node_id: bytes
+    addr: Address
+    tags: Tags = ()
+
+    @property
+    def id_hex(self) -> str:
+        """The node id as 32 hex digits, the form users see."""
+        return self.node_id.hex()
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """A frozen snapshot of one member, as events and the API report it."""
+
+    name: str
+    node_id: bytes
+    addr: Address
+    tags: Tags
+    incarnation: int
+    state: MemberState
+
+    def to_json(self) -> dict[str, object]:
+        """The member as the JSON object of `shoal members --json`."""
+        return {
+            "name": self.name,
+            "node_id": self.node_id.hex(),
+            "address": f"{self.addr[0]}:{self.addr[1]}",
+            "status": self.state.label,
+            "incarnation": self.incarnation,
+            "tags": dict(self.tags),
+        }
+
+
+class Member:
+    """One row of a membership view. Mutated only by `MemberTable`."""
+
+    __slots__ = ("ident", "incarnation", "state", "changed_at")
+
+    def __init__(
+        self, ident: NodeIdentity, incarnation: int, state: MemberState, changed_at: float
+    ) -> None:
+        self.ident = ident
+        self.incarnation = incarnation
+        self.state = state
+        self.changed_at = changed_at
+
+    @property
+    def name(self) -> str:
+        """The member's node name."""
+        return self.ident.name
+
+    def view(self) -> MemberView:
+        """A frozen snapshot of this row."""
+        i = self.ident
+        return MemberView(i.name, i.node_id, i.addr, i.tags, self.incarnation, self.state)

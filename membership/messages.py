@@ -1,0 +1,112 @@
+"""SWIM wire messages, named as in the SWIM paper and memberlist.
+
+All are frozen and slotted; the codec builds them only from validated fields,
+so a core that receives one may trust its types (not its truth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from membership.member import MemberState, NodeIdentity
+from membership.output import Address
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """A direct probe. `target` is the name the sender believes lives here,
+    so a ping that reaches a reused address is recognised and dropped."""
+
+    seq: int
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class PingReq:
+    """Ask the receiver to probe `target` at `target_addr` for us (SWIM §3.1).
+    With `nack`, the receiver answers `Nack` if the target stays silent
+    (Lifeguard §IV-A), which tells us that our own link works."""
+
+    seq: int
+    target: str
+    target_addr: Address
+    nack: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The answer to a `Ping`, or a relayed answer to a `PingReq`."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """A relay heard nothing from the target of a `PingReq`."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Alive:
+    """`node` is alive at `incarnation`; also carries its address and tags."""
+
+    incarnation: int
+    node: NodeIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """`source` suspects `node` at `incarnation`. `source` is kept so that
+    confirmations can be counted per independent suspector (Lifeguard §IV-B)
+    and so that an operator can see who raised a suspicion."""
+
+    incarnation: int
+    node: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """`source` declares `node` dead at `incarnation`."""
+
+    incarnation: int
+    node: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """`node` leaves the cluster on purpose at `incarnation`.
+
+    A separate message rather than memberlist's dead-from-self, so that a
+    graceful leave can never be mistaken for a failure.
+    """
+
+    incarnation: int
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """One member's state inside a `PushPull`."""
+
+    node: NodeIdentity
+    incarnation: int
+    state: MemberState
+
+
+@dataclass(frozen=True, slots=True)
+class PushPull:
+    """A full-state exchange over a stream (SWIM's anti-entropy, memberlist
+    push/pull). `join` marks the first exchange of a joining node; `reply`
+    marks the answer, which is not answered again. `source` is the sender's
+    node name, so that claims merged from its state name who made them."""
+
+    source: str
+    join: bool
+    reply: bool
+    members: tuple[MemberRecord, ...]
+
+
+SwimMessage = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | Leave | PushPull

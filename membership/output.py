@@ -1,0 +1,73 @@
+"""What a sans-IO core hands back to its driver: one `Output` per `drain()`.
+
+Every core (membership, election, anti-entropy) returns the same three lists so
+that the agent and the simulator handle them the same way. The shape is etcd
+raft's `Ready`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+Address = tuple[str, int]
+"""A peer address: (IPv4 literal or simulated host name, port)."""
+
+
+class Channel(enum.Enum):
+    """How a `Send` travels: one datagram, or one frame on a reliable stream."""
+
+    PACKET = "packet"
+    STREAM = "stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Messages for one peer.
+
+    On `Channel.PACKET` all `messages` go out in one datagram (the core packed
+    them to the MTU); on `Channel.STREAM` they go out as one frame on a stream
+    to `to`, and whatever the peer answers comes back through `receive()`.
+    """
+
+    to: Address
+    messages: tuple[Any, ...]
+    channel: Channel = Channel.PACKET
+
+
+@dataclass(frozen=True, slots=True)
+class PersistIncarnation:
+    """The node's own incarnation must be durable before anyone hears it.
+
+    A restarted node starts above the last value persisted, so it can never
+    reuse an incarnation that others already hold (SWIM §4.2).
+    """
+
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One batch of work for the driver, to be handled in this order.
+
+    1. `persist`: write every item and wait until it is durable (synced).
+    2. `send`: encode and transmit every `Send`.
+    3. `events`: publish (log line, history row, API watchers).
+
+    The order is the contract: a core may emit a message that promises
+    something (an incarnation, an election epoch) only in the same batch as
+    the `persist` item that makes the promise survive a crash, and the driver
+    makes it durable before the message leaves. Nothing here is ever sent
+    before the state it depends on is on disk.
+    """
+
+    persist: tuple[Any, ...] = ()
+    send: tuple[Send, ...] = ()
+    events: tuple[Any, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.persist or self.send or self.events)
+
+
+EMPTY = Output()

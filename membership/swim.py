@@ -1,0 +1,581 @@
+"""SwimNode: the sans-IO SWIM + Lifeguard membership core.
+
+Theory of operation. The node is told the time (`now`, monotonic seconds)
+and fed decoded messages; it answers with an `Output` of things to persist,
+datagrams or stream frames to send, and events. It never reads a clock, never
+opens a socket and draws every random choice from the injected `Random`.
+
+- Failure detection (SWIM §3.1, §4.3): every probe interval, the next member
+  of a shuffled round-robin gets a `Ping`; without an `Ack` within the probe
+  timeout, k relays get a `PingReq` (with nack, Lifeguard §IV-A); without any
+  ack by the end of the interval the member becomes SUSPECT.
+- Suspicion (SWIM §4.2, Lifeguard §IV-B): a `SuspicionTimer` starts long and
+  shrinks with independent confirmations; at its deadline the member is
+  declared DEAD. A suspect that hears of it raises its incarnation and
+  broadcasts `Alive` (refutation). The buddy system sends the suspicion along
+  with every ping to a suspect, so it learns at once.
+- Local health (Lifeguard §IV-A): `LocalHealth` stretches our probe interval
+  and timeout when our own probes fail in ways that point at us.
+- Dissemination (SWIM §4.1): state changes go into a `BroadcastQueue` and are
+  piggybacked on pings and acks, and gossiped to `gossip_nodes` random members
+  every gossip interval while there is news; each update is sent about
+  λ·log N times.
+- Anti-entropy: a periodic `PushPull` of the full table over a stream with
+  one random member, and with the seeds on join. Dead members are contacted
+  again every reconnect interval, which heals partitions.
+- Leave: a `Leave` message, sent directly to many members and gossiped; the
+  node keeps answering pings until its driver stops it, so nobody suspects a
+  node that is only leaving.
+
+State rules live in `MemberTable`; this module decides *when* and *what to
+send*. Deadlines are kept in one heap, so `tick()` costs O(work due).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, fields
+from typing import Any
+
+from membership import codec
+from membership.awareness import LocalHealth
+from membership.broadcast import BroadcastQueue
+from membership.events import (
+    JoinCompleted,
+    MemberDied,
+    MemberJoined,
+    MemberLeft,
+    MemberReaped,
+    MemberRefuted,
+    MemberSuspected,
+    MemberUpdated,
+    NameConflicted,
+)
+from membership.member import Member, MemberState, MemberView, NodeIdentity, Tags
+from membership.messages import (
+    Ack,
+    Alive,
+    Dead,
+    Leave,
+    MemberRecord,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    Suspect,
+)
+from membership.output import Address, Channel, Output, PersistIncarnation, Send
+from membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
+from membership.profiles import SwimConfig
+from membership.suspicion import SuspicionTimer
+from membership.table import DEAD, LEFT, SUSPECT, IndexedSet, Ignored, MemberTable, Transition
+
+# Room a datagram needs besides piggybacked updates: header, CBOR list head.
+_DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
+_MAX_CONFLICT_REPORTS = 1024
+
+
+@dataclass(slots=True)
+class SwimCounters:
+    """Counts of what the core did and dropped; exported as metrics."""
+
+    probes_sent: int = 0
+    probes_failed: int = 0
+    indirect_probes_sent: int = 0
+    acks_relayed: int = 0
+    nacks_sent: int = 0
+    suspicions_raised: int = 0
+    refutations: int = 0
+    deaths_declared: int = 0
+    push_pulls_sent: int = 0
+    stream_failures: int = 0
+    gossip_datagrams: int = 0
+    ignored_stale: int = 0
+    ignored_unknown: int = 0
+    ignored_name_conflict: int = 0
+    ignored_ghost: int = 0
+    ignored_already: int = 0
+    misdirected_pings: int = 0
+    late_acks: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """All counters by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class SwimNode:
+    """One member's SWIM protocol state machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        ident: NodeIdentity,
+        config: SwimConfig,
+        rng: random.Random,
+        incarnation: int = 0,
+    ) -> None:
+        """Create a node that has not started yet.
+
+        Args:
+            ident: this node's name, id, advertised address and tags.
+            config: timing and sizes.
+            rng: the only source of randomness the node uses.
+            incarnation: the last incarnation persisted by a previous run;
+                `start` begins above it.
+        """
+        self.ident = ident
+        self.config = config
+        self.rng = rng
+        self.incarnation = incarnation
+        self.table = MemberTable(ident, incarnation, 0.0)
+        self.health = LocalHealth(config.awareness_max_multiplier)
+        self.broadcasts = BroadcastQueue()
+        self.counters = SwimCounters()
+        self.leaving = False
+        self._scheduler = ProbeScheduler(rng)
+        self._probe: ProbeRound | None = None
+        self._relays: dict[int, RelayedProbe] = {}
+        self._suspicions: dict[str, SuspicionTimer] = {}
+        self._dead = IndexedSet()  # dead (not left) members, for reconnects
+        self._recent_dead = IndexedSet()  # still gossiped to (gossip_to_dead_s)
+        self._joining: set[Address] = set()
+        self._conflicts: set[tuple[str, bytes]] = set()
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._heap_seq = itertools.count()
+        self._seq = 0
+        self._gossip_armed = False
+        self._probe_armed = False
+        self._persist: list[Any] = []
+        self._send: list[Send] = []
+        self._events: list[Any] = []
+
+    # -- the core contract ---------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Become alive at an incarnation above any used before, and begin
+        probing, syncing and reconnecting."""
+        self._bump_incarnation(self.incarnation, now)
+        cfg = self.config
+        self._arm_probe(now + self.rng.uniform(0, cfg.probe_interval_s))
+        self._push(now + self.rng.uniform(0, cfg.push_pull_interval_s), "push_pull")
+        self._push(now + cfg.reconnect_interval_s, "reconnect")
+
+    def receive(self, message: Any, sender: Address, now: float) -> None:
+        """Handle one decoded message from `sender`."""
+        match message:
+            case Ping():
+                self._on_ping(message, sender)
+            case Ack():
+                self._on_ack(message, now)
+            case Alive():
+                self._on_alive(message, now)
+            case Suspect():
+                self._on_suspect(message, now)
+            case Dead():
+                self._on_dead(message, now)
+            case Leave():
+                self._on_leave(message, now)
+            case PingReq():
+                self._on_ping_req(message, sender, now)
+            case Nack():
+                self._on_nack(message)
+            case PushPull():
+                self._on_push_pull(message, sender, now)
+
+    def tick(self, now: float) -> None:
+        """Do all work due at or before `now`."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, _, kind, arg = heapq.heappop(heap)
+            getattr(self, "_due_" + kind)(arg, now)
+
+    def next_deadline(self) -> float | None:
+        """When `tick` should next be called, or None if never."""
+        return self._heap[0][0] if self._heap else None
+
+    def drain(self) -> Output:
+        """Everything produced since the last drain, in contract order."""
+        if not (self._persist or self._send or self._events):
+            return Output()
+        out = Output(tuple(self._persist), tuple(self._send), tuple(self._events))
+        self._persist, self._send, self._events = [], [], []
+        return out
+
+    def stream_failed(self, peer: Address, now: float) -> None:
+        """A stream to `peer` could not be opened or broke before an answer."""
+        self.counters.stream_failures += 1
+        if peer in self._joining:
+            self._joining.discard(peer)
+            self._events.append(JoinCompleted(peer, False))
+
+    # -- commands --------------------------------------------------------------
+
+    def join(self, addrs: list[Address], now: float) -> None:
+        """Contact `addrs` with a full-state exchange; rejoin after a leave."""
+        if self.leaving:
+            self.leaving = False
+            self._bump_incarnation(self.incarnation, now)
+            self._arm_probe(now)
+        for addr in addrs:
+            if addr == self.ident.addr:
+                continue
+            self._joining.add(addr)
+            self._stream_push_pull(addr, join=True)
+
+    def leave(self, now: float) -> None:
+        """Leave the cluster: tell members directly and by gossip."""
+        if self.leaving:
+            return
+        self.leaving = True
+        self.table.set_self(LEFT, self.incarnation, now, self.ident)
+        msg = Leave(self.incarnation, self.ident.name)
+        self._broadcast(self.ident.name, msg, now)
+        for name in self.table.live.sample(self.rng, self.config.leave_direct_max):
+            self._send_packet(self.table.get(name).ident.addr, [msg])  # type: ignore[union-attr]
+        self._events.append(MemberLeft(self.table.me.view()))
+
+    def set_tags(self, tags: Tags, now: float) -> None:
+        """Change this node's tags and tell the cluster."""
+        self.ident = NodeIdentity(self.ident.name, self.ident.node_id, self.ident.addr, tags)
+        self._bump_incarnation(self.incarnation, now)
+
+    def members(self) -> list[MemberView]:
+        """Snapshots of every member in this node's view, itself included."""
+        return [m.view() for m in self.table.all()]
+
+    # -- handlers: probing -------------------------------------------------------
+
+    def _on_ping(self, msg: Ping, sender: Address) -> None:
+        if msg.target != self.ident.name:
+            self.counters.misdirected_pings += 1
+            return
+        self._send_packet(sender, [Ack(msg.seq)], piggyback=True)
+
+    def _on_ping_req(self, msg: PingReq, sender: Address, now: float) -> None:
+        seq = self._next_seq()
+        deadline = now + self.config.probe_timeout_s
+        self._relays[seq] = RelayedProbe(sender, msg.seq, deadline, msg.nack)
+        self._push(deadline, "relay", seq)
+        self._send_packet(msg.target_addr, [Ping(seq, msg.target)])
+
+    def _on_ack(self, msg: Ack, now: float) -> None:
+        relay = self._relays.pop(msg.seq, None)
+        if relay is not None:
+            self.counters.acks_relayed += 1
+            self._send_packet(relay.requester, [Ack(relay.requester_seq)])
+            return
+        probe = self._probe
+        if probe is None or probe.seq != msg.seq or probe.acked:
+            self.counters.late_acks += 1
+            return
+        probe.acked = True
+        if now <= probe.timeout_at:  # a direct answer in time: we are healthy
+            self.health.apply(-1)
+
+    def _on_nack(self, msg: Nack) -> None:
+        if self._probe is not None and self._probe.seq == msg.seq:
+            self._probe.nacks += 1
+
+    def _due_probe(self, _: None, now: float) -> None:
+        self._probe_armed = False
+        probe = self._probe
+        if probe is not None and not probe.acked:
+            self.counters.probes_failed += 1
+            self.health.apply(probe.health_delta())
+            self._on_suspect(Suspect(probe.incarnation, probe.target, self.ident.name), now)
+        self._probe = None
+        if self.leaving:
+            return
+        self._start_probe(now)
+        self._arm_probe(now + self.health.scale(self.config.probe_interval_s))
+
+    def _start_probe(self, now: float) -> None:
+        live = self.table.live
+        name = self._scheduler.next_target(live.items(), live.__contains__)
+        if name is None:
+            return
+        m = self.table.get(name)
+        assert m is not None
+        seq = self._next_seq()
+        timeout_at = now + self.health.scale(self.config.probe_timeout_s)
+        end_at = now + self.health.scale(self.config.probe_interval_s)
+        self._probe = ProbeRound(seq, name, m.ident.addr, m.incarnation, timeout_at, end_at)
+        self._push(timeout_at, "probe_timeout", seq)
+        msgs: list[Any] = [Ping(seq, name)]
+        if m.state is SUSPECT:  # Lifeguard buddy system: tell the suspect
+            msgs.append(Suspect(m.incarnation, name, self.ident.name))
+        self.counters.probes_sent += 1
+        self._send_packet(m.ident.addr, msgs, piggyback=True)
+
+    def _due_probe_timeout(self, seq: int, now: float) -> None:
+        probe = self._probe
+        if probe is None or probe.seq != seq or probe.acked:
+            return
+        relays = self.table.live.sample(self.rng, self.config.indirect_checks, (probe.target,))
+        req = PingReq(seq, probe.target, probe.target_addr, True)
+        for name in relays:
+            relay = self.table.get(name)
+            assert relay is not None
+            self._send_packet(relay.ident.addr, [req])
+        probe.expected_nacks = len(relays)
+        self.counters.indirect_probes_sent += len(relays)
+
+    def _due_relay(self, seq: int, now: float) -> None:
+        relay = self._relays.pop(seq, None)
+        if relay is not None and relay.nack:
+            self.counters.nacks_sent += 1
+            self._send_packet(relay.requester, [Nack(relay.requester_seq)])
+
+    # -- handlers: state claims ----------------------------------------------------
+
+    def _on_alive(self, msg: Alive, now: float) -> None:
+        node = msg.node
+        if node.name == self.ident.name:
+            if node.node_id != self.ident.node_id:
+                self._report_conflict(self.ident.node_id, node)
+            elif msg.incarnation > self.incarnation and not self.leaving:
+                self._refute(msg.incarnation, now, "")  # we restarted; they remember more
+            return
+        result = self.table.apply_alive(node, msg.incarnation, now)
+        if isinstance(result, Ignored):
+            if result is Ignored.NAME_CONFLICT:
+                known = self.table.get(node.name)
+                assert known is not None
+                self._report_conflict(known.ident.node_id, node)
+            self._count(result)
+            return
+        m = self.table.get(node.name)
+        assert m is not None
+        self._suspicions.pop(node.name, None)
+        if result is Transition.JOINED:
+            self._dead.discard(node.name)
+            self._recent_dead.discard(node.name)
+            self._scheduler.insert(node.name)
+            self._events.append(MemberJoined(m.view()))
+        elif result is Transition.REFUTED:
+            self._events.append(MemberRefuted(m.view()))
+        elif result is Transition.UPDATED:
+            self._events.append(MemberUpdated(m.view()))
+        self._broadcast(node.name, msg, now)
+
+    def _on_suspect(self, msg: Suspect, now: float) -> None:
+        if msg.node == self.ident.name:
+            if msg.incarnation >= self.incarnation and not self.leaving:
+                self._refute(msg.incarnation, now, msg.source)
+            return
+        result = self.table.apply_suspect(msg.node, msg.incarnation, now)
+        if result is Transition.SUSPECTED:
+            m = self.table.get(msg.node)
+            assert m is not None
+            n = self.table.num_live()
+            k = self.config.suspicion_mult - 2
+            k = 0 if n - 2 < k else k
+            min_s = self.config.suspicion_min_s(n)
+            max_s = min_s * self.config.suspicion_max_timeout_mult
+            timer = SuspicionTimer(now, k, min_s, max_s, msg.source)
+            self._suspicions[msg.node] = timer
+            self._push(timer.deadline_at, "suspicion", msg.node)
+            if msg.source == self.ident.name:
+                self.counters.suspicions_raised += 1
+            self._events.append(MemberSuspected(m.view(), msg.source))
+            self._broadcast(msg.node, msg, now)
+            return
+        if result is Ignored.ALREADY:
+            timer = self._suspicions.get(msg.node)
+            if timer is not None and timer.confirm(msg.source):
+                self._push(timer.deadline_at, "suspicion", msg.node)
+                self._broadcast(msg.node, msg, now)  # others count confirmations too
+            return
+        assert isinstance(result, Ignored)
+        self._count(result)
+
+    def _on_dead(self, msg: Dead, now: float) -> None:
+        if msg.node == self.ident.name:
+            if msg.incarnation >= self.incarnation and not self.leaving:
+                self._refute(msg.incarnation, now, msg.source)
+            return
+        result = self.table.apply_dead(msg.node, msg.incarnation, now, left=False)
+        if isinstance(result, Ignored):
+            self._count(result)
+            return
+        m = self._member_down(msg.node, now)
+        self._dead.add(msg.node)
+        if msg.source == self.ident.name:
+            self.counters.deaths_declared += 1
+        self._events.append(MemberDied(m.view(), msg.source))
+        self._broadcast(msg.node, msg, now)
+
+    def _on_leave(self, msg: Leave, now: float) -> None:
+        if msg.node == self.ident.name:
+            if msg.incarnation >= self.incarnation and not self.leaving:
+                self._refute(msg.incarnation, now, msg.node)
+            return
+        result = self.table.apply_dead(msg.node, msg.incarnation, now, left=True)
+        if isinstance(result, Ignored):
+            self._count(result)
+            return
+        m = self._member_down(msg.node, now)
+        self._dead.discard(msg.node)
+        self._events.append(MemberLeft(m.view()))
+        self._broadcast(msg.node, msg, now)
+
+    def _member_down(self, name: str, now: float) -> Member:
+        m = self.table.get(name)
+        assert m is not None
+        self._suspicions.pop(name, None)
+        self._recent_dead.add(name)
+        self._push(now + self.config.gossip_to_dead_s, "gossip_expire", (name, now))
+        reap_s = self.config.left_reap_s if m.state is LEFT else self.config.dead_reap_s
+        self._push(now + reap_s, "reap", (name, now))
+        return m
+
+    def _due_suspicion(self, name: str, now: float) -> None:
+        timer = self._suspicions.get(name)
+        if timer is None or timer.deadline_at > now:
+            return  # refuted, or a confirmation moved the deadline
+        m = self.table.get(name)
+        if m is not None and m.state is SUSPECT:
+            self._on_dead(Dead(m.incarnation, name, self.ident.name), now)
+
+    def _refute(self, claimed: int, now: float, source: str) -> None:
+        """Someone says we are suspect, dead or gone: outbid the claim."""
+        self.counters.refutations += 1
+        self.health.apply(1)
+        self._bump_incarnation(max(self.incarnation, claimed), now)
+        self._events.append(MemberRefuted(self.table.me.view(), source))
+
+    def _bump_incarnation(self, above: int, now: float) -> None:
+        self.incarnation = above + 1
+        self._persist.append(PersistIncarnation(self.incarnation))
+        self.table.set_self(MemberState.ALIVE, self.incarnation, now, self.ident)
+        self._broadcast(self.ident.name, Alive(self.incarnation, self.ident), now)
+
+    def _report_conflict(self, known_id: bytes, claim: NodeIdentity) -> None:
+        key = (claim.name, claim.node_id)
+        if key in self._conflicts or len(self._conflicts) >= _MAX_CONFLICT_REPORTS:
+            return
+        self._conflicts.add(key)
+        self._events.append(NameConflicted(claim.name, known_id, claim.node_id, claim.addr))
+
+    # -- anti-entropy, reconnects, reaping -------------------------------------------
+
+    def _on_push_pull(self, msg: PushPull, sender: Address, now: float) -> None:
+        for rec in msg.members:
+            self._merge(rec, msg.source, now)
+        if not msg.reply:
+            self._send.append(Send(sender, (self._push_pull_msg(False, True),), Channel.STREAM))
+        elif sender in self._joining:
+            self._joining.discard(sender)
+            self._events.append(JoinCompleted(sender, True))
+
+    def _merge(self, rec: MemberRecord, source: str, now: float) -> None:
+        # memberlist mergeState: a remote "dead" is only a suspicion here,
+        # so that one node's stale view cannot kill a member outright.
+        name = rec.node.name
+        if rec.state is MemberState.ALIVE:
+            self._on_alive(Alive(rec.incarnation, rec.node), now)
+        elif rec.state is LEFT:
+            self._on_leave(Leave(rec.incarnation, name), now)
+        else:
+            self._on_suspect(Suspect(rec.incarnation, name, source), now)
+
+    def _push_pull_msg(self, join: bool, reply: bool) -> PushPull:
+        records = tuple(MemberRecord(m.ident, m.incarnation, m.state) for m in self.table.all())
+        return PushPull(self.ident.name, join, reply, records)
+
+    def _stream_push_pull(self, addr: Address, join: bool) -> None:
+        self.counters.push_pulls_sent += 1
+        self._send.append(Send(addr, (self._push_pull_msg(join, False),), Channel.STREAM))
+
+    def _due_push_pull(self, _: None, now: float) -> None:
+        n = self.table.num_live()
+        self._push(now + self.config.push_pull_scaled_s(n), "push_pull")
+        if self.leaving:
+            return
+        for name in self.table.live.sample(self.rng, 1):
+            self._stream_push_pull(self._addr_of(name), join=False)
+
+    def _due_reconnect(self, _: None, now: float) -> None:
+        self._push(now + self.config.reconnect_interval_s, "reconnect")
+        if self.leaving:
+            return
+        for name in self._dead.sample(self.rng, 1):
+            self._stream_push_pull(self._addr_of(name), join=False)
+
+    def _due_gossip_expire(self, arg: tuple[str, float], now: float) -> None:
+        name, down_at = arg
+        m = self.table.get(name)
+        if m is None or m.changed_at == down_at:
+            self._recent_dead.discard(name)
+
+    def _due_reap(self, arg: tuple[str, float], now: float) -> None:
+        name, down_at = arg
+        m = self.table.get(name)
+        if m is None or m.changed_at != down_at or m.state not in (DEAD, LEFT):
+            return
+        self.table.reap(name)
+        self._dead.discard(name)
+        self._recent_dead.discard(name)
+        self._events.append(MemberReaped(m.view()))
+        reap_s = self.config.left_reap_s if m.state is LEFT else self.config.dead_reap_s
+        self._push(now + reap_s, "tombstone", (name, m.ident.node_id))
+
+    def _due_tombstone(self, arg: tuple[str, bytes], now: float) -> None:
+        self.table.forget_tombstone(*arg)
+
+    # -- gossip ----------------------------------------------------------------------
+
+    def _broadcast(self, key: str, msg: Any, now: float) -> None:
+        self.broadcasts.push(key, msg, codec.encoded_size(msg))
+        if not self._gossip_armed:
+            self._gossip_armed = True
+            self._push(now, "gossip")
+
+    def _due_gossip(self, _: None, now: float) -> None:
+        live, dead = self.table.live, self._recent_dead
+        pool = len(live) + len(dead)
+        limit = self.config.retransmit_limit(self.table.num_live())
+        budget = self.config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES
+        for i in self.rng.sample(range(pool), min(self.config.gossip_nodes, pool)):
+            name = live.items()[i] if i < len(live) else dead.items()[i - len(live)]
+            msgs = self.broadcasts.take(budget, limit)
+            if not msgs:
+                break
+            self.counters.gossip_datagrams += 1
+            self._send.append(Send(self._addr_of(name), tuple(msgs)))
+        if len(self.broadcasts) and pool:
+            self._push(now + self.config.gossip_interval_s, "gossip")
+        else:
+            self._gossip_armed = False
+
+    def _send_packet(self, to: Address, msgs: list[Any], piggyback: bool = False) -> None:
+        if piggyback and len(self.broadcasts):
+            used = sum(codec.encoded_size(m) for m in msgs)
+            budget = self.config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES - used
+            limit = self.config.retransmit_limit(self.table.num_live())
+            msgs = msgs + self.broadcasts.take(budget, limit)
+        self._send.append(Send(to, tuple(msgs)))
+
+    # -- small helpers -------------------------------------------------------------
+
+    def _addr_of(self, name: str) -> Address:
+        m = self.table.get(name)
+        assert m is not None
+        return m.ident.addr
+
+    def _count(self, reason: Ignored) -> None:
+        name = "ignored_" + reason.value
+        setattr(self.counters, name, getattr(self.counters, name) + 1)
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _arm_probe(self, at: float) -> None:
+        if not self._probe_armed:
+            self._probe_armed = True
+            self._push(at, "probe")
+
+    def _push(self, at: float, kind: str, arg: Any = None) -> None:
+        heapq.heappush(self._heap, (at, next(self._heap_seq), kind, arg))

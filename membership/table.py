@@ -1,0 +1,240 @@
+"""MemberTable: the one place where SWIM's state rules are applied.
+
+Theory of operation (SWIM §4.2, memberlist state.go aliveNode/suspectNode/
+deadNode). A member is ALIVE, SUSPECT, DEAD or LEFT at an incarnation that
+only the member itself raises. Precedence between two claims about the same
+member:
+
+    Alive(i)   overrides Alive(j), Suspect(j), Dead(j), Left(j)  when i > j
+    Suspect(i) overrides Alive(j)                                when i >= j
+    Dead(i)    overrides Alive(j), Suspect(j)                    when i >= j
+    Left(i)    overrides Alive(j), Suspect(j), Dead(j)           when i >= j
+
+Identity: a member is a (name, node id) pair. An Alive with a known name and
+another node id is a *name conflict* while the known member is alive or
+suspect (refused); once the known member is dead or has left, the newcomer
+replaces it (a machine reinstalled, or a data directory lost).
+
+Ghosts: a reaped member leaves a tombstone (node id, incarnation) for as long
+as it was kept before reaping, and an Alive at or below that incarnation is
+refused; so a stale full-state sync cannot bring a removed node back, while
+the real node, which always refutes with a higher incarnation, can.
+
+Methods return a `Transition` label, or an `Ignored` reason for the caller's
+counters. The table never decides *when* (timers live in SwimNode).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+
+from membership.member import Member, MemberState, NodeIdentity
+
+ALIVE, SUSPECT, DEAD, LEFT = (
+    MemberState.ALIVE,
+    MemberState.SUSPECT,
+    MemberState.DEAD,
+    MemberState.LEFT,
+)
+
+
+class Transition(enum.Enum):
+    """What an applied claim did to the view."""
+
+    JOINED = "joined"  # new member, or back from dead/left
+    RENEWED = "renewed"  # higher incarnation, nothing visible changed
+    UPDATED = "updated"  # address or tags changed
+    REFUTED = "refuted"  # suspect -> alive
+    SUSPECTED = "suspected"
+    DIED = "died"
+    LEFT = "left"
+
+
+class Ignored(enum.Enum):
+    """Why a claim changed nothing (each is a counter)."""
+
+    STALE = "stale"
+    UNKNOWN = "unknown"
+    NAME_CONFLICT = "name_conflict"
+    GHOST = "ghost"
+    ALREADY = "already"
+
+
+class IndexedSet:
+    """Names with O(1) add, remove and uniform random sampling."""
+
+    __slots__ = ("_items", "_pos")
+
+    def __init__(self) -> None:
+        self._items: list[str] = []
+        self._pos: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._pos
+
+    def add(self, name: str) -> None:
+        """Add `name` if absent."""
+        if name not in self._pos:
+            self._pos[name] = len(self._items)
+            self._items.append(name)
+
+    def discard(self, name: str) -> None:
+        """Remove `name` if present (swap with the last item)."""
+        i = self._pos.pop(name, None)
+        if i is None:
+            return
+        last = self._items.pop()
+        if i < len(self._items):
+            self._items[i] = last
+            self._pos[last] = i
+
+    def sample(self, rng: random.Random, k: int, exclude: tuple[str, ...] = ()) -> list[str]:
+        """Up to `k` distinct random names, none of them in `exclude`."""
+        n = len(self._items)
+        available = n - sum(1 for e in exclude if e in self._pos)
+        k = min(k, available)
+        if k <= 0:
+            return []
+        if k * 3 > n:  # dense: shuffle a filtered copy
+            pool = [x for x in self._items if x not in exclude]
+            return rng.sample(pool, k)
+        chosen: list[str] = []
+        while len(chosen) < k:  # sparse: rejection sampling, O(k) expected
+            name = self._items[rng.randrange(n)]
+            if name not in exclude and name not in chosen:
+                chosen.append(name)
+        return chosen
+
+    def items(self) -> list[str]:
+        """The names, in no meaningful order (but deterministic)."""
+        return self._items
+
+
+class MemberTable:
+    """One node's view of the cluster, itself included."""
+
+    def __init__(self, self_ident: NodeIdentity, incarnation: int, now: float) -> None:
+        self.self_name = self_ident.name
+        self._members: dict[str, Member] = {}
+        self._tombstones: dict[str, tuple[bytes, int]] = {}
+        # Members other than self that are alive or suspect.
+        self.live = IndexedSet()
+        self._members[self.self_name] = Member(self_ident, incarnation, ALIVE, now)
+
+    # -- reading -------------------------------------------------------------
+
+    def get(self, name: str) -> Member | None:
+        """The member called `name`, if known."""
+        return self._members.get(name)
+
+    @property
+    def me(self) -> Member:
+        """This node's own row."""
+        return self._members[self.self_name]
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def all(self) -> list[Member]:
+        """Every member, self included, in the order they became known."""
+        return list(self._members.values())
+
+    def num_live(self) -> int:
+        """Alive or suspect members, self included when not leaving."""
+        return len(self.live) + (1 if self.me.state in (ALIVE, SUSPECT) else 0)
+
+    # -- applying claims -----------------------------------------------------
+
+    def apply_alive(self, ident: NodeIdentity, inc: int, now: float) -> Transition | Ignored:
+        """Apply `Alive(inc, ident)` about another member."""
+        m = self._members.get(ident.name)
+        if m is None:
+            tomb = self._tombstones.get(ident.name)
+            if tomb is not None and tomb[0] == ident.node_id and inc <= tomb[1]:
+                return Ignored.GHOST
+            self._tombstones.pop(ident.name, None)
+            self._members[ident.name] = Member(ident, inc, ALIVE, now)
+            self.live.add(ident.name)
+            return Transition.JOINED
+        if m.ident.node_id != ident.node_id:
+            if m.state in (ALIVE, SUSPECT):
+                return Ignored.NAME_CONFLICT
+            self._set(m, ALIVE, inc, now)
+            m.ident = ident
+            return Transition.JOINED
+        if inc <= m.incarnation:
+            return Ignored.STALE
+        previous, old_ident = m.state, m.ident
+        m.ident = ident
+        self._set(m, ALIVE, inc, now)
+        if previous in (DEAD, LEFT):
+            return Transition.JOINED
+        if previous is SUSPECT:
+            return Transition.REFUTED
+        return Transition.UPDATED if old_ident != ident else Transition.RENEWED
+
+    def apply_suspect(self, name: str, inc: int, now: float) -> Transition | Ignored:
+        """Apply `Suspect(inc, name)` about another member."""
+        m = self._members.get(name)
+        if m is None:
+            return Ignored.UNKNOWN
+        if inc < m.incarnation or m.state in (DEAD, LEFT):
+            return Ignored.STALE
+        if m.state is SUSPECT:
+            m.incarnation = inc
+            return Ignored.ALREADY
+        self._set(m, SUSPECT, inc, now)
+        return Transition.SUSPECTED
+
+    def apply_dead(self, name: str, inc: int, now: float, left: bool) -> Transition | Ignored:
+        """Apply `Dead(inc, name)` or, with `left`, `Leave(inc, name)`."""
+        m = self._members.get(name)
+        if m is None:
+            return Ignored.UNKNOWN
+        if inc < m.incarnation:
+            return Ignored.STALE
+        if left:
+            if m.state is LEFT:
+                return Ignored.ALREADY
+            self._set(m, LEFT, inc, now)
+            return Transition.LEFT
+        if m.state in (DEAD, LEFT):
+            return Ignored.ALREADY
+        self._set(m, DEAD, inc, now)
+        return Transition.DIED
+
+    def set_self(self, state: MemberState, inc: int, now: float, ident: NodeIdentity) -> None:
+        """Record this node's own state (only SwimNode decides it)."""
+        me = self.me
+        me.ident = ident
+        self._set(me, state, inc, now)
+
+    def reap(self, name: str) -> Member | None:
+        """Forget a dead or left member, keeping a tombstone against ghosts."""
+        m = self._members.get(name)
+        if m is None or m.state not in (DEAD, LEFT) or name == self.self_name:
+            return None
+        del self._members[name]
+        self._tombstones[name] = (m.ident.node_id, m.incarnation)
+        return m
+
+    def forget_tombstone(self, name: str, node_id: bytes) -> None:
+        """Drop a ghost guard once it has been kept long enough."""
+        tomb = self._tombstones.get(name)
+        if tomb is not None and tomb[0] == node_id and name not in self._members:
+            del self._tombstones[name]
+
+    def _set(self, m: Member, state: MemberState, inc: int, now: float) -> None:
+        m.state = state
+        m.incarnation = inc
+        m.changed_at = now
+        if m.ident.name == self.self_name:
+            return
+        if state in (ALIVE, SUSPECT):
+            self.live.add(m.ident.name)
+        else:
+            self.live.discard(m.ident.name)

@@ -1,0 +1,258 @@
+"""SimCluster: many `ShoalNode`s on one virtual network, in one process.
+
+The event loop is one heap of (true_time, seq, kind, payload); `seq` makes the
+order total, so the same seed gives the same run byte for byte. Kinds:
+datagram delivery, stream delivery, stream failure, node deadline and fault
+action. After every input a node is drained exactly as the agent drains it
+(persist, then send, then events) and its next deadline re-armed; a deadline
+that moved is superseded by generation number, never scanned for.
+
+Messages travel as objects by default (fast); with `wire=True` every datagram
+and frame is encoded and decoded by the real codec, and an oversized datagram
+is dropped as the MTU would drop it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from daemon.node import ShoalNode
+from membership import codec
+from membership.member import NodeIdentity
+from membership.output import Address, Channel, PersistIncarnation
+from membership.profiles import SwimConfig
+from sim.clock import NodeClock
+from sim.network import LinkProfile, SimNetwork
+
+_DATAGRAM, _STREAM, _STREAM_FAILED, _DEADLINE, _ACTION = range(5)
+GOSSIP_PORT = 7946
+
+
+class SimObserver(Protocol):
+    """Something that watches a run: checkers, reports, trace hashers."""
+
+    def on_event(self, now: float, node: int, event: Any) -> None:
+        """A node emitted `event` at true time `now`."""
+
+
+@dataclass(slots=True)
+class TrafficStats:
+    """Datagrams and bytes sent, summed over all nodes."""
+
+    datagrams: int = 0
+    bytes: int = 0
+    streams: int = 0
+    mtu_drops: int = 0
+
+
+def sim_address(i: int, generation: int = 0) -> Address:
+    """The simulated address of host `i` (a new one per `generation`)."""
+    return (f"10.{generation}.{i >> 8 & 255}.{i & 255}", GOSSIP_PORT + (i >> 16))
+
+
+class SimCluster:
+    """N nodes, a network, faults on a schedule, observers."""
+
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        config: SwimConfig,
+        link: LinkProfile | None = None,
+        wire: bool = False,
+        count_bytes: bool = False,
+        clocks: list[NodeClock] | None = None,
+    ) -> None:
+        self.n = n
+        self.seed = seed
+        self.config = config
+        self.wire = wire
+        self.count_bytes = count_bytes or wire
+        self.now = 0.0
+        self.net = SimNetwork(random.Random(seed * 7919 + 1), link or LinkProfile())
+        self.stats = TrafficStats()
+        self.observers: list[SimObserver] = []
+        self.clocks = clocks or [NodeClock() for _ in range(n)]
+        self.nodes: list[ShoalNode | None] = [None] * n
+        self.idents: list[NodeIdentity] = []
+        self.disk: list[int] = [0] * n  # each node's persisted incarnation
+        self._host_of: dict[Address, int] = {}
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._armed: list[float | None] = [None] * n
+        self._gen = [0] * n
+        self._addr_gen = [0] * n
+        self._tag = codec.cluster_tag("sim")
+        for i in range(n):
+            rng = random.Random(seed * 1_000_003 + i)
+            ident = NodeIdentity(f"node-{i:05d}", rng.randbytes(16), sim_address(i))
+            self.idents.append(ident)
+            self._host_of[ident.addr] = i
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self, i: int, at: float, join: list[int]) -> None:
+        """Schedule host `i` to start at `at` and join through hosts `join`."""
+        self.at(at, lambda: self._boot(i, join))
+
+    def crash(self, i: int, at: float) -> None:
+        """Schedule host `i` to stop dead (no leave) at `at`."""
+        self.at(at, lambda: self._halt(i))
+
+    def restart(self, i: int, at: float, join: list[int], new_address: bool = False) -> None:
+        """Schedule host `i` to come back with its persisted state."""
+
+        def action() -> None:
+            if new_address:
+                self._addr_gen[i] += 1
+                old = self.idents[i]
+                addr = sim_address(i, self._addr_gen[i])
+                self.idents[i] = NodeIdentity(old.name, old.node_id, addr, old.tags)
+                self._host_of[addr] = i
+            self._boot(i, join)
+
+        self.at(at, action)
+
+    def leave(self, i: int, at: float) -> None:
+        """Schedule a graceful leave of host `i`."""
+        self.at(at, lambda: self._command(i, lambda node, now: node.leave(now)))
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        """Run `action` at true time `when` (a fault or a command)."""
+        heapq.heappush(self._heap, (when, next(self._seq), _ACTION, action))
+
+    def _boot(self, i: int, join: list[int]) -> None:
+        rng = random.Random((self.seed * 1_000_003 + i) ^ (self._gen[i] << 32))
+        node = ShoalNode(self.idents[i], self.config, rng, self.disk[i])
+        self.nodes[i] = node
+        local = self.clocks[i].local(self.now)
+        node.start(local)
+        addrs = [self.idents[j].addr for j in join if j != i]
+        if addrs:
+            node.join(addrs, local)
+        self._flush(i)
+
+    def _halt(self, i: int) -> None:
+        self.nodes[i] = None
+        self._gen[i] += 1
+        self._armed[i] = None
+
+    def _command(self, i: int, fn: Callable[[ShoalNode, float], None]) -> None:
+        node = self.nodes[i]
+        if node is not None:
+            fn(node, self.clocks[i].local(self.now))
+            self._flush(i)
+
+    # -- running -------------------------------------------------------------
+
+    def run_until(self, until: float, stop: Callable[[], bool] | None = None) -> bool:
+        """Process events up to true time `until`; stop early when `stop()`
+        becomes true (checked after each event). Returns whether it stopped."""
+        heap = self._heap
+        while heap and heap[0][0] <= until:
+            when, _, kind, payload = heapq.heappop(heap)
+            self.now = when
+            self._dispatch(kind, payload)
+            if stop is not None and stop():
+                return True
+        self.now = max(self.now, until)
+        return False
+
+    def _dispatch(self, kind: int, payload: Any) -> None:
+        if kind == _DEADLINE:
+            i, gen = payload
+            node = self.nodes[i]
+            if node is None or gen != self._gen[i]:
+                return
+            self._armed[i] = None
+            node.tick(self.clocks[i].local(self.now))
+            self._flush(i)
+        elif kind == _DATAGRAM or kind == _STREAM:
+            dst, src_addr, messages = payload
+            node = self.nodes[dst]
+            if node is None:
+                if kind == _STREAM:
+                    self._stream_failed_later(src_addr, self.idents[dst].addr)
+                return
+            local = self.clocks[dst].local(self.now)
+            for msg in messages:
+                node.receive(msg, src_addr, local)
+            self._flush(dst)
+        elif kind == _STREAM_FAILED:
+            src, peer = payload
+            node = self.nodes[src]
+            if node is not None:
+                node.stream_failed(peer, self.clocks[src].local(self.now))
+                self._flush(src)
+        else:
+            payload()
+
+    def _flush(self, i: int) -> None:
+        node = self.nodes[i]
+        assert node is not None
+        while True:
+            out = node.drain()
+            if not out:
+                break
+            for item in out.persist:
+                if isinstance(item, PersistIncarnation):
+                    self.disk[i] = item.incarnation
+            for send in out.send:
+                self._transmit(i, send.to, send.messages, send.channel)
+            for event in out.events:
+                for obs in self.observers:
+                    obs.on_event(self.now, i, event)
+        deadline = node.next_deadline()
+        if deadline is not None and deadline != self._armed[i]:
+            self._armed[i] = deadline
+            self._gen[i] += 1
+            when = max(self.now, self.clocks[i].true(deadline))
+            heapq.heappush(self._heap, (when, next(self._seq), _DEADLINE, (i, self._gen[i])))
+
+    def _transmit(self, src: int, to: Address, messages: tuple[Any, ...], channel: Channel) -> None:
+        dst = self._host_of.get(to)
+        src_addr = self.idents[src].addr
+        if channel is Channel.STREAM:
+            self.stats.streams += 1
+            if dst is None or not self.net.connected(src, dst):
+                self._stream_failed_later(src_addr, to, self.config.stream_timeout_s)
+                return
+            if self.wire:
+                messages = tuple(codec.decode_payload(codec.encode_payload(messages)))
+            when = self.now + self.net.latency_s()
+            heapq.heappush(self._heap, (when, next(self._seq), _STREAM, (dst, src_addr, messages)))
+            return
+        self.stats.datagrams += 1
+        if self.count_bytes:
+            data = codec.encode_datagram(messages, self._tag)
+            self.stats.bytes += len(data)
+            if len(data) > self.config.mtu_bytes:
+                self.stats.mtu_drops += 1
+                return
+            if self.wire:
+                messages = tuple(codec.decode_datagram(data, self._tag))
+        if dst is None:
+            return
+        for _ in range(self.net.datagram_copies(src, dst)):
+            when = self.now + self.net.latency_s()
+            heapq.heappush(
+                self._heap, (when, next(self._seq), _DATAGRAM, (dst, src_addr, messages))
+            )
+
+    def _stream_failed_later(self, src_addr: Address, peer: Address, after: float = 0.001) -> None:
+        src = self._host_of.get(src_addr)
+        if src is not None:
+            heapq.heappush(
+                self._heap, (self.now + after, next(self._seq), _STREAM_FAILED, (src, peer))
+            )
+
+    # -- inspection ------------------------------------------------------------
+
+    def live_hosts(self) -> list[int]:
+        """Hosts whose node is running."""
+        return [i for i, node in enumerate(self.nodes) if node is not None]
