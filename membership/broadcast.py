@@ -1,8 +1,10 @@
 """BroadcastQueue: updates waiting to be piggybacked (SWIM §4.1).
 
 Each update about a member is sent a limited number of times (about λ·log N,
-see `SwimConfig.retransmit_limit`), least-sent first and newest first among
-equals, as memberlist's TransmitLimitedQueue does. A newer update about the
+see `SwimConfig.retransmit_limit`), least-sent first, as memberlist's
+TransmitLimitedQueue does; among equals, the one that most recently reached
+that count goes first (memberlist orders those strictly by age; the
+difference does not change how fast news spreads, and keeps picking cheap). A newer update about the
 same member replaces the older one at once, so stale news is never spread.
 
 Entries sit in buckets by how often they were sent; picking walks the buckets
@@ -31,6 +33,9 @@ class BroadcastQueue:
 
     # Below this many free bytes no further message can fit; stop scanning.
     _MIN_MESSAGE_BYTES = 8
+    # After this many entries in a row that do not fit, the datagram is
+    # as full as it will usefully get; scanning on would cost O(queue).
+    _MAX_MISSES = 64
 
     def __init__(self) -> None:
         self._by_key: dict[str, _Entry] = {}
@@ -60,14 +65,17 @@ class BroadcastQueue:
         """
         picked: list[_Entry] = []
         room = budget_bytes
+        misses = 0
         for bucket in self._buckets:
             for entry in reversed(bucket.values()):
                 if entry.size <= room:
                     picked.append(entry)
                     room -= entry.size
-                if room < self._MIN_MESSAGE_BYTES:
+                else:
+                    misses += 1
+                if room < self._MIN_MESSAGE_BYTES or misses >= self._MAX_MISSES:
                     break
-            if room < self._MIN_MESSAGE_BYTES:
+            if room < self._MIN_MESSAGE_BYTES or misses >= self._MAX_MISSES:
                 break
         for entry in picked:
             del self._buckets[entry.transmits][entry.key]

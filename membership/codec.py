@@ -302,6 +302,30 @@ def frame_length(prefix: bytes) -> int:
     return length
 
 
+_SIZE_CACHE_ENTRIES = 32768
+_size_cache: dict[Any, int] = {}
+
+
 def encoded_size(msg: Any) -> int:
-    """Bytes `msg` adds to a compound datagram's payload."""
-    return len(cbor2.dumps(_message_fields(msg)))
+    """Bytes `msg` adds to a compound datagram's payload.
+
+    Memoized by value (messages are frozen and hashable, and equal messages
+    encode to the same bytes): a gossiped update is re-sent many times by
+    every node that learns it, and in the simulator by thousands of nodes.
+    The memo is cleared when full, so it stays within a few megabytes.
+    """
+    size = _size_cache.get(msg)
+    if size is None:
+        size = len(cbor2.dumps(_message_fields(msg)))
+        if len(_size_cache) >= _SIZE_CACHE_ENTRIES:
+            _size_cache.clear()
+        _size_cache[msg] = size
+    return size
+
+
+def datagram_size(messages: Sequence[Any]) -> int:
+    """The exact size of `encode_datagram(messages, ...)`, from the cached
+    sizes of its messages: a CBOR array is its head plus its items."""
+    n = len(messages)
+    head = 1 if n < 24 else 2 if n < 256 else 3
+    return HEADER_BYTES + head + sum(encoded_size(m) for m in messages)

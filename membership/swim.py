@@ -75,6 +75,7 @@ from membership.table import DEAD, LEFT, SUSPECT, IndexedSet, Ignored, MemberTab
 # Room a datagram needs besides piggybacked updates: header, CBOR list head.
 _DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
 _MAX_CONFLICT_REPORTS = 1024
+_COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
 
 
 @dataclass(slots=True)
@@ -149,6 +150,19 @@ class SwimNode:
         self._persist: list[Any] = []
         self._send: list[Send] = []
         self._events: list[Any] = []
+        # Dispatch by exact type: one dict lookup on the hottest path, where a
+        # chain of isinstance checks costs a microsecond per message.
+        self._handlers: dict[type, Any] = {
+            Alive: lambda m, s, now: self._on_alive(m, now),
+            Ping: lambda m, s, now: self._on_ping(m, s),
+            Ack: lambda m, s, now: self._on_ack(m, now),
+            Suspect: lambda m, s, now: self._on_suspect(m, now),
+            Dead: lambda m, s, now: self._on_dead(m, now),
+            Leave: lambda m, s, now: self._on_leave(m, now),
+            PingReq: self._on_ping_req,
+            Nack: lambda m, s, now: self._on_nack(m),
+            PushPull: self._on_push_pull,
+        }
 
     # -- the core contract ---------------------------------------------------
 
@@ -163,25 +177,7 @@ class SwimNode:
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Handle one decoded message from `sender`."""
-        match message:
-            case Ping():
-                self._on_ping(message, sender)
-            case Ack():
-                self._on_ack(message, now)
-            case Alive():
-                self._on_alive(message, now)
-            case Suspect():
-                self._on_suspect(message, now)
-            case Dead():
-                self._on_dead(message, now)
-            case Leave():
-                self._on_leave(message, now)
-            case PingReq():
-                self._on_ping_req(message, sender, now)
-            case Nack():
-                self._on_nack(message)
-            case PushPull():
-                self._on_push_pull(message, sender, now)
+        self._handlers[type(message)](message, sender, now)
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
@@ -337,6 +333,11 @@ class SwimNode:
             elif msg.incarnation > self.incarnation and not self.leaving:
                 self._refute(msg.incarnation, now, "")  # we restarted; they remember more
             return
+        known = self.table.get(node.name)
+        if known is not None and known.incarnation >= msg.incarnation:
+            if known.ident.node_id == node.node_id:  # the common case: old news
+                self.counters.ignored_stale += 1
+                return
         result = self.table.apply_alive(node, msg.incarnation, now)
         if isinstance(result, Ignored):
             if result is Ignored.NAME_CONFLICT:
@@ -565,7 +566,7 @@ class SwimNode:
         return m.ident.addr
 
     def _count(self, reason: Ignored) -> None:
-        name = "ignored_" + reason.value
+        name = _COUNTER_OF[reason]
         setattr(self.counters, name, getattr(self.counters, name) + 1)
 
     def _next_seq(self) -> int:

@@ -228,14 +228,18 @@ class SimCluster:
             heapq.heappush(self._heap, (when, next(self._seq), _STREAM, (dst, src_addr, messages)))
             return
         self.stats.datagrams += 1
-        if self.count_bytes:
+        if self.wire:
             data = codec.encode_datagram(messages, self._tag)
-            self.stats.bytes += len(data)
-            if len(data) > self.config.mtu_bytes:
-                self.stats.mtu_drops += 1
-                return
-            if self.wire:
-                messages = tuple(codec.decode_datagram(data, self._tag))
+            size = len(data)
+            messages = tuple(codec.decode_datagram(data, self._tag))
+        elif self.count_bytes:
+            size = codec.datagram_size(messages)
+        else:
+            size = 0
+        self.stats.bytes += size
+        if size > self.config.mtu_bytes:
+            self.stats.mtu_drops += 1
+            return
         if dst is None:
             return
         for _ in range(self.net.datagram_copies(src, dst)):

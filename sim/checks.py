@@ -1,0 +1,90 @@
+"""Invariant checkers (safety) and convergence predicates (liveness).
+
+Safety checkers watch every event as it happens and record violations; a
+test asserts there are none. Liveness predicates are asked between slices of
+virtual time ("has the cluster converged yet?").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from membership.events import MemberDied
+from membership.member import MemberState, MemberView
+from sim.cluster import SimCluster
+
+
+class IncarnationMonotonic:
+    """No observer ever sees a member's incarnation go down (same node id)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, bytes], int] = {}
+        self.violations: list[str] = []
+
+    def on_event(self, now: float, node: int, event: Any) -> None:
+        member = getattr(event, "member", None)
+        if not isinstance(member, MemberView):
+            return
+        key = (node, member.node_id)
+        last = self._seen.get(key, -1)
+        if member.incarnation < last:
+            self.violations.append(
+                f"t={now:.3f} node {node} saw {member.name} go from {last} to {member.incarnation}"
+            )
+        self._seen[key] = max(last, member.incarnation)
+
+
+class FalsePositives:
+    """Every declaration that a running node is dead."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self._index = {ident.name: i for i, ident in enumerate(cluster.idents)}
+        self.events: list[tuple[float, int, str]] = []
+
+    def on_event(self, now: float, node: int, event: Any) -> None:
+        if isinstance(event, MemberDied):
+            subject = self._index.get(event.member.name)
+            if subject is not None and self.cluster.nodes[subject] is not None:
+                self.events.append((now, node, event.member.name))
+
+    @property
+    def subjects(self) -> set[str]:
+        """Live nodes that were ever declared dead by someone."""
+        return {name for _, _, name in self.events}
+
+
+def converged(cluster: SimCluster) -> bool:
+    """Every running node sees exactly the running nodes as alive."""
+    live = cluster.live_hosts()
+    n = len(live)
+    for i in live:
+        node = cluster.nodes[i]
+        assert node is not None
+        table = node.swim.table
+        if len(table.live) != n - 1:
+            return False
+    names = {cluster.idents[i].name for i in live}
+    for i in live:
+        node = cluster.nodes[i]
+        assert node is not None
+        for name in node.swim.table.live.items():
+            if name not in names:
+                return False
+            m = node.swim.table.get(name)
+            if m is None or m.state is not MemberState.ALIVE:
+                return False
+    return True
+
+
+def sees_dead(cluster: SimCluster, subject: int) -> list[int]:
+    """Running nodes that do not (yet) consider `subject` dead or gone."""
+    name = cluster.idents[subject].name
+    waiting = []
+    for i in cluster.live_hosts():
+        node = cluster.nodes[i]
+        assert node is not None
+        m = node.swim.table.get(name)
+        if m is not None and m.state in (MemberState.ALIVE, MemberState.SUSPECT):
+            waiting.append(i)
+    return waiting

@@ -1,0 +1,59 @@
+"""`shoal simulate`: run a scenario and print what an operator wants to know."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from daemon.errors import ConfigError
+from membership.profiles import PROFILES
+from sim.scenarios import SimResult, run_simulation
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    """Validate the flags, run, print text or JSON."""
+    if not 1 <= args.nodes <= 100_000:
+        raise ConfigError("--nodes: expected 1 to 100000")
+    if not 0 < args.duration <= 86_400:
+        raise ConfigError("--duration: expected 0 to 86400 simulated seconds")
+    if not 0 <= args.loss < 1:
+        raise ConfigError("--loss: expected a probability in [0, 1)")
+    if not 0 <= args.crash < args.nodes:
+        raise ConfigError("--crash: expected 0 to nodes-1")
+    if args.profile not in PROFILES:
+        raise ConfigError(f"--profile: expected one of {', '.join(sorted(PROFILES))}")
+    result = run_simulation(args.nodes, args.duration, args.loss, args.crash, args.seed,
+                            args.profile)  # fmt: skip
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(format_text(result))
+    return 0
+
+
+def _s(x: float | None) -> str:
+    return "never" if x is None else f"{x:.2f} s"
+
+
+def format_text(r: SimResult) -> str:
+    """A human-readable report."""
+    c = r.config
+    lines = [
+        f"simulated {c['nodes']} nodes for {c['duration_s']:g} s, profile {c['profile']}, "
+        f"loss {c['loss']:.1%}, seed {c['seed']} (wall {r.wall_s:.1f} s)",
+        f"converged (all see all alive): {_s(r.converged_s)}",
+    ]
+    for crash in r.crashes:
+        lines.append(
+            f"crash of {crash.node} at {crash.crashed_at_s:.1f} s: first saw it dead after "
+            f"{_s(crash.first_detect_s)}, all after {_s(crash.all_detect_s)}"
+        )
+    lines.append(
+        f"false positives: {r.false_positive_events} declarations about "
+        f"{r.false_positive_nodes} live nodes"
+    )
+    lines.append(
+        f"traffic per node: {r.datagrams_per_node_s:.2f} datagrams/s, "
+        f"{r.bytes_per_node_s:.0f} bytes/s"
+    )
+    return "\n".join(lines)

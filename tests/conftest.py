@@ -1,0 +1,36 @@
+"""Shared test set-up: markers, CI rules for skips, and poll_until."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+IN_CI = os.environ.get("CI") == "true"
+
+
+def poll_until(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.05) -> T:
+    """Call `predicate` until it returns something truthy; fail at the deadline.
+
+    The waiting uses a deadline, never a fixed sleep for a condition.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: T = predicate()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s (last value {last!r})")
+        time.sleep(interval_s)
+        last = predicate()
+    return last
+
+
+def require_root(reason: str) -> None:
+    """Skip on a laptop without root; fail in CI, where everything must run."""
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail(f"CI=true but not root: {reason}")
+        pytest.skip(f"needs root: {reason}")

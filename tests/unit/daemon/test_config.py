@@ -1,0 +1,107 @@
+"""Configuration errors are one clear line naming the setting, exit code 2."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon import config
+from daemon.addresses import choose_advertise
+from daemon.errors import ConfigError
+
+
+def shoal(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", *args], capture_output=True, text=True, timeout=60,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "setting"),
+    [
+        (["--bind", "localhost"], "bind"),
+        (["--bind", "1.2.3.4:99999"], "bind"),
+        (["--join", "not-an-ip"], "join"),
+        (["--tag", "novalue"], "tags"),
+        (["--profile", "fast"], "profile"),
+        (["--log-level", "loud"], "log_level"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line_naming_the_setting(flags, setting, tmp_path):
+    """A user who mistypes a flag is told which one, without a traceback."""
+    result = shoal("agent", "--data-dir", str(tmp_path), *flags)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"shoal: {setting}")
+
+
+@pytest.mark.parametrize(
+    ("text", "setting"),
+    [
+        ("bind = 3\n", "bind"),
+        ("nonsense = 1\n", "nonsense"),
+        ("[swim]\nprobe_interval_s = -1\n", "swim"),
+        ("[swim]\nprobe_timeout = 1\n", "swim.probe_timeout"),
+        ("[swim]\nindirect_checks = 1.5\n", "swim.indirect_checks"),
+        ("this is not toml", "config"),
+    ],
+)
+def test_bad_config_files_exit_2_naming_the_setting(text, setting, tmp_path):
+    """A broken config file is reported in one line, naming what to fix."""
+    path = tmp_path / "shoal.toml"
+    path.write_text(text)
+    result = shoal("agent", "--config", str(path), "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"shoal: {setting}"), result.stderr
+
+
+def test_unknown_flag_is_a_usage_error():
+    """argparse's own usage errors also exit 2."""
+    assert shoal("agent", "--frobnicate").returncode == 2
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    """Flags beat SHOAL_* variables, which beat the config file."""
+    path = tmp_path / "shoal.toml"
+    path.write_text('cluster = "from-file"\nnode_name = "file"\ntags = { rack = "r1" }\n'
+                    "[swim]\nprobe_interval_s = 2.0\n")  # fmt: skip
+    env = {"SHOAL_CLUSTER": "from-env", "SHOAL_NODE_NAME": "env"}
+    cfg = config.load({"config": str(path), "node_name": "flag"}, env)
+    assert (cfg.node_name, cfg.cluster, cfg.tags) == ("flag", "from-env", (("rack", "r1"),))
+    assert cfg.swim.probe_interval_s == 2.0 and cfg.swim.probe_timeout_s == 0.5
+
+
+def test_profiles_select_memberlist_timings():
+    """The local profile has memberlist's DefaultLocalConfig timings."""
+    cfg = config.load({"node_name": "x", "profile": "local"}, {})
+    assert cfg.swim.probe_timeout_s == 0.2 and cfg.swim.suspicion_mult == 3
+
+
+def test_advertise_is_predictable_and_ambiguity_is_an_error():
+    """With several candidate addresses the agent refuses to guess."""
+    one = [("lo", "127.0.0.1"), ("eth0", "10.1.2.3"), ("docker0", "169.254.1.1")]
+    addr, why = choose_advertise(("0.0.0.0", 7946), None, one)
+    assert addr == ("10.1.2.3", 7946) and "eth0" in why
+    two = [("eth0", "10.1.2.3"), ("eth1", "192.168.5.5")]
+    with pytest.raises(ConfigError, match="advertise.*10.1.2.3 on eth0.*192.168.5.5 on eth1"):
+        choose_advertise(("0.0.0.0", 7946), None, two)
+    assert choose_advertise(("10.0.0.7", 7000), None, two)[0] == ("10.0.0.7", 7000)
+    assert choose_advertise(("0.0.0.0", 7946), ("10.9.9.9", 7946), two)[0] == ("10.9.9.9", 7946)
+
+
+def test_data_dir_in_use_is_refused(tmp_path: Path):
+    """Two agents can never share one data directory."""
+    from daemon.errors import DataDirError
+    from storage.identity import FileIdentityStore
+
+    first = FileIdentityStore(tmp_path)
+    first.load()
+    with pytest.raises(DataDirError, match="in use"):
+        FileIdentityStore(tmp_path)
+    first.close()
+    again = FileIdentityStore(tmp_path)
+    assert again.load().node_id == first.load().node_id
+    again.close()

@@ -1,0 +1,206 @@
+"""SwimNode behaviour a user would notice, driven with explicit time."""
+
+import random
+
+from membership.events import (
+    MemberDied, MemberJoined, MemberLeft, MemberRefuted, MemberSuspected, NameConflicted,
+)  # fmt: skip
+from membership.member import NodeIdentity
+from membership.messages import Ack, Alive, MemberRecord, Ping, PushPull, Suspect
+from membership.output import Channel
+from membership.swim import SwimNode
+from tests.unit.membership.helpers import CONFIG, Net, ident
+
+
+def test_three_nodes_join_through_one_and_all_see_all():
+    """Nodes that only know a seed end up knowing each other."""
+    net = Net(3)
+    net.form()
+    net.run(0.0, 2.0)
+    for i in (1, 2, 3):
+        for j in (1, 2, 3):
+            assert net.state_of(i, j) == "alive"
+
+
+def test_start_persists_an_incarnation_above_the_last_run():
+    """A restarted node never reuses an incarnation it announced before."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1), incarnation=41)
+    node.start(0.0)
+    out = node.drain()
+    assert [p.incarnation for p in out.persist] == [42]
+    alive = [m for s in out.send for m in s.messages if isinstance(m, Alive)]
+    assert alive == [] or alive[0].incarnation == 42  # nothing sent before a peer exists
+
+
+def test_a_silent_node_is_suspected_then_declared_dead_by_all():
+    """A crashed member is suspected by whoever probes it, then dead everywhere."""
+    net = Net(5)
+    net.form()
+    net.run(0.0, 2.0)
+    net.down.add(net.node(5).ident.addr)
+    net.run(2.0, 40.0)
+    for i in (1, 2, 3, 4):
+        assert net.state_of(i, 5) == "dead"
+    suspected = net.of_type(MemberSuspected)
+    assert suspected and all(e.source in {"n1", "n2", "n3", "n4"} for _, e in suspected)
+    assert {who for who, e in net.of_type(MemberDied)} == {"n1", "n2", "n3", "n4"}
+
+
+def test_a_suspected_node_refutes_and_records_who_suspected_it():
+    """A live node that hears it is suspected raises its incarnation and stays alive."""
+    net = Net(3)
+    net.form()
+    net.run(0.0, 1.0)
+    n2 = net.node(2)
+    before = n2.incarnation
+    n2.receive(Suspect(before, "n2", "n3"), net.node(3).ident.addr, 1.0)
+    net.run(1.0, 3.0)
+    assert n2.incarnation == before + 1
+    assert net.persisted["n2"] == before + 1
+    assert net.state_of(1, 2) == "alive" and net.state_of(3, 2) == "alive"
+    refuted = [e for who, e in net.of_type(MemberRefuted) if who == "n2"]
+    assert refuted and refuted[0].source == "n3"
+
+
+def test_a_ping_to_a_suspect_carries_the_suspicion_buddy_system():
+    """The suspect hears about its suspicion along with the next ping to it."""
+    net = Net(2)
+    net.form()
+    n1 = net.node(1)
+    n1.receive(Suspect(n1.table.get("n2").incarnation, "n2", "n9"), ("10.0.0.9", 1), 0.5)
+    n1.drain()
+    now = 0.5
+    while True:
+        now += 0.1
+        n1.tick(now)
+        sends = n1.drain().send
+        pings = [s for s in sends if any(isinstance(m, Ping) for m in s.messages)]
+        if pings:
+            assert any(isinstance(m, Suspect) and m.node == "n2" for m in pings[0].messages)
+            return
+        assert now < 5.0
+
+
+def test_leave_is_seen_as_left_never_as_failed():
+    """A graceful leave is recorded as left by every member."""
+    net = Net(4)
+    net.form()
+    net.run(0.0, 2.0)
+    net.node(4).leave(2.0)
+    net.run(2.0, 3.0)
+    net.down.add(net.node(4).ident.addr)  # the process exits after the leave
+    net.run(3.0, 40.0)
+    for i in (1, 2, 3):
+        assert net.state_of(i, 4) == "left"
+    assert not [e for _, e in net.of_type(MemberDied) if e.member.name == "n4"]
+    assert {who for who, e in net.of_type(MemberLeft)} >= {"n1", "n2", "n3"}
+
+
+def test_a_node_that_left_can_join_again_without_restarting():
+    """After `shoal leave`, `shoal join` brings the same process back."""
+    net = Net(3)
+    net.form()
+    net.run(0.0, 1.0)
+    n3 = net.node(3)
+    n3.leave(1.0)
+    net.run(1.0, 2.0)
+    assert net.state_of(1, 3) == "left"
+    n3.join([net.node(1).ident.addr], 2.0)
+    net.run(2.0, 4.0)
+    assert net.state_of(1, 3) == "alive" and net.state_of(2, 3) == "alive"
+    assert not n3.leaving
+
+
+def test_a_restarted_node_with_a_new_address_rejoins_at_once():
+    """Same name and id at a new address is the same node, not a conflict."""
+    net = Net(3)
+    net.form()
+    net.run(0.0, 1.0)
+    old = net.node(3)
+    net.down.add(old.ident.addr)
+    moved = NodeIdentity("n3", old.ident.node_id, ("10.0.0.33", 7946))
+    new = net.add(SwimNode(moved, CONFIG, random.Random(7), incarnation=net.persisted["n3"]))
+    new.start(1.0)
+    new.join([net.node(1).ident.addr], 1.0)
+    net.deliver_all(1.0)
+    net.run(1.0, 2.0)
+    for i in (1, 2):
+        m = net.node(i).table.get("n3")
+        assert m.state.label == "alive" and m.ident.addr == ("10.0.0.33", 7946)
+    assert not net.of_type(NameConflicted)
+
+
+def test_a_second_node_with_a_taken_name_is_refused_and_reported():
+    """An impostor with another id is kept out, with an event naming both ids."""
+    net = Net(2)
+    net.form()
+    net.run(0.0, 1.0)
+    impostor = NodeIdentity("n2", b"\x99" * 16, ("10.0.0.99", 7946))
+    bad = net.add(SwimNode(impostor, CONFIG, random.Random(9)))
+    bad.start(1.0)
+    bad.join([net.node(1).ident.addr], 1.0)
+    net.deliver_all(1.0)
+    m = net.node(1).table.get("n2")
+    assert m.ident.node_id == bytes([2]) * 16 and m.ident.addr == ("10.0.0.2", 7946)
+    conflicts = [e for who, e in net.of_type(NameConflicted) if who == "n1"]
+    assert conflicts and conflicts[0].claimed_id == b"\x99" * 16
+
+
+def test_stale_full_state_cannot_bring_back_a_reaped_member():
+    """A removed node stays removed even if an old view still lists it."""
+    from dataclasses import replace
+
+    config = replace(CONFIG, left_reap_s=5.0)
+    net = Net(3, config=config)
+    net.form()
+    net.run(0.0, 1.0)
+    n3_ident, n3_inc = net.node(3).ident, net.node(3).incarnation
+    net.node(3).leave(1.0)
+    net.run(1.0, 1.5)
+    net.down.add(n3_ident.addr)
+    net.run(1.5, 8.0)
+    n1 = net.node(1)
+    assert n1.table.get("n3") is None
+    stale = PushPull("n2", False, True, (MemberRecord(n3_ident, n3_inc, _alive()),))
+    n1.receive(stale, net.node(2).ident.addr, 8.0)
+    assert n1.table.get("n3") is None
+    assert n1.counters.ignored_ghost == 1
+
+
+def _alive():
+    from membership.member import MemberState
+
+    return MemberState.ALIVE
+
+
+def test_pings_for_someone_else_are_dropped_and_counted():
+    """A ping that reaches a reused address is not answered for the wrong node."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    node.drain()
+    node.receive(Ping(5, "somebody-else"), ("10.0.0.9", 7946), 0.1)
+    assert not [m for s in node.drain().send for m in s.messages if isinstance(m, Ack)]
+    assert node.counters.misdirected_pings == 1
+
+
+def test_join_uses_a_stream_and_reports_failure():
+    """Joining an address where nobody answers reports the failure."""
+    from membership.events import JoinCompleted
+
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    node.join([("10.9.9.9", 7946)], 0.0)
+    out = node.drain()
+    assert any(s.channel is Channel.STREAM and s.to == ("10.9.9.9", 7946) for s in out.send)
+    node.stream_failed(("10.9.9.9", 7946), 1.0)
+    assert JoinCompleted(("10.9.9.9", 7946), False) in node.drain().events
+
+
+def test_tags_change_reaches_others():
+    """New tags are announced with a higher incarnation."""
+    net = Net(2)
+    net.form()
+    net.node(2).set_tags((("role", "db"),), 0.5)
+    net.run(0.5, 1.0)
+    assert net.node(1).table.get("n2").ident.tags == (("role", "db"),)
+    assert [e for _, e in net.of_type(MemberJoined)]
