@@ -19,6 +19,7 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import time
 from collections import Counter
 from typing import Any
@@ -38,6 +39,7 @@ from membership.transport import FaultInjector, PacketProtocol, read_frame
 from storage.identity import FileIdentityStore
 
 SLOW_FLUSH_S = 0.05
+UDP_RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024
 _MAX_DROP_KEYS = 1024
 _WATCHER_QUEUE = 1024
 
@@ -134,6 +136,7 @@ class Agent:
             self._udp, _ = await self._loop.create_datagram_endpoint(
                 lambda: PacketProtocol(handler), local_addr=cfg.bind
             )
+            _grow_receive_buffer(self._udp)
             self._server = await asyncio.start_server(self._on_stream, cfg.bind[0], cfg.bind[1])
         except OSError as exc:
             raise ConfigError(f"bind: cannot listen on {cfg.bind[0]}:{cfg.bind[1]}: "
@@ -336,6 +339,18 @@ class Agent:
             log.info("dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}")
         else:
             log.debug("dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}")
+
+
+def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
+    # A burst (a mass join, a flood of garbage) must not overflow the socket
+    # before the loop reads it: memberlist asks for 2 MB for the same reason.
+    # The kernel caps the value at net.core.rmem_max; best effort.
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RECEIVE_BUFFER_BYTES)
+        except OSError:
+            pass
 
 
 def vars_of(obj: Any) -> dict[str, Any]:

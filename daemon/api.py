@@ -88,6 +88,7 @@ class ApiServer:
         me = node.swim.table.me.view().to_json()
         me["cluster"] = self.agent.config.cluster
         me["health_score"] = node.swim.health.score
+        me["watchers"] = len(self.agent.watchers)
         me["counters"] = {**node.counters(), **dict(self.agent.counters)}
         return web.json_response(me)
 

@@ -1,0 +1,131 @@
+"""Real agent processes on loopback addresses, for integration tests."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon.client import ApiClient
+from daemon.errors import ApiError
+from tests.conftest import poll_until
+
+# Each agent gets its own 127.88.x.y address, so the same ports work for all
+# and tests never collide with a demo on 127.0.0.x.
+_ADDRESSES = itertools.count(os.getpid() % 200 * 250)
+
+
+_SERIALS = itertools.count()
+
+
+def next_ip() -> str:
+    n = next(_ADDRESSES)
+    return f"127.88.{(n // 250) % 250}.{n % 250 + 1}"
+
+
+class AgentProcess:
+    """One `shoal agent` in its own process."""
+
+    def __init__(self, name: str, root: Path, join: list[str], extra: list[str]) -> None:
+        self.name = name
+        self.ip = next_ip()
+        serial = next(_SERIALS)
+        self.data_dir = root / f"{name}-{serial}"
+        self.log_path = root / f"{name}-{serial}.log"
+        self.join = join
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def gossip(self) -> str:
+        return f"{self.ip}:7946"
+
+    @property
+    def api(self) -> ApiClient:
+        return ApiClient((self.ip, 7947), timeout_s=5.0)
+
+    def start(self, new_address: bool = False) -> AgentProcess:
+        if new_address:
+            self.ip = next_ip()
+        args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", self.name,
+                "--bind", self.gossip, "--api", f"{self.ip}:7947",
+                "--data-dir", str(self.data_dir), "--log-format", "json", *self.extra]  # fmt: skip
+        for j in self.join:
+            args += ["--join", j]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        return self
+
+    def members(self) -> dict[str, dict[str, Any]]:
+        try:
+            return {m["name"]: m for m in self.api.get("/v1/members")["members"]}
+        except ApiError:
+            return {}
+
+    def status_of(self, name: str) -> str | None:
+        m = self.members().get(name)
+        return None if m is None else m["status"]
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout_s)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class AgentCluster:
+    """A set of agents; the first is the seed the others join."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.agents: list[AgentProcess] = []
+
+    def add(self, name: str | None = None, join: list[str] | None = None,
+            extra: list[str] | None = None) -> AgentProcess:  # fmt: skip
+        name = name or f"agent-{len(self.agents)}"
+        if join is None:
+            join = [self.agents[0].gossip] if self.agents else []
+        agent = AgentProcess(name, self.root, join, extra or [])
+        self.agents.append(agent)
+        return agent.start()
+
+    def start(self, n: int, extra: list[str] | None = None) -> list[AgentProcess]:
+        for _ in range(n):
+            self.add(extra=extra)
+        return self.agents
+
+    def wait_all_see(self, names: list[str], status: str, among: list[AgentProcess],
+                     timeout_s: float = 30.0) -> None:  # fmt: skip
+        def done() -> bool:
+            for agent in among:
+                seen = agent.members()
+                if any(seen.get(n, {}).get("status") != status for n in names):
+                    return False
+            return True
+
+        poll_until(done, timeout_s, interval_s=0.1)
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            if agent.running():
+                agent.signal(signal.SIGKILL)
+                assert agent.proc is not None
+                agent.proc.wait(10)
