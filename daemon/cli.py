@@ -149,6 +149,12 @@ def _members(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(members, indent=2))
         return 0
+    print(format_members(members))
+    return 0
+
+
+def format_members(members: list[dict[str, Any]]) -> str:
+    """Members as the table `shoal members` prints (like `serf members`)."""
     rows = [
         (m["name"], m["address"], m["status"], str(m["incarnation"]),
          ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())))  # fmt: skip
@@ -156,10 +162,9 @@ def _members(client: Any, args: argparse.Namespace) -> int:
     ]
     header = ("Name", "Address", "Status", "Inc", "Tags")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return 0
-
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]
+    )
 
 if __name__ == "__main__":
     main()
