@@ -212,7 +212,7 @@ def steady_state(a: Agents, n: int, window_s: float) -> dict:
 def crash_trials(a: Agents, trials: int, seed_ip: str) -> dict:
     firsts, lasts = [], []
     for k in range(trials):
-        victim = sorted(a.procs)[-1]
+        victim = _pick(a)
         survivors = [s for s in a.procs if s != victim]
         killed_at = time.monotonic()
         a.stop(victim, graceful=False)
@@ -230,7 +230,7 @@ def crash_trials(a: Agents, trials: int, seed_ip: str) -> dict:
 def leave_trials(a: Agents, trials: int, seed_ip: str) -> dict:
     delays, clean = [], 0
     for k in range(trials):
-        leaver = sorted(a.procs)[-1]
+        leaver = _pick(a)
         survivors = [s for s in a.procs if s != leaver]
         started = time.monotonic()
         threading.Thread(target=a.stop, args=(leaver, True), daemon=True).start()
@@ -248,6 +248,12 @@ def leave_trials(a: Agents, trials: int, seed_ip: str) -> dict:
         wait_for(lambda: all_joined(a), 30)
     return {"leave_s": _median(delays), "leave_clean": f"{clean}/{trials}",
             "leave_within_1s": sum(1 for d in delays if d <= 1.0)}  # fmt: skip
+
+
+def _pick(a: Agents) -> str:
+    """The next agent to crash or stop: any but the seed, which the
+    replacements join through."""
+    return sorted(name for name in a.procs if name != "n000")[-1]
 
 
 def _median(xs: list[float]) -> float | None:

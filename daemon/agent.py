@@ -33,8 +33,8 @@ from daemon.node import ShoalNode
 from membership import codec
 from membership.events import JoinCompleted, event_fields
 from membership.member import NodeIdentity, Tags
-from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.messages import PushPull
+from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.transport import FaultInjector, PacketProtocol, read_frame
 from storage.identity import FileIdentityStore
 
@@ -131,7 +131,8 @@ class Agent:
         handler = self._on_datagram
         if cfg.faults.enabled:
             f = cfg.faults
-            handler = FaultInjector(self._loop, f.drop, f.duplicate, f.delay_s, f.seed).wrap(handler)
+            faults = FaultInjector(self._loop, f.drop, f.duplicate, f.delay_s, f.seed)
+            handler = faults.wrap(handler)
         try:
             self._udp, _ = await self._loop.create_datagram_endpoint(
                 lambda: PacketProtocol(handler), local_addr=cfg.bind
@@ -173,12 +174,10 @@ class Agent:
         except codec.DecodeError as exc:
             self._dropped(exc.reason, addr)
             return
-        now = self._loop.time()
-        for msg in messages:
-            if isinstance(msg, PushPull):  # full state only over streams
-                self._dropped("pushpull_datagram", addr)
-                continue
-            self.node.receive(msg, addr, now)
+        if any(isinstance(msg, PushPull) for msg in messages):
+            self._dropped("pushpull_datagram", addr)  # full state only over streams
+            return
+        self.node.receive_all(messages, addr, self._loop.time())
         self.flush()
 
     async def _on_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -190,14 +189,12 @@ class Agent:
             if body is not None:
                 messages = codec.decode_datagram(body, self.tag)
                 self._inbound[peer] = writer
-                now = self._loop.time()
-                for msg in messages:
-                    self.node.receive(msg, peer, now)
+                self.node.receive_all(messages, peer, self._loop.time())
                 self.flush()
                 await writer.drain()
         except codec.DecodeError as exc:
             self._dropped(exc.reason, peer)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError):
             self.counters["stream_errors"] += 1
         finally:
             self._inbound.pop(peer, None)
@@ -218,13 +215,11 @@ class Agent:
                     if body is None:
                         raise ConnectionResetError("closed without a reply")
                     messages = codec.decode_datagram(body, self.tag)
-                    now = self._loop.time()
-                    for msg in messages:
-                        self.node.receive(msg, send.to, now)
+                    self.node.receive_all(messages, send.to, self._loop.time())
                     self.flush()
             finally:
                 writer.close()
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, codec.DecodeError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, codec.DecodeError):
             self.counters["stream_errors"] += 1
             self.node.stream_failed(send.to, self._loop.time())
             self.flush()

@@ -66,7 +66,8 @@ class ApiServer:
         try:
             await site.start()
         except OSError as exc:
-            raise ConfigError(f"api: cannot listen on {addr[0]}:{addr[1]}: {exc.strerror}") from None
+            where = f"{addr[0]}:{addr[1]}"
+            raise ConfigError(f"api: cannot listen on {where}: {exc.strerror}") from None
 
     async def stop(self) -> None:
         """Close the listener and open streams."""

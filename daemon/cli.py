@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--config", help="TOML config file (or $SHOAL_CONFIG)")
     agent.add_argument("--node-name", dest="node_name", help="unique node name (default: hostname)")
     agent.add_argument("--cluster", help="cluster name; agents of other clusters are ignored")
-    agent.add_argument("--bind", help="gossip address ADDR:PORT, UDP and TCP (default 0.0.0.0:7946)")
+    agent.add_argument(
+        "--bind", help="gossip address ADDR:PORT, UDP and TCP (default 0.0.0.0:7946)"
+    )
     agent.add_argument("--advertise", help="address others should use, ADDR[:PORT]")
     agent.add_argument("--join", action="append", help="ADDR[:PORT] to join (repeatable)")
     agent.add_argument("--data-dir", dest="data_dir", help="state directory")

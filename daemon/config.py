@@ -86,7 +86,9 @@ def parse_address(setting: str, text: str, default_port: int | None = None) -> A
         ipaddress.IPv4Address(host)
         port = int(port_text)
     except ValueError:
-        raise ConfigError(f"{setting}: expected ADDR:PORT with an IPv4 address, got {text!r}")
+        raise ConfigError(
+            f"{setting}: expected ADDR:PORT with an IPv4 address, got {text!r}"
+        ) from None
     if not 0 < port < 65536:
         raise ConfigError(f"{setting}: port must be 1-65535, got {port}")
     return (host, port)

@@ -41,6 +41,9 @@ class ShoalNode:
             incarnation: last incarnation persisted by a previous run.
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
+        # Message type -> the handler of the core it belongs to: one lookup
+        # per message on the hottest path, in the agent and the simulator.
+        self._routes = dict(self.swim.handlers)
 
     @property
     def name(self) -> str:
@@ -55,7 +58,13 @@ class ShoalNode:
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Route one decoded message to the core it belongs to."""
-        self.swim.receive(message, sender, now)
+        self._routes[type(message)](message, sender, now)
+
+    def receive_all(self, messages: Any, sender: Address, now: float) -> None:
+        """`receive` for each message of one datagram or frame, in order."""
+        routes = self._routes
+        for message in messages:
+            routes[type(message)](message, sender, now)
 
     def tick(self, now: float) -> None:
         """Run whatever is due in any core."""

@@ -77,13 +77,17 @@ class BroadcastQueue:
                     break
             if room < self._MIN_MESSAGE_BYTES or misses >= self._MAX_MISSES:
                 break
+        buckets = self._buckets
         for entry in picked:
-            del self._buckets[entry.transmits][entry.key]
-            entry.transmits += 1
-            if entry.transmits >= limit:
+            t = entry.transmits
+            del buckets[t][entry.key]
+            entry.transmits = t + 1
+            if t + 1 >= limit:
                 del self._by_key[entry.key]
             else:
-                self._bucket(entry.transmits)[entry.key] = entry
+                if t + 1 == len(buckets):
+                    buckets.append({})
+                buckets[t + 1][entry.key] = entry
         return [entry.message for entry in picked]
 
     def pending(self, key: str) -> Any | None:

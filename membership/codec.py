@@ -303,23 +303,32 @@ def frame_length(prefix: bytes) -> int:
 
 
 _SIZE_CACHE_ENTRIES = 32768
-_size_cache: dict[Any, int] = {}
+_size_by_value: dict[Any, int] = {}
+_size_by_id: dict[int, tuple[Any, int]] = {}
 
 
 def encoded_size(msg: Any) -> int:
     """Bytes `msg` adds to a compound datagram's payload.
 
-    Memoized by value (messages are frozen and hashable, and equal messages
-    encode to the same bytes): a gossiped update is re-sent many times by
-    every node that learns it, and in the simulator by thousands of nodes.
-    The memo is cleared when full, so it stays within a few megabytes.
+    Memoized, because a gossiped update is re-sent many times by every node
+    that learns it (and in the simulator, as one shared object, by thousands
+    of nodes). First by identity, which costs no hashing (the memo holds the
+    object, so its id cannot be reused while cached); then by value, since
+    equal messages encode to the same bytes. Both memos are cleared when
+    full, so they stay within a few megabytes.
     """
-    size = _size_cache.get(msg)
+    hit = _size_by_id.get(id(msg))
+    if hit is not None and hit[0] is msg:
+        return hit[1]
+    size = _size_by_value.get(msg)
     if size is None:
         size = len(cbor2.dumps(_message_fields(msg)))
-        if len(_size_cache) >= _SIZE_CACHE_ENTRIES:
-            _size_cache.clear()
-        _size_cache[msg] = size
+        if len(_size_by_value) >= _SIZE_CACHE_ENTRIES:
+            _size_by_value.clear()
+        _size_by_value[msg] = size
+    if len(_size_by_id) >= _SIZE_CACHE_ENTRIES:
+        _size_by_id.clear()
+    _size_by_id[id(msg)] = (msg, size)
     return size
 
 

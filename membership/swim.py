@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -70,12 +71,15 @@ from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
 from membership.profiles import SwimConfig
 from membership.suspicion import SuspicionTimer
-from membership.table import DEAD, LEFT, SUSPECT, IndexedSet, Ignored, MemberTable, Transition
+from membership.table import DEAD, LEFT, SUSPECT, Ignored, IndexedSet, MemberTable, Transition
 
 # Room a datagram needs besides piggybacked updates: header, CBOR list head.
 _DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
 _MAX_CONFLICT_REPORTS = 1024
 _COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
+# The "sender" of claims the node makes to itself (merges, its own verdicts).
+_LOCAL: Address = ("", 0)
+Handler = Callable[[Any, Address, float], None]
 
 
 @dataclass(slots=True)
@@ -152,17 +156,18 @@ class SwimNode:
         self._events: list[Any] = []
         # Dispatch by exact type: one dict lookup on the hottest path, where a
         # chain of isinstance checks costs a microsecond per message.
-        self._handlers: dict[type, Any] = {
-            Alive: lambda m, s, now: self._on_alive(m, now),
-            Ping: lambda m, s, now: self._on_ping(m, s),
-            Ack: lambda m, s, now: self._on_ack(m, now),
-            Suspect: lambda m, s, now: self._on_suspect(m, now),
-            Dead: lambda m, s, now: self._on_dead(m, now),
-            Leave: lambda m, s, now: self._on_leave(m, now),
+        self.handlers: dict[type, Handler] = {
+            Alive: self._on_alive,
+            Ping: self._on_ping,
+            Ack: self._on_ack,
+            Suspect: self._on_suspect,
+            Dead: self._on_dead,
+            Leave: self._on_leave,
             PingReq: self._on_ping_req,
-            Nack: lambda m, s, now: self._on_nack(m),
+            Nack: self._on_nack,
             PushPull: self._on_push_pull,
         }
+        self._members = self.table.members
 
     # -- the core contract ---------------------------------------------------
 
@@ -177,7 +182,7 @@ class SwimNode:
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Handle one decoded message from `sender`."""
-        self._handlers[type(message)](message, sender, now)
+        self.handlers[type(message)](message, sender, now)
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
@@ -242,7 +247,7 @@ class SwimNode:
 
     # -- handlers: probing -------------------------------------------------------
 
-    def _on_ping(self, msg: Ping, sender: Address) -> None:
+    def _on_ping(self, msg: Ping, sender: Address, now: float) -> None:
         if msg.target != self.ident.name:
             self.counters.misdirected_pings += 1
             return
@@ -255,7 +260,7 @@ class SwimNode:
         self._push(deadline, "relay", seq)
         self._send_packet(msg.target_addr, [Ping(seq, msg.target)])
 
-    def _on_ack(self, msg: Ack, now: float) -> None:
+    def _on_ack(self, msg: Ack, sender: Address, now: float) -> None:
         relay = self._relays.pop(msg.seq, None)
         if relay is not None:
             self.counters.acks_relayed += 1
@@ -269,7 +274,7 @@ class SwimNode:
         if now <= probe.timeout_at:  # a direct answer in time: we are healthy
             self.health.apply(-1)
 
-    def _on_nack(self, msg: Nack) -> None:
+    def _on_nack(self, msg: Nack, sender: Address, now: float) -> None:
         if self._probe is not None and self._probe.seq == msg.seq:
             self._probe.nacks += 1
 
@@ -279,7 +284,7 @@ class SwimNode:
         if probe is not None and not probe.acked:
             self.counters.probes_failed += 1
             self.health.apply(probe.health_delta())
-            self._on_suspect(Suspect(probe.incarnation, probe.target, self.ident.name), now)
+            self._on_suspect(Suspect(probe.incarnation, probe.target, self.ident.name), _LOCAL, now)
         self._probe = None
         if self.leaving:
             return
@@ -325,7 +330,7 @@ class SwimNode:
 
     # -- handlers: state claims ----------------------------------------------------
 
-    def _on_alive(self, msg: Alive, now: float) -> None:
+    def _on_alive(self, msg: Alive, sender: Address, now: float) -> None:
         node = msg.node
         if node.name == self.ident.name:
             if node.node_id != self.ident.node_id:
@@ -333,7 +338,7 @@ class SwimNode:
             elif msg.incarnation > self.incarnation and not self.leaving:
                 self._refute(msg.incarnation, now, "")  # we restarted; they remember more
             return
-        known = self.table.get(node.name)
+        known = self._members.get(node.name)
         if known is not None and known.incarnation >= msg.incarnation:
             if known.ident.node_id == node.node_id:  # the common case: old news
                 self.counters.ignored_stale += 1
@@ -360,7 +365,7 @@ class SwimNode:
             self._events.append(MemberUpdated(m.view()))
         self._broadcast(node.name, msg, now)
 
-    def _on_suspect(self, msg: Suspect, now: float) -> None:
+    def _on_suspect(self, msg: Suspect, sender: Address, now: float) -> None:
         if msg.node == self.ident.name:
             if msg.incarnation >= self.incarnation and not self.leaving:
                 self._refute(msg.incarnation, now, msg.source)
@@ -391,7 +396,7 @@ class SwimNode:
         assert isinstance(result, Ignored)
         self._count(result)
 
-    def _on_dead(self, msg: Dead, now: float) -> None:
+    def _on_dead(self, msg: Dead, sender: Address, now: float) -> None:
         if msg.node == self.ident.name:
             if msg.incarnation >= self.incarnation and not self.leaving:
                 self._refute(msg.incarnation, now, msg.source)
@@ -407,7 +412,7 @@ class SwimNode:
         self._events.append(MemberDied(m.view(), msg.source))
         self._broadcast(msg.node, msg, now)
 
-    def _on_leave(self, msg: Leave, now: float) -> None:
+    def _on_leave(self, msg: Leave, sender: Address, now: float) -> None:
         if msg.node == self.ident.name:
             if msg.incarnation >= self.incarnation and not self.leaving:
                 self._refute(msg.incarnation, now, msg.node)
@@ -437,7 +442,7 @@ class SwimNode:
             return  # refuted, or a confirmation moved the deadline
         m = self.table.get(name)
         if m is not None and m.state is SUSPECT:
-            self._on_dead(Dead(m.incarnation, name, self.ident.name), now)
+            self._on_dead(Dead(m.incarnation, name, self.ident.name), _LOCAL, now)
 
     def _refute(self, claimed: int, now: float, source: str) -> None:
         """Someone says we are suspect, dead or gone: outbid the claim."""
@@ -475,11 +480,11 @@ class SwimNode:
         # so that one node's stale view cannot kill a member outright.
         name = rec.node.name
         if rec.state is MemberState.ALIVE:
-            self._on_alive(Alive(rec.incarnation, rec.node), now)
+            self._on_alive(Alive(rec.incarnation, rec.node), _LOCAL, now)
         elif rec.state is LEFT:
-            self._on_leave(Leave(rec.incarnation, name), now)
+            self._on_leave(Leave(rec.incarnation, name), _LOCAL, now)
         else:
-            self._on_suspect(Suspect(rec.incarnation, name, source), now)
+            self._on_suspect(Suspect(rec.incarnation, name, source), _LOCAL, now)
 
     def _push_pull_msg(self, join: bool, reply: bool) -> PushPull:
         records = tuple(MemberRecord(m.ident, m.incarnation, m.state) for m in self.table.all())

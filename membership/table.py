@@ -119,29 +119,30 @@ class MemberTable:
 
     def __init__(self, self_ident: NodeIdentity, incarnation: int, now: float) -> None:
         self.self_name = self_ident.name
-        self._members: dict[str, Member] = {}
+        # Read-only for everyone but this class; exposed for the hot path.
+        self.members: dict[str, Member] = {}
         self._tombstones: dict[str, tuple[bytes, int]] = {}
         # Members other than self that are alive or suspect.
         self.live = IndexedSet()
-        self._members[self.self_name] = Member(self_ident, incarnation, ALIVE, now)
+        self.members[self.self_name] = Member(self_ident, incarnation, ALIVE, now)
 
     # -- reading -------------------------------------------------------------
 
     def get(self, name: str) -> Member | None:
         """The member called `name`, if known."""
-        return self._members.get(name)
+        return self.members.get(name)
 
     @property
     def me(self) -> Member:
         """This node's own row."""
-        return self._members[self.self_name]
+        return self.members[self.self_name]
 
     def __len__(self) -> int:
-        return len(self._members)
+        return len(self.members)
 
     def all(self) -> list[Member]:
         """Every member, self included, in the order they became known."""
-        return list(self._members.values())
+        return list(self.members.values())
 
     def num_live(self) -> int:
         """Alive or suspect members, self included when not leaving."""
@@ -151,13 +152,13 @@ class MemberTable:
 
     def apply_alive(self, ident: NodeIdentity, inc: int, now: float) -> Transition | Ignored:
         """Apply `Alive(inc, ident)` about another member."""
-        m = self._members.get(ident.name)
+        m = self.members.get(ident.name)
         if m is None:
             tomb = self._tombstones.get(ident.name)
             if tomb is not None and tomb[0] == ident.node_id and inc <= tomb[1]:
                 return Ignored.GHOST
             self._tombstones.pop(ident.name, None)
-            self._members[ident.name] = Member(ident, inc, ALIVE, now)
+            self.members[ident.name] = Member(ident, inc, ALIVE, now)
             self.live.add(ident.name)
             return Transition.JOINED
         if m.ident.node_id != ident.node_id:
@@ -179,7 +180,7 @@ class MemberTable:
 
     def apply_suspect(self, name: str, inc: int, now: float) -> Transition | Ignored:
         """Apply `Suspect(inc, name)` about another member."""
-        m = self._members.get(name)
+        m = self.members.get(name)
         if m is None:
             return Ignored.UNKNOWN
         if inc < m.incarnation or m.state in (DEAD, LEFT):
@@ -192,7 +193,7 @@ class MemberTable:
 
     def apply_dead(self, name: str, inc: int, now: float, left: bool) -> Transition | Ignored:
         """Apply `Dead(inc, name)` or, with `left`, `Leave(inc, name)`."""
-        m = self._members.get(name)
+        m = self.members.get(name)
         if m is None:
             return Ignored.UNKNOWN
         if inc < m.incarnation:
@@ -215,17 +216,17 @@ class MemberTable:
 
     def reap(self, name: str) -> Member | None:
         """Forget a dead or left member, keeping a tombstone against ghosts."""
-        m = self._members.get(name)
+        m = self.members.get(name)
         if m is None or m.state not in (DEAD, LEFT) or name == self.self_name:
             return None
-        del self._members[name]
+        del self.members[name]
         self._tombstones[name] = (m.ident.node_id, m.incarnation)
         return m
 
     def forget_tombstone(self, name: str, node_id: bytes) -> None:
         """Drop a ghost guard once it has been kept long enough."""
         tomb = self._tombstones.get(name)
-        if tomb is not None and tomb[0] == node_id and name not in self._members:
+        if tomb is not None and tomb[0] == node_id and name not in self.members:
             del self._tombstones[name]
 
     def _set(self, m: Member, state: MemberState, inc: int, now: float) -> None:

@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 
-from daemon.client import ApiClient
 from membership import codec
 from tests.conftest import poll_until
 

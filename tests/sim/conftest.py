@@ -22,7 +22,8 @@ def _print_seed_on_failure(request):
     yield
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
-        seed = request.node.callspec.params.get("seed") if hasattr(request.node, "callspec") else None
+        callspec = getattr(request.node, "callspec", None)
+        seed = callspec.params.get("seed") if callspec else None
         print(f"\nreplay with SHOAL_SIM_SEED={seed} ({request.node.name})")
 
 

@@ -8,7 +8,16 @@ from hypothesis import strategies as st
 from membership import codec
 from membership.member import MemberState
 from membership.messages import (
-    Ack, Alive, Dead, Leave, MemberRecord, Nack, Ping, PingReq, PushPull, Suspect,
+    Ack,
+    Alive,
+    Dead,
+    Leave,
+    MemberRecord,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    Suspect,
 )  # fmt: skip
 from tests.unit.membership.helpers import ident
 
@@ -85,7 +94,8 @@ def test_random_bytes_never_raise_anything_but_decode_error(blob):
 cbor_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20)
     | st.binary(max_size=20) | st.floats(),
-    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=6)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=30,
 )  # fmt: skip
 

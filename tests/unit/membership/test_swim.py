@@ -3,7 +3,12 @@
 import random
 
 from membership.events import (
-    MemberDied, MemberJoined, MemberLeft, MemberRefuted, MemberSuspected, NameConflicted,
+    MemberDied,
+    MemberJoined,
+    MemberLeft,
+    MemberRefuted,
+    MemberSuspected,
+    NameConflicted,
 )  # fmt: skip
 from membership.member import NodeIdentity
 from membership.messages import Ack, Alive, MemberRecord, Ping, PushPull, Suspect

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""How far the simulator scales, and how fast news spreads against log N.
+
+For each N (default 100, 1000, 10000):
+  - formation: N nodes start within 1 s, all joining one seed (the worst
+    case: every node must learn every other); simulated seconds until all
+    see all alive, and wall seconds per simulated second;
+  - steady state: wall seconds per simulated second of a formed cluster;
+  - dissemination: one node changes its tags; gossip rounds (of 200 ms)
+    until every node has the change, next to log2(N) and log3(N) (fan-out 3);
+  - memory: peak RSS, and bytes per (node, member) view entry.
+
+10,000 nodes hold 10^8 view entries; formation that large goes through a
+staggered start (`--stagger-s`) instead of one second, and can take long.
+
+    .venv/bin/python bench/sim_scale.py [--sizes 100 1000 10000] [--steady-s 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from membership.profiles import PROFILES  # noqa: E402
+from sim.cluster import SimCluster  # noqa: E402
+from sim.scenarios import form_cluster, run_until_converged  # noqa: E402
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(n: int, steady_s: float, stagger_s: float, seed: int) -> dict[str, float | None]:
+    base_rss = rss_mb()
+    cluster = SimCluster(n, seed, PROFILES["lan"])
+    t0 = time.perf_counter()
+    form_cluster(cluster, stagger_s=stagger_s)
+    converged = run_until_converged(cluster, stagger_s + 600.0)
+    form_wall = time.perf_counter() - t0
+    out: dict[str, float | None] = {
+        "formed_sim_s": converged,
+        "formation_wall_per_sim_s": form_wall / cluster.now,
+    }
+    start = cluster.now
+    t0 = time.perf_counter()
+    cluster.run_until(start + steady_s)
+    out["steady_wall_per_sim_s"] = (time.perf_counter() - t0) / steady_s
+    out["dissemination_rounds"] = dissemination_rounds(cluster)
+    out["log2_n"] = math.log2(n)
+    out["log3_n"] = math.log(n, 3)
+    out["peak_rss_mb"] = rss_mb()
+    out["bytes_per_view_entry"] = (rss_mb() - base_rss) * 1024 * 1024 / (n * n)
+    return out
+
+
+def dissemination_rounds(cluster: SimCluster) -> float | None:
+    """Gossip rounds until a tag change made by node 1 reaches every node."""
+    node = cluster.nodes[1]
+    assert node is not None
+    name = node.name
+    started = cluster.now
+    node.set_tags((("bench", "1"),), cluster.clocks[1].local(started))
+    cluster._flush(1)
+
+    def everyone_has_it() -> bool:
+        for other in cluster.nodes:
+            if other is None:
+                continue
+            m = other.swim.table.get(name)
+            if m is None or m.ident.tags != (("bench", "1"),):
+                return False
+        return True
+
+    while cluster.now < started + 60:
+        cluster.run_until(cluster.now + 0.05)
+        if everyone_has_it():
+            return (cluster.now - started) / PROFILES["lan"].gossip_interval_s
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument("--stagger-s", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    print(f"configuration: LAN profile, no loss, latency 0.2 ms + exp(0.5 ms), nodes start "
+          f"within {args.stagger_s} s joining one seed, steady window {args.steady_s} s, "
+          f"seed {args.seed}, one core, Python {sys.version.split()[0]}")  # fmt: skip
+    header = ("N", "formed (sim s)", "formation wall/sim", "steady wall/sim", "rounds",
+              "log2 N", "log3 N", "peak RSS MB", "B/entry")  # fmt: skip
+    print("  ".join(f"{h:>18}" for h in header))
+    for n in args.sizes:
+        r = measure(n, args.steady_s, args.stagger_s, args.seed)
+        cells = [n, *r.values()]
+        print("  ".join(f"{c:>18.3f}" if isinstance(c, float) else f"{c!s:>18}" for c in cells),
+              flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
