@@ -21,7 +21,7 @@ import random
 import signal
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 import structlog
@@ -31,8 +31,9 @@ from daemon.config import AgentConfig
 from daemon.errors import ConfigError
 from daemon.node import ShoalNode
 from membership import codec
+from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 from membership.events import JoinCompleted, event_fields
-from membership.member import NodeIdentity, Tags
+from membership.member import MemberState, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.transport import FaultInjector, PacketProtocol, read_frame
@@ -42,6 +43,7 @@ SLOW_FLUSH_S = 0.05
 UDP_RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024
 _MAX_DROP_KEYS = 1024
 _WATCHER_QUEUE = 1024
+MAX_DISCOVERY_JOINS = 3
 
 log = structlog.get_logger("shoal")
 
@@ -84,6 +86,10 @@ class Agent:
         self._join_waiters: list[tuple[set[Address], dict[str, bool], asyncio.Future[None]]] = []
         self._stop = asyncio.Event()
         self.identity_store: FileIdentityStore | None = None
+        self.discovery: Discovery | None = None
+        self._discovery_joins: set[Address] = set()
+        self._discovery_queue: deque[DiscoveredPeer] = deque(maxlen=256)
+        self._ignored_seen: set[tuple[str, str]] = set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -103,6 +109,7 @@ class Agent:
         if cfg.join:
             self.node.join(list(cfg.join), now)
         self.flush()
+        await self._start_discovery(advertise, stored.node_id.hex())
         log.info("agent started", node=cfg.node_name, node_id=stored.node_id.hex(),
                  cluster=cfg.cluster, bind=f"{cfg.bind[0]}:{cfg.bind[1]}",
                  advertise=f"{advertise[0]}:{advertise[1]}", advertise_reason=why,
@@ -117,6 +124,8 @@ class Agent:
             self._loop.add_signal_handler(sig, self._stop.set)
         await self._stop.wait()
         await self._leave_gracefully()
+        if self.discovery is not None:
+            await self.discovery.stop()
         await api.stop()
         self._close()
         log.info("agent stopped", node=cfg.node_name)
@@ -163,6 +172,62 @@ class Agent:
             task.cancel()
         if self.identity_store is not None:
             self.identity_store.close()
+
+    # -- discovery ---------------------------------------------------------------------
+
+    async def _start_discovery(self, advertise: Address, node_id_hex: str) -> None:
+        cfg = self.config
+        if not cfg.discovery:
+            return
+        from membership.discovery import Discovery
+
+        interfaces = list(cfg.discovery_interfaces) or [advertise[0]]
+        self.discovery = Discovery(interfaces, advertise, cfg.node_name, node_id_hex,
+                                   cfg.cluster, self._on_discovered, cfg.discovery_service)
+        try:
+            await self.discovery.start()
+        except OSError as exc:
+            raise ConfigError(f"discovery_interfaces: cannot use {', '.join(interfaces)} for "
+                              f"multicast: {exc.strerror}") from None
+        log.info("discovery started", interfaces=interfaces, service=cfg.discovery_service)
+
+    def _on_discovered(self, found: DiscoveredPeer | IgnoredPeer) -> None:
+        if isinstance(found, IgnoredPeer):
+            key = (found.name, found.reason)
+            if found.reason != "ourselves" and key not in self._ignored_seen:
+                if len(self._ignored_seen) < _MAX_DROP_KEYS:
+                    self._ignored_seen.add(key)
+                log.info("discovered peer ignored", peer=found.name, reason=found.reason)
+            return
+        if self._is_live_member(found):
+            log.debug("discovered peer is already a member", peer=found.name)
+            return
+        if found.addr in self._discovery_joins:
+            return
+        if len(self._discovery_joins) >= MAX_DISCOVERY_JOINS:
+            # Join a few; push-pull and gossip bring in the rest, so fifty
+            # agents starting together do not all join each other.
+            self._discovery_queue.append(found)
+            return
+        self._discovery_joins.add(found.addr)
+        log.info("discovered peer, joining", peer=found.name,
+                 address=f"{found.addr[0]}:{found.addr[1]}")  # fmt: skip
+        self.node.join([found.addr], self._loop.time())
+        self.flush()
+
+    def _is_live_member(self, peer: DiscoveredPeer) -> bool:
+        m = self.node.swim.table.get(peer.name)
+        return m is not None and m.state in (MemberState.ALIVE, MemberState.SUSPECT)
+
+    def _discovery_join_done(self, addr: Address) -> None:
+        if addr not in self._discovery_joins:
+            return
+        self._discovery_joins.discard(addr)
+        while self._discovery_queue:
+            peer = self._discovery_queue.popleft()
+            if not self._is_live_member(peer):
+                self._on_discovered(peer)
+                return
 
     # -- inputs ----------------------------------------------------------------------
 
@@ -314,6 +379,7 @@ class Agent:
                 self.watchers.discard(watcher)
         if isinstance(event, JoinCompleted):
             self._resolve_join(event)
+            self._discovery_join_done(event.addr)
 
     def _resolve_join(self, event: JoinCompleted) -> None:
         for pending, results, fut in list(self._join_waiters):

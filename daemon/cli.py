@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--profile", help="timing profile: lan, local or wan")
     agent.add_argument("--log-level", dest="log_level", help="debug, info, warning or error")
     agent.add_argument("--log-format", dest="log_format", help="auto, json or console")
+    agent.add_argument("--discovery", dest="discovery", action=argparse.BooleanOptionalAction,
+                       default=None, help="find peers by multicast DNS-SD (default on)")
+    agent.add_argument("--discovery-interface", dest="discovery_interfaces", action="append",
+                       help="IPv4 address of an interface for discovery (repeatable; default: "
+                       "the advertised address)")  # fmt: skip
 
     members = sub.add_parser("members", help="list the members an agent knows")
     _api_arg(members)
@@ -129,7 +134,8 @@ def _agent(args: argparse.Namespace) -> int:
     flags: dict[str, Any] = {
         k: getattr(args, k)
         for k in ("config", "node_name", "cluster", "bind", "advertise", "join", "data_dir",
-                  "api", "tags", "profile", "log_level", "log_format")  # fmt: skip
+                  "api", "tags", "profile", "log_level", "log_format", "discovery",
+                  "discovery_interfaces")  # fmt: skip
     }
     cfg = config_mod.load(flags)
     from daemon import logging as shoal_logging

@@ -62,6 +62,9 @@ class AgentConfig:
     log_format: str = "auto"
     leave_timeout_s: float = 5.0
     faults: FaultConfig = field(default_factory=FaultConfig)
+    discovery: bool = True
+    discovery_interfaces: tuple[str, ...] = ()
+    discovery_service: str = "_shoal._udp.local."
 
 
 # -- parsing single values ------------------------------------------------------
@@ -135,6 +138,7 @@ def _swim(profile: str, overrides: Mapping[str, Any]) -> SwimConfig:
 _TOP_KEYS = {
     "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
     "profile", "swim", "log_level", "log_format", "leave_timeout_s", "faults",
+    "discovery", "discovery_interfaces", "discovery_service",
 }  # fmt: skip
 
 _ENV = {
@@ -149,6 +153,8 @@ _ENV = {
     "SHOAL_PROFILE": "profile",
     "SHOAL_LOG_LEVEL": "log_level",
     "SHOAL_LOG_FORMAT": "log_format",
+    "SHOAL_DISCOVERY": "discovery",
+    "SHOAL_DISCOVERY_INTERFACES": "discovery_interfaces",
 }
 
 
@@ -177,7 +183,7 @@ def read_env(env: Mapping[str, str]) -> dict[str, Any]:
     for var, key in _ENV.items():
         if var in env and env[var] != "":
             value: Any = env[var]
-            if key in ("join", "tags"):
+            if key in ("join", "tags", "discovery_interfaces"):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             out[key] = value
     return out
@@ -245,7 +251,44 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         log_format=log_format,
         leave_timeout_s=float(leave_timeout),
         faults=_faults(raw.get("faults", {})),
+        discovery=_flag(raw.get("discovery", True), "discovery"),
+        discovery_interfaces=_interfaces(raw.get("discovery_interfaces", [])),
+        discovery_service=_service(raw.get("discovery_service", "_shoal._udp.local.")),
     )
+
+
+def _flag(value: Any, setting: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false",
+                                                     "no", "off"):  # fmt: skip
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"{setting}: expected true or false, got {value!r}")
+
+
+def _interfaces(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError("discovery_interfaces: expected a list of IPv4 addresses")
+    out = []
+    for item in value:
+        try:
+            out.append(str(ipaddress.IPv4Address(item)))
+        except (ValueError, TypeError):
+            raise ConfigError(
+                f"discovery_interfaces: expected IPv4 addresses of this host, got {item!r}"
+            ) from None
+    return tuple(out)
+
+
+def _service(value: Any) -> str:
+    valid = isinstance(value, str) and value.startswith("_") and value.endswith("._udp.local.")
+    if not valid:
+        raise ConfigError(
+            f"discovery_service: expected a DNS-SD type like _shoal._udp.local., got {value!r}"
+        )
+    return value
 
 
 def _faults(raw: Any) -> FaultConfig:

@@ -1,0 +1,176 @@
+"""IO: finding peers on the LAN with multicast DNS-SD (python-zeroconf).
+
+Each agent registers `<node name>._shoal._udp.local.` with TXT records
+
+    cluster=<cluster name>  node=<node name>  id=<node id, hex>
+    port=<gossip port>      proto=<wire protocol version>
+
+and browses for the same service type. A resolved peer of the same cluster
+and protocol version, other than ourselves, is handed to the agent, which
+decides whether to join it (it joins a few; push-pull and gossip do the
+rest). Peers of another cluster or protocol version are ignored and logged
+once. Nothing secret goes into the advertisement.
+
+Browsing starts before our own registration has finished its RFC 6762
+probing (about 1.7 s), so a new agent can find and join an existing member
+at once. Only IPv4 is used (`IPVersion.V4Only`) on explicit interfaces: a
+half-configured IPv6 stack (duplicate-address detection still running or
+failed) cannot stall discovery, and nothing is sent on interfaces the
+operator did not choose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zeroconf import IPVersion, ServiceStateChange
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
+
+from membership.codec import PROTOCOL_VERSION
+from membership.output import Address
+
+SERVICE_TYPE = "_shoal._udp.local."
+RESOLVE_TIMEOUT_MS = 3000
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredPeer:
+    """A peer seen on the LAN: where it gossips and who it says it is."""
+
+    addr: Address
+    name: str
+    node_id: str
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredPeer:
+    """An advertisement we will not join, and why."""
+
+    name: str
+    reason: str
+
+
+Found = Callable[[DiscoveredPeer | IgnoredPeer], None]
+
+
+def parse_advertisement(
+    properties: dict[bytes, bytes | None], addresses: list[str], own_id: str, cluster: str
+) -> DiscoveredPeer | IgnoredPeer:
+    """Judge one resolved advertisement (pure, so it is unit-tested).
+
+    Args:
+        properties: the TXT records as zeroconf returns them.
+        addresses: the IPv4 addresses the service resolved to.
+        own_id: our node id in hex, to ignore our own advertisement.
+        cluster: our cluster name.
+    """
+    txt = {k.decode(errors="replace"): (v or b"").decode(errors="replace")
+           for k, v in properties.items()}  # fmt: skip
+    name = txt.get("node", "?")
+    if txt.get("id") == own_id:
+        return IgnoredPeer(name, "ourselves")
+    if txt.get("cluster") != cluster:
+        return IgnoredPeer(name, f"another cluster ({txt.get('cluster', '?')!r})")
+    if txt.get("proto") != str(PROTOCOL_VERSION):
+        return IgnoredPeer(name, f"protocol version {txt.get('proto', '?')}")
+    try:
+        port = int(txt.get("port", ""))
+    except ValueError:
+        return IgnoredPeer(name, "no gossip port")
+    if not addresses or not 0 < port < 65536:
+        return IgnoredPeer(name, "no IPv4 address")
+    return DiscoveredPeer((addresses[0], port), name, txt.get("id", ""), cluster)
+
+
+class Discovery:
+    """Registers this agent and reports peers, on explicit interfaces."""
+
+    def __init__(
+        self,
+        interfaces: list[str],
+        advertise: Address,
+        name: str,
+        node_id: str,
+        cluster: str,
+        found: Found,
+        service_type: str = SERVICE_TYPE,
+    ) -> None:
+        self.interfaces = interfaces
+        self.advertise = advertise
+        self.name = name
+        self.node_id = node_id
+        self.cluster = cluster
+        self.found = found
+        self.service_type = service_type
+        self._zc: AsyncZeroconf | None = None
+        self._browser: AsyncServiceBrowser | None = None
+        self._info: AsyncServiceInfo | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _service_info(self) -> AsyncServiceInfo:
+        props = {"cluster": self.cluster, "node": self.name, "id": self.node_id,
+                 "port": str(self.advertise[1]), "proto": str(PROTOCOL_VERSION)}  # fmt: skip
+        # DNS labels are at most 63 bytes; the node name is in the TXT anyway.
+        label = f"{self.name[:40]}-{self.node_id[:8]}"
+        return AsyncServiceInfo(
+            self.service_type,
+            f"{label}.{self.service_type}",
+            addresses=[socket.inet_aton(self.advertise[0])],
+            port=self.advertise[1],
+            properties=props,
+        )
+
+    async def start(self) -> None:
+        """Browse at once; register in the background (probing takes ~1.7 s)."""
+        self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
+        self._browser = AsyncServiceBrowser(
+            self._zc.zeroconf, self.service_type, handlers=[self._on_change]
+        )
+        self._info = self._service_info()
+        registering = await self._zc.async_register_service(self._info)
+        self._spawn(_quietly(registering))
+
+    async def stop(self) -> None:
+        """Unregister (peers see us go) and close the sockets."""
+        for task in self._tasks:
+            task.cancel()
+        if self._browser is not None:
+            await self._browser.async_cancel()
+        if self._zc is not None:
+            if self._info is not None:
+                try:
+                    await asyncio.wait_for(self._zc.async_unregister_service(self._info), 2.0)
+                except (TimeoutError, Exception):  # noqa: BLE001 - best effort on exit
+                    pass
+            await self._zc.async_close()
+
+    def _on_change(
+        self, zeroconf: Any, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
+        if state_change in (ServiceStateChange.Added, ServiceStateChange.Updated):
+            self._spawn(self._resolve(service_type, name))
+
+    async def _resolve(self, service_type: str, name: str) -> None:
+        assert self._zc is not None
+        info = AsyncServiceInfo(service_type, name)
+        if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
+            return
+        addresses = info.parsed_addresses(IPVersion.V4Only)
+        self.found(parse_advertisement(info.properties, addresses, self.node_id, self.cluster))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _quietly(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception:  # noqa: BLE001 - a failed announcement is retried by peers' queries
+        pass

@@ -1,0 +1,33 @@
+import shutil
+
+import pytest
+
+from tests.conftest import require_root
+from tests.lan.netlab import VirtualLan, remove_stale_namespaces
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_leftovers():
+    import os
+
+    if os.geteuid() == 0 and shutil.which("ip"):
+        remove_stale_namespaces()
+
+
+@pytest.fixture
+def make_lan(tmp_path):
+    """Build virtual LANs for a test; all are torn down even if it fails."""
+    require_root("network namespaces, veth and a bridge")
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: `make test` installs iproute2 and nftables")
+    lans: list[VirtualLan] = []
+
+    def make(n: int, disable_dad: bool = True) -> VirtualLan:
+        lan = VirtualLan(n, tmp_path, disable_dad=disable_dad)
+        lans.append(lan)
+        return lan
+
+    yield make
+    for lan in lans:
+        lan.close()

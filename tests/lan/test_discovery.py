@@ -1,0 +1,95 @@
+"""Agents on a virtual LAN find each other by multicast, with no address configured."""
+
+import pytest
+
+from tests.conftest import poll_until
+
+pytestmark = [pytest.mark.root, pytest.mark.netns]
+
+
+def all_see(hosts, names, status="alive"):
+    def check():
+        return all(all(h.members().get(n) == status for n in names) for h in hosts)
+
+    return check
+
+
+def names_of(hosts):
+    return [f"host-{h.index}" for h in hosts]
+
+
+def test_five_agents_with_no_join_find_each_other(make_lan):
+    """Five machines on a LAN, nothing configured: all list five alive."""
+    lan = make_lan(5)
+    for host in lan.hosts:
+        host.start_agent()
+    poll_until(all_see(lan.hosts, names_of(lan.hosts)), 20)
+    assert "discovered peer, joining" in lan.hosts[0].log()
+
+
+def test_an_agent_started_later_joins_by_itself(make_lan):
+    """A machine added to a running cluster joins with no configuration."""
+    lan = make_lan(4)
+    first = lan.hosts[:3]
+    for host in first:
+        host.start_agent()
+    poll_until(all_see(first, names_of(first)), 20)
+    lan.hosts[3].start_agent()
+    poll_until(all_see(lan.hosts, names_of(lan.hosts)), 20)
+
+
+def test_an_agent_of_another_cluster_stays_out(make_lan):
+    """Two clusters on one LAN do not merge; the log says why."""
+    lan = make_lan(4)
+    ours = lan.hosts[:3]
+    for host in ours:
+        host.start_agent()
+    other = lan.hosts[3].start_agent(extra=("--cluster", "other"))
+    poll_until(all_see(ours, names_of(ours)), 20)
+    poll_until(lambda: "another cluster" in ours[0].log(), 10)
+    for host in ours:
+        assert "host-4" not in host.members()
+    assert set(other.members()) == {"host-4"}
+
+
+def test_they_converge_with_10_percent_loss(make_lan):
+    """Lossy links slow discovery down but do not stop it."""
+    lan = make_lan(5)
+    for host in lan.hosts:
+        host.drop_incoming(10)
+    for host in lan.hosts:
+        host.start_agent()
+    poll_until(all_see(lan.hosts, names_of(lan.hosts)), 40)
+
+
+def test_a_cut_off_host_is_marked_dead_and_comes_back(make_lan):
+    """Unplugging a machine makes it failed; plugging it back makes it alive."""
+    lan = make_lan(4)
+    for host in lan.hosts:
+        host.start_agent()
+    poll_until(all_see(lan.hosts, names_of(lan.hosts)), 20)
+    victim, others = lan.hosts[3], lan.hosts[:3]
+    victim.cut()
+    poll_until(all_see(others, ["host-4"], "dead"), 30)
+    victim.reconnect()
+    # It refutes as soon as anyone reaches it: reconnect attempts (30 s) or
+    # its own probes and gossip towards the members it still lists.
+    poll_until(all_see(lan.hosts, names_of(lan.hosts)), 60)
+
+
+def test_discovery_works_while_ipv6_is_half_configured(make_lan):
+    """Duplicate-address detection failing on IPv6 does not stall discovery.
+
+    Two hosts get the same IPv6 address with DAD on, so one of them holds a
+    `dadfailed` address and both start with tentative addresses: the state
+    in which Serf's mDNS query is abandoned for a minute.
+    """
+    lan = make_lan(3, disable_dad=False)
+    for host in lan.hosts:
+        host.run("sysctl", "-q", "-w", "net.ipv6.conf.eth0.accept_dad=1")
+        host.run("ip", "-6", "addr", "add", "fd00:5:5::1/64", "dev", "eth0")
+    for host in lan.hosts:
+        host.start_agent()
+    poll_until(all_see(lan.hosts, names_of(lan.hosts)), 20)
+    states = " ".join(h.run("ip", "-6", "addr", "show", "dev", "eth0") for h in lan.hosts)
+    assert "dadfailed" in states or "tentative" in states
