@@ -55,6 +55,7 @@ class Agents:
         self.subnet = subnet
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.events: list[tuple[float, str, str, str]] = []  # (t, observer, kind, subject)
+        self.first: dict[tuple[str, str, str], float] = {}  # first time of each (o, k, s)
         self.lock = threading.Lock()
         self.count = 0
 
@@ -74,15 +75,14 @@ class Agents:
         for line in proc.stdout:
             parsed = self.parse(line)
             if parsed is not None:
+                now = time.monotonic()
                 with self.lock:
-                    self.events.append((time.monotonic(), name, *parsed))
+                    self.events.append((now, name, *parsed))
+                    self.first.setdefault((name, *parsed), now)
 
     def seen(self, observer: str, kind: str, subject: str) -> float | None:
         with self.lock:
-            for t, o, k, s in self.events:
-                if o == observer and k == kind and s == subject:
-                    return t
-        return None
+            return self.first.get((observer, kind, subject))
 
     def stop(self, name: str, graceful: bool) -> None:
         proc = self.procs.pop(name)
@@ -177,6 +177,8 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
         time.sleep(0.5)  # the seed is listening; not a condition we can observe for both
         for i in range(1, n):
             a.launch(f"n{i:03d}", seed_ip)
+            if args.launch_gap_s and i < n - 1:
+                time.sleep(args.launch_gap_s)  # a rollout pace, not a wait for a condition
         last_launch = time.monotonic()
         ok = wait_for(lambda: all_joined(a), 60)
         out["join_s"] = (time.monotonic() - last_launch) if ok else None
@@ -283,7 +285,8 @@ def fmt(v: object) -> str:
 def report(results: dict, args: argparse.Namespace) -> None:
     serf_version = subprocess.run(["serf", "version"], capture_output=True, text=True).stdout
     print(f"configuration: sizes {args.sizes}, crash trials {args.crash_trials}, leave trials "
-          f"{args.leave_trials}, steady window {args.steady_s} s, LAN profile on both "
+          f"{args.leave_trials}, steady window {args.steady_s} s, launch gap "
+          f"{args.launch_gap_s} s, LAN profile on both "
           f"(probe 1 s, timeout 0.5 s, gossip 0.2 s x3, suspicion mult 4), loopback in a "
           f"private netns, {os.cpu_count()} cores; {serf_version.splitlines()[0]}")  # fmt: skip
     for n, per in results.items():
@@ -302,6 +305,8 @@ def main() -> None:
     parser.add_argument("--leave-trials", type=int, default=5)
     parser.add_argument("--steady-s", type=float, default=20.0)
     parser.add_argument("--only", choices=["shoal", "serf"])
+    parser.add_argument("--launch-gap-s", type=float, default=0.0,
+                        help="pause between agent launches (0: all at once)")
     args = parser.parse_args()
     if os.environ.get("SHOAL_BENCH_NETNS") != "1":
         if shutil.which("serf") is None:

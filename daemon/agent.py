@@ -116,7 +116,7 @@ class Agent:
                  incarnation=self.node.swim.incarnation, profile=cfg.profile)  # fmt: skip
         if cfg.faults.enabled:
             log.warning("fault injection is on", **vars_of(cfg.faults))
-        from daemon.api import ApiServer  # aiohttp loads after the node is up
+        from daemon.api import ApiServer  # loaded after the node is up and joining
 
         api = ApiServer(self)
         await api.start(cfg.api)

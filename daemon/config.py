@@ -12,7 +12,6 @@ import dataclasses
 import ipaddress
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +163,8 @@ def read_file(path: Path) -> dict[str, Any]:
     Raises:
         ConfigError: unreadable file, bad TOML, or an unknown setting.
     """
+    import tomllib  # only when there is a file: start-up time matters
+
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)

@@ -156,7 +156,8 @@ class Host:
         """Drop `percent` % of incoming UDP at random (this kernel has no netem)."""
         rules = ("table inet shoal_loss {\n chain input {\n"
                  "  type filter hook input priority 0; policy accept;\n"
-                 f"  meta l4proto udp numgen random mod 100 < {percent} drop\n }}\n}}\n")  # fmt: skip
+                 f"  meta l4proto udp numgen random mod 100 < {percent} drop\n"
+                 " }\n}\n")  # fmt: skip
         sh("ip", "netns", "exec", self.ns, "nft", "-f", "-", input=rules)
 
     def cut(self) -> None:
