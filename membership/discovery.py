@@ -11,9 +11,12 @@ decides whether to join it (it joins a few; push-pull and gossip do the
 rest). Peers of another cluster or protocol version are ignored and logged
 once. Nothing secret goes into the advertisement.
 
-Browsing starts before our own registration has finished its RFC 6762
-probing (about 1.7 s), so a new agent can find and join an existing member
-at once. Only IPv4 is used (`IPVersion.V4Only`) on explicit interfaces: a
+Browsing starts at once, and registration skips RFC 6762 probing (about
+0.75 s plus a random delay) and announces immediately: probing exists to
+claim a unique instance name, and ours embeds 32 random bits of the node id
+(`<name>-<id prefix>`), so two agents cannot collide; clashes of node names
+are caught by the membership layer, which compares node ids. With probing,
+agents that start together stay invisible to each other for ~1.7 s. Only IPv4 is used (`IPVersion.V4Only`) on explicit interfaces: a
 half-configured IPv6 stack (duplicate-address detection still running or
 failed) cannot stall discovery, and nothing is sent on interfaces the
 operator did not choose.
@@ -126,14 +129,18 @@ class Discovery:
         )
 
     async def start(self) -> None:
-        """Browse at once; register in the background (probing takes ~1.7 s)."""
+        """Browse and announce at once; the announcement runs in the background."""
         self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
         self._browser = AsyncServiceBrowser(
             self._zc.zeroconf, self.service_type, handlers=[self._on_change]
         )
         self._info = self._service_info()
-        registering = await self._zc.async_register_service(self._info)
-        self._spawn(_quietly(registering))
+        self._spawn(_quietly(self._register(self._info)))
+
+    async def _register(self, info: AsyncServiceInfo) -> None:
+        assert self._zc is not None
+        announcing = await self._zc.async_register_service(info, cooperating_responders=True)
+        await announcing
 
     async def stop(self) -> None:
         """Unregister (peers see us go) and close the sockets."""

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Cold-start discovery on a virtual LAN: shoal against `serf agent -discover`.
+
+N agents (default 6), one per network namespace on one bridge, are launched
+at once with no join address. Figure: the time from the last launch until
+every agent has recorded every other as joined, taken from each agent's own
+log lines stamped on arrival. Median over `--runs` (default 3), the same
+namespaces style for both, IPv6 duplicate-address detection off (Serf's mDNS
+query is abandoned when its IPv6 send fails and retried only every 60 s).
+Needs root, iproute2 and `apt-get install serf`.
+
+    .venv/bin/python bench/discovery.py [--nodes 6] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.lan.netlab import VirtualLan, remove_stale_namespaces  # noqa: E402
+
+SERF_JOIN = re.compile(r"EventMemberJoin: (\S+)")
+
+
+def shoal_cmd(host, name: str, workdir: Path) -> list[str]:  # noqa: ANN001
+    return [sys.executable, "-m", "daemon.cli", "agent", "--node-name", name,
+            "--bind", f"{host.ip}:7946", "--api", f"{host.ip}:7947",
+            "--data-dir", str(workdir / name), "--log-format", "json"]  # fmt: skip
+
+
+def serf_cmd(host, name: str, workdir: Path) -> list[str]:  # noqa: ANN001
+    return ["serf", "agent", "-node", name, "-bind", f"{host.ip}:7946", "-iface", "eth0",
+            "-rpc-addr", f"{host.ip}:7373", "-discover", "shoalbench"]  # fmt: skip
+
+
+def parse_shoal(line: str) -> str | None:
+    if '"member-joined"' not in line:
+        return None
+    name: str = json.loads(line)["name"]
+    return name
+
+
+def parse_serf(line: str) -> str | None:
+    m = SERF_JOIN.search(line)
+    return m.group(1) if m else None
+
+
+def one_run(system: str, n: int) -> float | None:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-disc-"))
+    lan = VirtualLan(n, workdir)
+    seen: dict[tuple[str, str], float] = {}
+    lock = threading.Lock()
+    procs = []
+    build, parse = (shoal_cmd, parse_shoal) if system == "shoal" else (serf_cmd, parse_serf)
+    names = [f"{system}-{h.index}" for h in lan.hosts]
+
+    def read(observer: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            subject = parse(line)
+            if subject is not None and subject != observer:
+                with lock:
+                    seen.setdefault((observer, subject), time.monotonic())
+
+    try:
+        for host, name in zip(lan.hosts, names):
+            cmd = ["ip", "netns", "exec", host.ns, *build(host, name, workdir)]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, cwd=ROOT)  # fmt: skip
+            procs.append(proc)
+            threading.Thread(target=read, args=(name, proc), daemon=True).start()
+        last_launch = time.monotonic()
+        pairs = [(o, s) for o in names for s in names if o != s]
+        deadline = last_launch + 90
+        while time.monotonic() < deadline:
+            with lock:
+                if all(p in seen for p in pairs):
+                    return max(seen[p] for p in pairs) - last_launch
+            time.sleep(0.02)
+        return None
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        lan.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=6)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    if shutil.which("serf") is None:
+        sys.exit("bench: serf is not installed (apt-get install serf)")
+    remove_stale_namespaces()
+    results: dict[str, list[float | None]] = {"shoal": [], "serf": []}
+    for _ in range(args.runs):
+        for system in results:
+            results[system].append(one_run(system, args.nodes))
+    print(f"configuration: {args.nodes} agents, one per network namespace on one bridge, "
+          f"launched at once with no join address, IPv6 DAD off, {args.runs} runs each; "
+          "figure: last launch -> every agent lists every other (s)")  # fmt: skip
+    medians = {}
+    for system, runs in results.items():
+        ok = [r for r in runs if r is not None]
+        medians[system] = statistics.median(ok) if ok else None
+        shown = ", ".join("timeout" if r is None else f"{r:.3f}" for r in runs)
+        print(f"  {system:6} median {medians[system]}  runs: {shown}")
+    if medians["shoal"] and medians["serf"]:
+        print(f"  ratio shoal/serf: {medians['shoal'] / medians['serf']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
