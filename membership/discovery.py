@@ -16,7 +16,9 @@ Browsing starts at once, and registration skips RFC 6762 probing (about
 claim a unique instance name, and ours embeds 32 random bits of the node id
 (`<name>-<id prefix>`), so two agents cannot collide; clashes of node names
 are caught by the membership layer, which compares node ids. With probing,
-agents that start together stay invisible to each other for ~1.7 s. Only IPv4 is used (`IPVersion.V4Only`) on explicit interfaces: a
+agents that start together stay invisible to each other for ~1.7 s.
+
+Only IPv4 is used (`IPVersion.V4Only`) on explicit interfaces: a
 half-configured IPv6 stack (duplicate-address detection still running or
 failed) cannot stall discovery, and nothing is sent on interfaces the
 operator did not choose.
