@@ -105,3 +105,21 @@ def test_data_dir_in_use_is_refused(tmp_path: Path):
     again = FileIdentityStore(tmp_path)
     assert again.load().node_id == first.load().node_id
     again.close()
+
+
+def test_the_shipped_config_file_is_valid_and_lists_every_setting():
+    """systemd/shoal.toml loads, and names every setting the agent has."""
+    import dataclasses
+
+    from daemon.config import AgentConfig
+    from membership.profiles import SwimConfig
+
+    path = Path(__file__).resolve().parents[3] / "systemd" / "shoal.toml"
+    cfg = config.load({"config": str(path), "node_name": "x"}, {})
+    assert cfg.swim == SwimConfig()
+    text = path.read_text()
+    for f in dataclasses.fields(AgentConfig):
+        if f.name != "faults":  # test-only fault injection is not advertised
+            assert f"{f.name} =" in text, f.name
+    for f in dataclasses.fields(SwimConfig):
+        assert f"{f.name} =" in text, f.name
