@@ -119,7 +119,9 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     assert cfg.swim == SwimConfig()
     text = path.read_text()
     for f in dataclasses.fields(AgentConfig):
-        if f.name != "faults":  # test-only fault injection is not advertised
+        if f.name == "swim":
+            assert "[swim]" in text
+        elif f.name != "faults":  # test-only fault injection is not advertised
             assert f"{f.name} =" in text, f.name
     for f in dataclasses.fields(SwimConfig):
         assert f"{f.name} =" in text, f.name
