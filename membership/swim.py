@@ -19,7 +19,10 @@ opens a socket and draws every random choice from the injected `Random`.
 - Dissemination (SWIM §4.1): state changes go into a `BroadcastQueue` and are
   piggybacked on pings and acks, and gossiped to `gossip_nodes` random members
   every gossip interval while there is news; each update is sent about
-  λ·log N times.
+  λ·log N times. A node with no gossip pending sends fresh news at once
+  rather than at its next tick, so in a quiet cluster news spreads at network
+  latency (100 simulated nodes: 0.25 s) instead of one interval per hop;
+  under a stream of news the interval still paces each node.
 - Anti-entropy: a periodic `PushPull` of the full table over a stream with
   one random member, and with the seeds on join. Dead members are contacted
   again every reconnect interval, which heals partitions.
