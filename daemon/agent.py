@@ -87,6 +87,7 @@ class Agent:
         self._stop = asyncio.Event()
         self.identity_store: FileIdentityStore | None = None
         self.discovery: Discovery | None = None
+        self.faults: FaultInjector | None = None
         self._discovery_joins: set[Address] = set()
         self._discovery_queue: deque[DiscoveredPeer] = deque(maxlen=256)
         self._ignored_seen: set[tuple[str, str]] = set()
@@ -107,7 +108,7 @@ class Agent:
         now = self._loop.time()
         self.node.start(now)
         if cfg.join:
-            self.node.join(list(cfg.join), now)
+            self.node.join(list(cfg.join), now, retry=True)
         self.flush()
         await self._start_discovery(advertise, stored.node_id.hex())
         log.info("agent started", node=cfg.node_name, node_id=stored.node_id.hex(),
@@ -140,8 +141,8 @@ class Agent:
         handler = self._on_datagram
         if cfg.faults.enabled:
             f = cfg.faults
-            faults = FaultInjector(self._loop, f.drop, f.duplicate, f.delay_s, f.seed)
-            handler = faults.wrap(handler)
+            self.faults = FaultInjector(self._loop, f.drop, f.duplicate, f.delay_s, f.seed)
+            handler = self.faults.wrap(handler)
         try:
             self._udp, _ = await self._loop.create_datagram_endpoint(
                 lambda: PacketProtocol(handler), local_addr=cfg.bind

@@ -190,6 +190,8 @@ class ApiServer:
         me["health_score"] = node.swim.health.score
         me["watchers"] = len(self.agent.watchers)
         me["counters"] = {**node.counters(), **dict(self.agent.counters)}
+        if self.agent.faults is not None:
+            me["counters"]["fault_injected_drops"] = self.agent.faults.dropped
         return 200, me
 
     async def join(self, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:

@@ -84,9 +84,10 @@ class ShoalNode:
 
     # -- commands ----------------------------------------------------------------
 
-    def join(self, addrs: list[Address], now: float) -> None:
-        """Join the cluster through `addrs` (or rejoin after a leave)."""
-        self.swim.join(addrs, now)
+    def join(self, addrs: list[Address], now: float, retry: bool = False) -> None:
+        """Join the cluster through `addrs` (or rejoin after a leave); with
+        `retry`, keep trying them while no member is known."""
+        self.swim.join(addrs, now, retry)
 
     def leave(self, now: float) -> None:
         """Leave the cluster gracefully."""

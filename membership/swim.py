@@ -79,6 +79,9 @@ from membership.table import DEAD, LEFT, SUSPECT, Ignored, IndexedSet, MemberTab
 # Room a datagram needs besides piggybacked updates: header, CBOR list head.
 _DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
 _MAX_CONFLICT_REPORTS = 1024
+# Retrying the configured seeds: 1 s, doubling to 30 s (Serf retry_interval 30 s).
+_REJOIN_FIRST_S = 1.0
+_REJOIN_MAX_S = 30.0
 _COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
 # The "sender" of claims the node makes to itself (merges, its own verdicts).
 _LOCAL: Address = ("", 0)
@@ -148,6 +151,9 @@ class SwimNode:
         self._dead = IndexedSet()  # dead (not left) members, for reconnects
         self._recent_dead = IndexedSet()  # still gossiped to (gossip_to_dead_s)
         self._joining: set[Address] = set()
+        self._seeds: list[Address] = []
+        self._rejoin_armed = False
+        self._rejoin_backoff_s = _REJOIN_FIRST_S
         self._conflicts: set[tuple[str, bytes]] = set()
         self._heap: list[tuple[float, int, str, Any]] = []
         self._heap_seq = itertools.count()
@@ -212,15 +218,37 @@ class SwimNode:
         if peer in self._joining:
             self._joining.discard(peer)
             self._events.append(JoinCompleted(peer, False))
+            if peer in self._seeds and not self._rejoin_armed:
+                self._rejoin_armed = True
+                self._push(now + self._rejoin_backoff_s, "rejoin")
+                self._rejoin_backoff_s = min(self._rejoin_backoff_s * 2, _REJOIN_MAX_S)
+
+    def _due_rejoin(self, _: None, now: float) -> None:
+        self._rejoin_armed = False
+        if self.leaving or len(self.table.live) > 0:
+            self._rejoin_backoff_s = _REJOIN_FIRST_S
+            return
+        for addr in self._seeds:
+            if addr not in self._joining:
+                self._joining.add(addr)
+                self._stream_push_pull(addr, join=True)
 
     # -- commands --------------------------------------------------------------
 
-    def join(self, addrs: list[Address], now: float) -> None:
-        """Contact `addrs` with a full-state exchange; rejoin after a leave."""
+    def join(self, addrs: list[Address], now: float, retry: bool = False) -> None:
+        """Contact `addrs` with a full-state exchange; rejoin after a leave.
+
+        With `retry` (the configured seeds at start-up), failed attempts are
+        repeated with exponential backoff for as long as this node knows no
+        live member, so agents started in any order find each other even
+        where multicast discovery cannot help (Serf's retry_join).
+        """
         if self.leaving:
             self.leaving = False
             self._bump_incarnation(self.incarnation, now)
             self._arm_probe(now)
+        if retry:
+            self._seeds = [a for a in addrs if a != self.ident.addr]
         for addr in addrs:
             if addr == self.ident.addr:
                 continue

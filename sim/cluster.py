@@ -135,7 +135,7 @@ class SimCluster:
         node.start(local)
         addrs = [self.idents[j].addr for j in join if j != i]
         if addrs:
-            node.join(addrs, local)
+            node.join(addrs, local, retry=True)
         self._flush(i)
 
     def _halt(self, i: int) -> None:

@@ -209,3 +209,14 @@ def test_client_commands_fail_cleanly_without_an_agent():
 def test_members_rejects_an_unknown_status(bad):
     """A typo in --status is a usage error (exit 2), not an empty list."""
     assert shoal_cli("members", bad, "--api", "127.0.0.1:1").returncode == 2
+
+
+def test_fault_injection_drops_and_delays_yet_the_cluster_forms(agents, tmp_path):
+    """The transport's own fault layer (no netem here) loses packets; SWIM copes."""
+    config = tmp_path / "faults.toml"
+    config.write_text("[faults]\ndrop = 0.2\nduplicate = 0.05\ndelay_s = 0.005\nseed = 3\n")
+    started = agents.start(4, extra=["--config", str(config)])
+    agents.wait_all_see(names(started), "alive", started, timeout_s=30)
+    assert '"fault injection is on"' in started[0].log()
+    poll_until(lambda: sum(a.api.get("/v1/self")["counters"]["fault_injected_drops"]
+                           for a in started) > 0, 10)  # fmt: skip

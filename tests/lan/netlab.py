@@ -160,6 +160,27 @@ class Host:
                  " }\n}\n")  # fmt: skip
         sh("ip", "netns", "exec", self.ns, "nft", "-f", "-", input=rules)
 
+    def block_multicast(self) -> None:
+        """Drop all multicast in and out (a switch that filters mDNS)."""
+        rules = ("table inet shoal_mcast {\n"
+                 " chain input { type filter hook input priority 0; policy accept;\n"
+                 "  ip daddr 224.0.0.0/4 drop\n }\n"
+                 " chain output { type filter hook output priority 0; policy accept;\n"
+                 "  ip daddr 224.0.0.0/4 drop\n }\n}\n")  # fmt: skip
+        sh("ip", "netns", "exec", self.ns, "nft", "-f", "-", input=rules)
+
+    def ignore_hosts(self, others: list[Host]) -> None:
+        """Drop everything that arrives from `others` (one side of a partition)."""
+        sources = ", ".join(o.ip for o in others)
+        rules = ("table inet shoal_part {\n chain input {\n"
+                 "  type filter hook input priority 0; policy accept;\n"
+                 f"  ip saddr {{ {sources} }} drop\n }}\n}}\n")  # fmt: skip
+        sh("ip", "netns", "exec", self.ns, "nft", "-f", "-", input=rules)
+
+    def unignore_hosts(self) -> None:
+        """Undo `ignore_hosts`."""
+        sh("ip", "netns", "exec", self.ns, "nft", "delete", "table", "inet", "shoal_part")
+
     def cut(self) -> None:
         """Unplug this host from the bridge."""
         sh("ip", "-n", self.lan.bridge_ns, "link", "set", self.port, "down")
@@ -205,6 +226,18 @@ class VirtualLan:
         sh("ip", "-n", self.bridge_ns, "link", "set", host.port, "up")
         self.hosts.append(host)
         return host
+
+    def partition(self, side_a: list[Host], side_b: list[Host]) -> None:
+        """Split the LAN in two: neither side hears the other."""
+        for host in side_a:
+            host.ignore_hosts(side_b)
+        for host in side_b:
+            host.ignore_hosts(side_a)
+
+    def heal(self, hosts: list[Host]) -> None:
+        """Undo `partition` for these hosts."""
+        for host in hosts:
+            host.unignore_hosts()
 
     def close(self) -> None:
         for host in self.hosts:

@@ -105,3 +105,30 @@ def test_discovery_works_while_ipv6_is_half_configured(make_lan):
     wait_all_see(lan.hosts, names_of(lan.hosts), 20)
     states = " ".join(h.run("ip", "-6", "addr", "show", "dev", "eth0") for h in lan.hosts)
     assert "dadfailed" in states or "tentative" in states
+
+
+def test_a_static_seed_list_works_when_multicast_is_blocked(make_lan):
+    """Where the network filters mDNS, `--join` addresses still form the cluster."""
+    lan = make_lan(4)
+    for host in lan.hosts:
+        host.block_multicast()
+    seed = lan.hosts[0]
+    seed.start_agent()
+    for host in lan.hosts[1:]:
+        host.start_agent(extra=("--join", seed.ip))
+    wait_all_see(lan.hosts, names_of(lan.hosts), 20)
+    assert not any("discovered peer" in h.log() for h in lan.hosts)
+
+
+def test_a_partitioned_lan_heals_into_one_cluster(make_lan):
+    """Split in two halves, each side declares the other failed; healed, they merge."""
+    lan = make_lan(4)
+    for host in lan.hosts:
+        host.start_agent(extra=("--profile", "local"))
+    wait_all_see(lan.hosts, names_of(lan.hosts), 20)
+    left, right = lan.hosts[:2], lan.hosts[2:]
+    lan.partition(left, right)
+    wait_all_see(left, names_of(right), 40, status="dead")
+    wait_all_see(right, names_of(left), 40, status="dead")
+    lan.heal(lan.hosts)
+    wait_all_see(lan.hosts, names_of(lan.hosts), 60)

@@ -209,3 +209,39 @@ def test_tags_change_reaches_others():
     net.run(0.5, 1.0)
     assert net.node(1).table.get("n2").ident.tags == (("role", "db"),)
     assert [e for _, e in net.of_type(MemberJoined)]
+
+
+def test_configured_seeds_are_retried_until_a_member_is_known():
+    """An agent started before its seed keeps trying, then stops once joined."""
+    seed_addr = ("10.0.0.50", 7946)
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    node.join([seed_addr], 0.0, retry=True)
+    node.drain()
+    node.stream_failed(seed_addr, 0.0)  # refused: the seed is not up yet
+    attempts = []
+    now = 0.0
+    while now < 40.0 and len(attempts) < 4:
+        now = round(now + 0.1, 3)
+        node.tick(now)
+        if [s for s in node.drain().send if s.to == seed_addr]:
+            attempts.append(now)
+            node.stream_failed(seed_addr, now)
+    assert len(attempts) == 4
+    gaps = [b - a for a, b in zip([0.0, *attempts], attempts)]
+    assert gaps == sorted(gaps) and gaps[0] >= 1.0  # backing off
+    node.receive(Alive(1, ident(2)), ("10.0.0.2", 7946), now)  # someone found us
+    later = [s for t in range(1, 400) for s in _tick(node, now + t * 0.1) if s.to == seed_addr]
+    assert later == []
+    assert node.table.get("n2").state.label == "alive"
+
+
+def _tick(node, now):
+    """Tick, and answer every ping sent to n2 as a live n2 would."""
+    node.tick(now)
+    sends = node.drain().send
+    for send in sends:
+        for msg in send.messages:
+            if isinstance(msg, Ping) and send.to == ("10.0.0.2", 7946):
+                node.receive(Ack(msg.seq), send.to, now)
+    return sends
