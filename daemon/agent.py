@@ -300,6 +300,8 @@ class Agent:
 
     async def join(self, addrs: list[Address]) -> dict[str, bool]:
         """Join through `addrs`; wait for each attempt's outcome."""
+        if self.discovery is not None and self.node.swim.leaving:
+            self.discovery.readvertise()
         fut: asyncio.Future[None] = self._loop.create_future()
         results: dict[str, bool] = {}
         pending = set(addrs) - {self.node.swim.ident.addr}
@@ -315,6 +317,8 @@ class Agent:
         """Leave the cluster but keep running (a later join rejoins)."""
         self.node.leave(self._loop.time())
         self.flush()
+        if self.discovery is not None:
+            self.discovery.withdraw()
 
     def set_tags(self, tags: Tags) -> None:
         """Replace this node's tags."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import h11
+import structlog
 
 from daemon.config import parse_address
 from daemon.errors import ConfigError
@@ -31,12 +32,14 @@ from membership.output import Address
 if TYPE_CHECKING:
     from daemon.agent import Agent
 
+log = structlog.get_logger("shoal.api")
+
 MAX_BODY_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 16 * 1024
 READ_TIMEOUT_S = 30.0
 _STATUSES = {s.label for s in MemberState}
 _REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
-            408: b"Request Timeout", 413: b"Payload Too Large",
+            408: b"Request Timeout", 413: b"Payload Too Large", 500: b"Internal Server Error",
             504: b"Gateway Timeout"}  # fmt: skip
 
 
@@ -168,6 +171,12 @@ class ApiServer:
             status, answer = await handler(parse_qs(target.query), body)
         except HttpError as exc:
             await ex.json(exc.status, {"error": str(exc)}, close=True)
+            return False
+        except (h11.RemoteProtocolError, TimeoutError, ConnectionError):
+            raise
+        except Exception as exc:  # our bug: answer, log, keep serving others
+            log.exception("api handler failed", method=method, path=target.path)
+            await ex.json(500, {"error": f"internal error: {type(exc).__name__}"}, close=True)
             return False
         await ex.json(status, answer)
         return ex.conn.our_state is h11.DONE and ex.conn.their_state is h11.DONE

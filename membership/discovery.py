@@ -144,6 +144,18 @@ class Discovery:
         announcing = await self._zc.async_register_service(info, cooperating_responders=True)
         await announcing
 
+    def withdraw(self) -> None:
+        """Stop advertising (after a leave); browsing goes on."""
+        if self._zc is not None and self._info is not None:
+            info, self._info = self._info, None
+            self._spawn(_quietly(self._zc.async_unregister_service(info)))
+
+    def readvertise(self) -> None:
+        """Advertise again (after a rejoin)."""
+        if self._zc is not None and self._info is None:
+            self._info = self._service_info()
+            self._spawn(_quietly(self._register(self._info)))
+
     async def stop(self) -> None:
         """Unregister (peers see us go) and close the sockets."""
         for task in self._tasks:
@@ -154,7 +166,7 @@ class Discovery:
             if self._info is not None:
                 try:
                     await asyncio.wait_for(self._zc.async_unregister_service(self._info), 2.0)
-                except (TimeoutError, Exception):  # noqa: BLE001 - best effort on exit
+                except Exception:  # noqa: BLE001 - best effort on exit
                     pass
             await self._zc.async_close()
 

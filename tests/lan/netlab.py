@@ -119,7 +119,10 @@ class Host:
         log.close()
         return self
 
-    def api(self, path: str, timeout_s: float = 3.0) -> Any:
+    def post(self, path: str, timeout_s: float = 3.0) -> Any:
+        return self.api(path, timeout_s, method="POST")
+
+    def api(self, path: str, timeout_s: float = 3.0, method: str = "GET") -> Any:
         sock = socket_in(self.ns)
         sock.settimeout(timeout_s)
         try:
@@ -130,7 +133,7 @@ class Host:
         conn = http.client.HTTPConnection(self.ip, 7947, timeout=timeout_s)
         conn.sock = sock
         try:
-            conn.request("GET", path)
+            conn.request(method, path, body=b"{}" if method == "POST" else None)
             return json.loads(conn.getresponse().read())
         finally:
             conn.close()

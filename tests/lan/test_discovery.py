@@ -132,3 +132,27 @@ def test_a_partitioned_lan_heals_into_one_cluster(make_lan):
     wait_all_see(right, names_of(left), 40, status="dead")
     lan.heal(lan.hosts)
     wait_all_see(lan.hosts, names_of(lan.hosts), 60)
+
+
+def test_a_node_that_left_is_no_longer_advertised(make_lan):
+    """After `shoal leave` the agent withdraws its advertisement; a newcomer that
+    starts afterwards discovers the members but not the one that left."""
+    lan = make_lan(4)
+    first = lan.hosts[:3]
+    for host in first:
+        host.start_agent()
+    wait_all_see(first, names_of(first), 20)
+    leaver = first[2]
+    leaver.post("/v1/leave")
+    wait_all_see(first[:2], ["host-3"], 10, status="left")
+    newcomer = lan.hosts[3].start_agent(extra=("--log-level", "debug"))
+    wait_all_see([newcomer], ["host-1", "host-2"], 20)
+
+    def resolved(name: str) -> bool:
+        return any("discovered peer" in line and f'"{name}"' in line
+                   for line in newcomer.log().splitlines())  # fmt: skip
+
+    # Once the newcomer has resolved both advertised members by mDNS, the
+    # third would have been resolved in the same browse, had it been there.
+    poll_until(lambda: resolved("host-1") and resolved("host-2"), 20)
+    assert not resolved("host-3")
