@@ -1,7 +1,7 @@
 """`shoal demo`: a small cluster of real agents on loopback, telling a story.
 
-It starts N agents on 127.0.0.11, .12, ... (loopback only, safe anywhere),
-shows the cluster forming, kills one with SIGKILL and shows the survivors
+It starts N agents on 127.0.0.11, .12, ... (loopback only, safe anywhere)
+with no join address, shows the cluster forming by multicast discovery, kills one with SIGKILL and shows the survivors
 suspecting and then declaring it failed, restarts it and shows it rejoin
 with a higher incarnation, and finally stops everyone with SIGTERM (a
 graceful leave). Each step prints how long it took.
@@ -37,13 +37,14 @@ class DemoAgent:
         self.proc: subprocess.Popen[bytes] | None = None
         self.api = ApiClient((self.ip, 7947), timeout_s=3.0)
 
-    def start(self, seed_ip: str) -> None:
+    def start(self) -> None:
+        # No --join: the agents find each other by multicast DNS-SD, on
+        # their own loopback address only (nothing leaves the machine).
         log = open(self.root / f"{self.name}.log", "ab")
         args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", self.name,
                 "--bind", f"{self.ip}:7946", "--api", f"{self.ip}:7947",
-                "--data-dir", str(self.root / self.name), "--log-format", "json"]  # fmt: skip
-        if seed_ip != self.ip:
-            args += ["--join", f"{seed_ip}:7946"]
+                "--cluster", "demo", "--data-dir", str(self.root / self.name),
+                "--log-format", "json"]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
 
@@ -108,10 +109,10 @@ def run_demo(nodes: int, keep: bool = False) -> int:
     try:
         t0 = time.monotonic()
         for agent in agents:
-            agent.start(agents[0].ip)
+            agent.start()
         took = _wait(lambda: all(_all_see(agents, n, {"alive"}) for n in names), agents, 30)
-        print(f"\n1. The cluster formed: every agent lists all {nodes} alive, "
-              f"{took:.2f} s after launch.\n")  # fmt: skip
+        print(f"\n1. The cluster formed with no address configured (multicast DNS-SD): "
+              f"every agent lists all {nodes} alive, {took:.2f} s after launch.\n")  # fmt: skip
         print(format_members(agents[0].members()))
         watcher = threading.Thread(target=_follow, args=(agents[0], t0, stop), daemon=True)
         watcher.start()
@@ -123,8 +124,9 @@ def run_demo(nodes: int, keep: bool = False) -> int:
         took = _wait(lambda: _all_see(survivors, victim.name, {"dead"}), survivors, 60)
         print(f"   All {len(survivors)} survivors mark {victim.name} failed, "
               f"{took:.2f} s after the kill.\n")  # fmt: skip
-        print(f"3. Restarting {victim.name}: same data directory, so same node id ...")
-        victim.start(agents[0].ip)
+        print(f"3. Restarting {victim.name}: same data directory, so same node id; "
+              "it finds the others by itself ...")
+        victim.start()
         took = _wait(lambda: _all_see(agents, victim.name, {"alive"}), agents, 30)
         inc = next(m["incarnation"] for m in agents[0].members() if m["name"] == victim.name)
         print(f"   {victim.name} is alive again everywhere after {took:.2f} s, "
