@@ -1,10 +1,11 @@
 """`shoal demo`: a small cluster of real agents on loopback, telling a story.
 
 It starts N agents on 127.0.0.11, .12, ... (loopback only, safe anywhere)
-with no join address, shows the cluster forming by multicast discovery, kills one with SIGKILL and shows the survivors
-suspecting and then declaring it failed, restarts it and shows it rejoin
-with a higher incarnation, and finally stops everyone with SIGTERM (a
-graceful leave). Each step prints how long it took.
+with no join address, shows the cluster forming by multicast discovery,
+kills one with SIGKILL and shows the survivors suspecting and then declaring
+it failed, restarts it and shows it rejoin with a higher incarnation, and
+finally stops everyone with SIGTERM (a graceful leave). Each step prints how
+long it took.
 """
 
 from __future__ import annotations
