@@ -88,6 +88,13 @@ class BroadcastQueue:
                 if t + 1 == len(buckets):
                     buckets.append({})
                 buckets[t + 1][entry.key] = entry
+        # A dict never gives back the table it grew to: after a mass join
+        # an empty bucket would keep hundreds of bytes per former entry.
+        for t, bucket in enumerate(buckets):
+            if not bucket:
+                buckets[t] = {}
+        if not self._by_key:
+            self._by_key = {}
         return [entry.message for entry in picked]
 
     def pending(self, key: str) -> Any | None:
