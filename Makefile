@@ -2,7 +2,8 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-DEBS    := iproute2 nftables procps
+# command:Debian package, for what the LAN tests run.
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps
 SHOAL   := $(VENV)/bin/shoal
 
 .PHONY: run test test-slow bench lint sysdeps clean
@@ -15,7 +16,9 @@ $(STAMP): pyproject.toml
 
 # Debian packages the LAN tests need (network namespaces, packet loss).
 sysdeps:
-	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for t in $(TOOLS); do \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
+	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "note: not root, not installing:$$missing (LAN tests will skip)"; fi; \
