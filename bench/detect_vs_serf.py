@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -173,8 +174,8 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
     try:
         seed_ip = a.ip(0)
         a.launch("n000", None)
-        wait_for(lambda: a.seen("n000", "join", "n000") is not None or a.system == "shoal", 5)
-        time.sleep(0.5)  # the seed is listening; not a condition we can observe for both
+        # Both systems accept TCP on the gossip port once the seed is up.
+        wait_for(lambda: _listening(seed_ip, 7946), 10)
         for i in range(1, n):
             a.launch(f"n{i:03d}", seed_ip)
             if args.launch_gap_s and i < n - 1:
@@ -250,6 +251,14 @@ def leave_trials(a: Agents, trials: int, seed_ip: str) -> dict:
         wait_for(lambda: all_joined(a), 30)
     return {"leave_s": _median(delays), "leave_clean": f"{clean}/{trials}",
             "leave_within_1s": sum(1 for d in delays if d <= 1.0)}  # fmt: skip
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _pick(a: Agents) -> str:

@@ -180,8 +180,6 @@ class Agent:
         cfg = self.config
         if not cfg.discovery:
             return
-        from membership.discovery import Discovery
-
         interfaces = list(cfg.discovery_interfaces) or [advertise[0]]
         self.discovery = Discovery(interfaces, advertise, cfg.node_name, node_id_hex,
                                    cfg.cluster, self._on_discovered, cfg.discovery_service)
