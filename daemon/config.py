@@ -21,6 +21,7 @@ from daemon.errors import ConfigError
 from membership.member import Tags, make_tags
 from membership.output import Address
 from membership.profiles import PROFILES, SwimConfig
+from storage.antientropy import SyncConfig
 
 DEFAULT_GOSSIP_PORT = 7946
 DEFAULT_API_PORT = 7947
@@ -57,6 +58,7 @@ class AgentConfig:
     tags: Tags = ()
     profile: str = "lan"
     swim: SwimConfig = field(default_factory=SwimConfig)
+    store: SyncConfig = field(default_factory=SyncConfig)
     log_level: str = "info"
     log_format: str = "auto"
     leave_timeout_s: float = 5.0
@@ -117,26 +119,33 @@ def _swim(profile: str, overrides: Mapping[str, Any]) -> SwimConfig:
     if profile not in PROFILES:
         names = ", ".join(sorted(PROFILES))
         raise ConfigError(f"profile: unknown profile {profile!r} (choose from {names})")
-    base = PROFILES[profile]
-    known = {f.name: f.type for f in dataclasses.fields(SwimConfig)}
+    return _section("swim", PROFILES[profile], overrides)
+
+
+def _section(name: str, base: Any, overrides: Any) -> Any:
+    """`base` (a frozen dataclass of numbers) with the numeric `overrides`
+    of the config table `[name]` applied and validated."""
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"{name}: expected a table of settings")
+    known = {f.name: f.type for f in dataclasses.fields(base)}
     for key, value in overrides.items():
         if key not in known:
-            raise ConfigError(f"swim.{key}: unknown setting")
+            raise ConfigError(f"{name}.{key}: unknown setting")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"swim.{key}: expected a number, got {value!r}")
+            raise ConfigError(f"{name}.{key}: expected a number, got {value!r}")
         if known[key] == "int" and not isinstance(value, int):
-            raise ConfigError(f"swim.{key}: expected a whole number, got {value!r}")
+            raise ConfigError(f"{name}.{key}: expected a whole number, got {value!r}")
     try:
         return dataclasses.replace(base, **overrides)
     except ValueError as exc:
-        raise ConfigError(f"swim: {exc}") from None
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 # -- layering ---------------------------------------------------------------------
 
 _TOP_KEYS = {
     "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
-    "profile", "swim", "log_level", "log_format", "leave_timeout_s", "faults",
+    "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service",
 }  # fmt: skip
 
@@ -197,7 +206,7 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            if key in ("swim", "faults") and isinstance(value, Mapping):
+            if key in ("swim", "store", "faults") and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -248,6 +257,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         tags=parse_tags("tags", raw.get("tags", [])),
         profile=profile,
         swim=_swim(profile, swim_overrides),
+        store=_section("store", SyncConfig(), raw.get("store", {})),
         log_level=log_level,
         log_format=log_format,
         leave_timeout_s=float(leave_timeout),

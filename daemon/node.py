@@ -6,8 +6,9 @@ the simulator would test a different program, so all routing between cores
 happens here and nowhere else. This module must stay sans-IO (the boundary
 test checks it): it never reads a clock, opens a socket or logs.
 
-Today it holds the membership core; the election and anti-entropy cores plug
-in at the marked places, fed by the membership events routed below.
+It holds the membership core and the anti-entropy core (which picks its
+sync and push peers from the membership view); the election core plugs in
+at the same places.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from membership.member import MemberView, NodeIdentity, Tags
 from membership.output import Address, Output
 from membership.profiles import SwimConfig
 from membership.swim import SwimNode
+from storage.antientropy import AntiEntropy, SyncConfig
+from storage.records import Record
+from storage.store import MemoryStore, RecordStore, Replica
 
 
 class ShoalNode:
@@ -30,6 +34,9 @@ class ShoalNode:
         swim_config: SwimConfig,
         rng: random.Random,
         incarnation: int = 0,
+        store: RecordStore | None = None,
+        sync_config: SyncConfig | None = None,
+        wall_offset_ms: int = 0,
     ) -> None:
         """Compose the cores for one node.
 
@@ -39,11 +46,21 @@ class ShoalNode:
             rng: the node's only randomness; each core gets its own stream
                 derived from it, so adding a core does not shift the others.
             incarnation: last incarnation persisted by a previous run.
+            store: the replicated records (RocksDB in the agent, a
+                MemoryStore that outlives crashes in the simulator).
+            sync_config: anti-entropy settings.
+            wall_offset_ms: wall clock minus monotonic `now`, in ms.
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
+        cfg = sync_config or SyncConfig()
+        replica = Replica(store or MemoryStore(cfg.tree_depth), ident.node_id, cfg.max_skew_ms,
+                          int(cfg.tombstone_grace_s * 1000))  # fmt: skip
+        sync_rng = random.Random(rng.getrandbits(64))
+        self.sync = AntiEntropy(replica, cfg, sync_rng, self._sample_peers, wall_offset_ms)
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
         self._routes = dict(self.swim.handlers)
+        self._routes.update(self.sync.handlers)
 
     @property
     def name(self) -> str:
@@ -55,6 +72,7 @@ class ShoalNode:
     def start(self, now: float) -> None:
         """Begin: raise the incarnation and start the periodic work."""
         self.swim.start(now)
+        self.sync.start(now)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Route one decoded message to the core it belongs to."""
@@ -69,18 +87,26 @@ class ShoalNode:
     def tick(self, now: float) -> None:
         """Run whatever is due in any core."""
         self.swim.tick(now)
+        self.sync.tick(now)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
-        return self.swim.next_deadline()
+        a, b = self.swim.next_deadline(), self.sync.next_deadline()
+        return b if a is None else a if b is None else min(a, b)
 
     def drain(self) -> Output:
         """One batch from all cores, persist before send before events."""
-        return self.swim.drain()
+        a, b = self.swim.drain(), self.sync.drain()
+        if not b:
+            return a
+        if not a:
+            return b
+        return Output(a.persist + b.persist, a.send + b.send, a.events + b.events)
 
     def stream_failed(self, peer: Address, now: float) -> None:
-        """A stream to `peer` failed; tell the core that opened it."""
+        """A stream to `peer` failed; tell the cores that may have opened it."""
         self.swim.stream_failed(peer, now)
+        self.sync.stream_failed(peer, now)
 
     # -- commands ----------------------------------------------------------------
 
@@ -97,10 +123,27 @@ class ShoalNode:
         """Replace this node's tags."""
         self.swim.set_tags(tags, now)
 
+    def write(self, key: bytes, value: bytes | None, now: float) -> Record:
+        """Put `key` (delete it, with None) and push the write to a few members."""
+        return self.sync.write(key, value, now)
+
+    def read(self, key: bytes) -> Record | None:
+        """The local record of `key` (a tombstone if it was deleted)."""
+        return self.sync.replica.get(key)
+
     def members(self) -> list[MemberView]:
         """This node's view of the cluster."""
         return self.swim.members()
 
     def counters(self) -> dict[str, int]:
         """Every core's counters, prefixed by core."""
-        return {f"swim_{k}": v for k, v in self.swim.counters.as_dict().items()}
+        out = {f"swim_{k}": v for k, v in self.swim.counters.as_dict().items()}
+        out.update({f"sync_{k}": v for k, v in self.sync.counters.as_dict().items()})
+        out.update({f"store_{k}": v for k, v in self.sync.replica.counters.as_dict().items()})
+        return out
+
+    def _sample_peers(self, rng: random.Random, k: int) -> list[Address]:
+        table = self.swim.table
+        if self.swim.leaving:
+            return []
+        return [table.members[name].ident.addr for name in table.live.sample(rng, k)]

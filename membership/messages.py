@@ -108,5 +108,10 @@ class PushPull:
     reply: bool
     members: tuple[MemberRecord, ...]
 
+    @property
+    def expects_reply(self) -> bool:
+        """A request waits for the peer's answer on the same stream."""
+        return not self.reply
+
 
 SwimMessage = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | Leave | PushPull

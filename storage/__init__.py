@@ -1,5 +1,17 @@
-"""Local state: node identity today; RocksDB records and anti-entropy next."""
+"""Local state: the data directory, replicated records, anti-entropy."""
 
-from storage.identity import FileIdentityStore, IdentityStore, StoredIdentity
+from storage.antientropy import AntiEntropy, SyncConfig
+from storage.identity import DataDir, StoredIdentity
+from storage.records import Record
+from storage.store import MemoryStore, RecordStore, Replica
 
-__all__ = ["FileIdentityStore", "IdentityStore", "StoredIdentity"]
+__all__ = [
+    "AntiEntropy",
+    "DataDir",
+    "MemoryStore",
+    "Record",
+    "RecordStore",
+    "Replica",
+    "StoredIdentity",
+    "SyncConfig",
+]

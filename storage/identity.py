@@ -1,13 +1,16 @@
-"""A node's identity on disk: its node id and the last incarnation it used.
+"""A node's data directory: its lock, its database, its identity.
 
 The node id is created once per data directory and identifies the node for
 life, so a restarted node is recognised as itself even at a new address. The
 incarnation is persisted (synced) before the core may announce it, so a
 restart always starts above anything the cluster has seen from this node.
+Both live in the database's ``local`` column family (`storage.engine`).
 
-`IdentityStore` is the small interface the agent uses; `FileIdentityStore`
-keeps both values in one CBOR file, replaced atomically. (The storage issue
-moves this into RocksDB behind the same interface.)
+`DataDir` takes an exclusive `flock` on `<data_dir>/LOCK` first, so that a
+second agent pointed at the same directory gets a one-line error naming the
+problem instead of RocksDB's lock message. Version 0.1 kept the identity in
+`identity.cbor`; it is imported once and the file renamed
+`identity.cbor.imported`, so an upgraded node keeps its id.
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 import cbor2
 
 from daemon.errors import DataDirError
+from storage.engine import Engine
+
+_NODE_ID = b"node_id"
+_INCARNATION = b"incarnation"
+NODE_ID_BYTES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,67 +39,74 @@ class StoredIdentity:
     incarnation: int
 
 
-class IdentityStore(Protocol):
-    """Where a node keeps its id and incarnation between runs."""
+class DataDir:
+    """The locked data directory and its open database."""
 
-    def load(self) -> StoredIdentity:
-        """The stored identity, created on first use."""
+    def __init__(self, path: Path, depth: int) -> None:
+        """Lock `path` and open its database.
 
-    def save_incarnation(self, incarnation: int) -> None:
-        """Make `incarnation` durable before returning."""
+        Args:
+            path: the data directory (created if missing).
+            depth: the Merkle tree depth (for the record store's index).
 
-
-class FileIdentityStore:
-    """`IdentityStore` in `<data_dir>/identity.cbor`, with a lock file so that
-    two agents never share one data directory."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "identity.cbor"
-        self._node_id = b""
+        Raises:
+            DataDirError: not usable, or in use by another agent.
+        """
+        self.path = path
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            self._lock: IO[bytes] = open(data_dir / "LOCK", "wb")
+            path.mkdir(parents=True, exist_ok=True)
+            self._lock: IO[bytes] = open(path / "LOCK", "wb")
         except OSError as exc:
-            raise DataDirError(f"data_dir: cannot use {data_dir}: {exc.strerror}") from None
+            raise DataDirError(f"data_dir: cannot use {path}: {exc.strerror}") from None
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._lock.close()
-            raise DataDirError(f"data_dir: {data_dir} is in use by another shoal agent") from None
-
-    def load(self) -> StoredIdentity:
-        """Read the identity, creating a fresh node id the first time."""
+            raise DataDirError(f"data_dir: {path} is in use by another shoal agent") from None
         try:
-            raw = cbor2.loads(self.path.read_bytes())
-            node_id, incarnation = raw["node_id"], raw["incarnation"]
-            if not (isinstance(node_id, bytes) and len(node_id) == 16):
-                raise ValueError("node_id")
-            if not (isinstance(incarnation, int) and incarnation >= 0):
-                raise ValueError("incarnation")
-        except FileNotFoundError:
-            node_id, incarnation = os.urandom(16), 0
-            self._node_id = node_id
-            self.save_incarnation(0)
-        except (OSError, ValueError, KeyError, TypeError, cbor2.CBORDecodeError) as exc:
-            raise DataDirError(f"data_dir: {self.path} is damaged ({exc}); move it away") from None
-        self._node_id = node_id
-        return StoredIdentity(node_id, incarnation)
+            self.engine = Engine(path / "db", depth)
+        except DataDirError:
+            self._lock.close()
+            raise
+
+    def load_identity(self) -> StoredIdentity:
+        """The stored identity, created (or imported) on first use."""
+        engine = self.engine
+        node_id = engine.local_get(_NODE_ID)
+        if node_id is None:
+            node_id, incarnation = self._legacy_identity()
+            engine.local_put(_INCARNATION, incarnation.to_bytes(8, "big"))
+            engine.local_put(_NODE_ID, node_id)
+            self._retire_legacy()
+        raw_inc = engine.local_get(_INCARNATION)
+        if len(node_id) != NODE_ID_BYTES or raw_inc is None or len(raw_inc) != 8:
+            raise DataDirError(f"data_dir: the identity in {self.path} is damaged; move it away")
+        return StoredIdentity(node_id, int.from_bytes(raw_inc, "big"))
 
     def save_incarnation(self, incarnation: int) -> None:
-        """Write and fsync a new file, then rename it over the old one."""
-        tmp = self.path.with_suffix(".tmp")
-        data = cbor2.dumps({"node_id": self._node_id, "incarnation": incarnation})
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        """Make `incarnation` durable (fsync) before returning."""
+        self.engine.local_put(_INCARNATION, incarnation.to_bytes(8, "big"))
 
     def close(self) -> None:
-        """Release the data directory."""
+        """Close the database and release the directory."""
+        self.engine.close()
         self._lock.close()
+
+    def _legacy_identity(self) -> tuple[bytes, int]:
+        legacy = self.path / "identity.cbor"
+        try:
+            raw = cbor2.loads(legacy.read_bytes())
+            node_id, incarnation = raw["node_id"], raw["incarnation"]
+            if isinstance(node_id, bytes) and len(node_id) == NODE_ID_BYTES:
+                if isinstance(incarnation, int) and incarnation >= 0:
+                    return node_id, incarnation
+        except FileNotFoundError:
+            return os.urandom(NODE_ID_BYTES), 0
+        except (OSError, ValueError, KeyError, TypeError, cbor2.CBORDecodeError):
+            pass
+        raise DataDirError(f"data_dir: {legacy} is damaged; move it away")
+
+    def _retire_legacy(self) -> None:
+        legacy = self.path / "identity.cbor"
+        if legacy.exists():
+            legacy.rename(legacy.with_name("identity.cbor.imported"))

@@ -92,36 +92,23 @@ def test_advertise_is_predictable_and_ambiguity_is_an_error():
     assert choose_advertise(("0.0.0.0", 7946), ("10.9.9.9", 7946), two)[0] == ("10.9.9.9", 7946)
 
 
-def test_data_dir_in_use_is_refused(tmp_path: Path):
-    """Two agents can never share one data directory."""
-    from daemon.errors import DataDirError
-    from storage.identity import FileIdentityStore
-
-    first = FileIdentityStore(tmp_path)
-    first.load()
-    with pytest.raises(DataDirError, match="in use"):
-        FileIdentityStore(tmp_path)
-    first.close()
-    again = FileIdentityStore(tmp_path)
-    assert again.load().node_id == first.load().node_id
-    again.close()
-
-
 def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     """systemd/shoal.toml loads, and names every setting the agent has."""
     import dataclasses
 
     from daemon.config import AgentConfig
     from membership.profiles import SwimConfig
+    from storage.antientropy import SyncConfig
 
     path = Path(__file__).resolve().parents[3] / "systemd" / "shoal.toml"
     cfg = config.load({"config": str(path), "node_name": "x"}, {})
     assert cfg.swim == SwimConfig()
     text = path.read_text()
     for f in dataclasses.fields(AgentConfig):
-        if f.name == "swim":
-            assert "[swim]" in text
+        if f.name in ("swim", "store"):
+            assert f"[{f.name}]" in text
         elif f.name != "faults":  # test-only fault injection is not advertised
             assert f"{f.name} =" in text, f.name
-    for f in dataclasses.fields(SwimConfig):
+    for f in dataclasses.fields(SwimConfig) + dataclasses.fields(SyncConfig):
         assert f"{f.name} =" in text, f.name
+    assert cfg.store == SyncConfig()

@@ -1,0 +1,404 @@
+"""AntiEntropy: keeps this node's replica in step with the others'.
+
+Theory of operation. Two mechanisms, as in Dynamo and Cassandra:
+
+1. **Push on write** (fast path). A local write is sent at once to
+   `push_fanout` random live members in a `RecordPush`, in one datagram when
+   it fits the MTU and over a stream otherwise. Most writes reach most
+   replicas this way in well under one sync period; nothing is retried.
+
+2. **Anti-entropy** (repair). Every `sync_interval_s` (and within about a
+   second of start, to catch up after a join or a restart) the node opens a
+   session with one random live member. The initiator walks the two Merkle
+   trees (storage/merkle.py) top-down:
+
+       I -> R  SyncTree(level 0: my root sum)
+       R -> I  SyncTreeDiff(the nodes that differ, with R's counts)
+       I -> R  SyncTree(level 1: my sums of the children of those nodes)
+       ...     (one round per level, only below differing nodes)
+       I -> R  SyncDigests(my (key, version) under the differing subtrees)
+       R -> I  SyncRecords(R's newer records; the keys R wants)
+       I -> R  SyncRecords(the wanted records)
+
+   A differing node stops the descent and goes to the digest phase when it
+   is a leaf or when both sides together hold at most
+   `record_switch_count` records under it (then listing versions is
+   cheaper than another round of 16 sums per node). Records move in both
+   directions, so both replicas hold the newer of every version after one
+   session. Bytes sent grow with the number of differences (times the tree
+   depth), not with the size of the store.
+
+The responder keeps no session state: each request names everything needed
+to answer it, so a crashed or slow initiator costs the responder nothing.
+The initiator runs one session at a time; a session ends on completion, on
+a stream failure or at `session_timeout_s`.
+
+Versions are compared by `Replica` (last writer wins, HLC bounded skew,
+tombstones collected after `tombstone_grace_s` by a periodic sweep).
+Wall time is `now` (monotonic, from the driver) plus `wall_offset_ms`,
+which the driver refreshes, so the core never reads a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from membership import codec
+from membership.output import Address, Channel, Output, Send
+from storage.merkle import FANOUT, MAX_DEPTH
+from storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
+from storage.records import Record
+from storage.store import Replica
+
+PeerSampler = Callable[[random.Random, int], list[Address]]
+_FIRST_SYNC_RETRY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SyncConfig:
+    """Anti-entropy and replication settings (config file: `[store]`)."""
+
+    # Seconds between anti-entropy sessions. A session between equal
+    # replicas is one round trip of ~40 bytes, so this can be short;
+    # memberlist's push-pull of the member list runs every 30 s.
+    sync_interval_s: float = 5.0
+    # Members a fresh write is pushed to at once (Serf's user events use
+    # the gossip fan-out, 3 on a LAN).
+    push_fanout: int = 3
+    # 16**4 = 65,536 leaves: ~15 keys per leaf at a million keys.
+    tree_depth: int = 4
+    # A remote HLC more than this ahead of our wall clock is refused.
+    # CockroachDB's default maximum clock offset is 500 ms; a LAN of bare
+    # metal without NTP discipline drifts more, so allow a minute.
+    max_skew_ms: int = 60_000
+    # How long a delete is kept. A replica away for longer than this may
+    # bring a deleted key back (Cassandra's gc_grace_seconds, 10 days by
+    # default, has the same meaning); one day suits a LAN cluster.
+    tombstone_grace_s: float = 86_400.0
+    session_timeout_s: float = 10.0
+    record_switch_count: int = 16
+    gc_interval_s: float = 60.0
+    mtu_bytes: int = 1400
+
+    def __post_init__(self) -> None:
+        if self.sync_interval_s <= 0 or self.session_timeout_s <= 0 or self.gc_interval_s <= 0:
+            raise ValueError("sync_interval_s, session_timeout_s and gc_interval_s must be > 0")
+        if not 1 <= self.tree_depth <= MAX_DEPTH:
+            raise ValueError(f"tree_depth must be 1 to {MAX_DEPTH}, got {self.tree_depth}")
+        if self.push_fanout < 0 or self.record_switch_count < 0 or self.max_skew_ms < 0:
+            raise ValueError("push_fanout, record_switch_count and max_skew_ms must be >= 0")
+        if self.tombstone_grace_s < 0 or self.mtu_bytes < 512:
+            raise ValueError("tombstone_grace_s must be >= 0 and mtu_bytes at least 512")
+
+
+@dataclass(slots=True)
+class SyncCounters:
+    """What anti-entropy did, for metrics."""
+
+    sessions_started: int = 0
+    sessions_in_sync: int = 0
+    sessions_repaired: int = 0
+    sessions_failed: int = 0
+    sessions_served: int = 0
+    records_sent: int = 0
+    records_received: int = 0
+    pushes_sent: int = 0
+    pushes_received: int = 0
+    unexpected: int = 0
+    depth_mismatch: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncCompleted:
+    """An anti-entropy session this node started has ended."""
+
+    peer: Address
+    ok: bool
+    sent: int
+    received: int
+    rounds: int
+
+
+@dataclass(slots=True)
+class _Session:
+    id: int
+    peer: Address
+    deadline_at: float
+    rounds: int = 0
+    received: int = 0
+    pending: list[tuple[int, int]] = field(default_factory=list)  # for the digest phase
+    ranges: list[tuple[int, int]] | None = None  # set when the digest phase starts
+
+
+class AntiEntropy:
+    """The anti-entropy core for one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        replica: Replica,
+        config: SyncConfig,
+        rng: random.Random,
+        peers: PeerSampler,
+        wall_offset_ms: int = 0,
+    ) -> None:
+        """Create the core.
+
+        Args:
+            replica: this node's records.
+            config: intervals and sizes.
+            rng: the core's only randomness.
+            peers: returns up to k random live members' addresses.
+            wall_offset_ms: wall-clock ms minus `now` in ms; see
+                `set_wall_offset`.
+        """
+        assert replica.tree.depth == config.tree_depth
+        self.replica = replica
+        self.config = config
+        self.rng = rng
+        self.counters = SyncCounters()
+        self.wall_offset_ms = wall_offset_ms
+        self._peers = peers
+        self._session: _Session | None = None
+        self._session_ids = itertools.count(rng.getrandbits(32))
+        self._synced_once = False
+        self._heap: list[tuple[float, int, str]] = []
+        self._heap_seq = itertools.count()
+        self._send: list[Send] = []
+        self._events: list[Any] = []
+        self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
+            SyncTree: self._on_sync_tree,
+            SyncTreeDiff: self._on_sync_tree_diff,
+            SyncDigests: self._on_sync_digests,
+            SyncRecords: self._on_sync_records,
+            RecordPush: self._on_record_push,
+        }
+
+    # -- the core contract -------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Begin the periodic sessions and tombstone sweeps."""
+        self._push(now + self.rng.uniform(0.1, _FIRST_SYNC_RETRY_S), "sync")
+        self._push(now + self.config.gc_interval_s, "gc")
+
+    def receive(self, message: Any, sender: Address, now: float) -> None:
+        """Handle one decoded anti-entropy message."""
+        self.handlers[type(message)](message, sender, now)
+
+    def tick(self, now: float) -> None:
+        """Do all work due at or before `now`."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, _, kind = heapq.heappop(heap)
+            getattr(self, "_due_" + kind)(now)
+
+    def next_deadline(self) -> float | None:
+        """When `tick` should next be called."""
+        return self._heap[0][0] if self._heap else None
+
+    def drain(self) -> Output:
+        """Messages and events since the last drain."""
+        if not (self._send or self._events):
+            return Output()
+        out = Output((), tuple(self._send), tuple(self._events))
+        self._send, self._events = [], []
+        return out
+
+    def stream_failed(self, peer: Address, now: float) -> None:
+        """A stream to `peer` failed: end the session with it, if any."""
+        if self._session is not None and self._session.peer == peer:
+            self._end_session(ok=False)
+
+    def set_wall_offset(self, wall_offset_ms: int) -> None:
+        """The driver's current wall clock minus `now`, in ms."""
+        self.wall_offset_ms = wall_offset_ms
+
+    def wall_ms(self, now: float) -> int:
+        """The wall clock at `now`."""
+        return int(now * 1000) + self.wall_offset_ms
+
+    # -- commands --------------------------------------------------------------
+
+    def write(self, key: bytes, value: bytes | None, now: float) -> Record:
+        """Put (or, with None, delete) `key` here and push it to a few
+        members. Durability is the driver's job (`RecordStore.sync`)."""
+        rec = self.replica.write(key, value, self.wall_ms(now))
+        push = RecordPush((rec,))
+        channel = Channel.PACKET
+        if codec.datagram_size([push]) > self.config.mtu_bytes:
+            channel = Channel.STREAM
+        for addr in self._peers(self.rng, self.config.push_fanout):
+            self._send.append(Send(addr, (push,), channel))
+            self.counters.pushes_sent += 1
+        return rec
+
+    def sync_with(self, peer: Address, now: float) -> bool:
+        """Start a session with `peer` now; False if one is running."""
+        if self._session is not None:
+            return False
+        session = _Session(next(self._session_ids), peer, now + self.config.session_timeout_s)
+        self._session = session
+        self.counters.sessions_started += 1
+        self._push(session.deadline_at, "session_timeout")
+        tree = self.replica.tree
+        root_sum, count = tree.node(0, 0)
+        sums = ((0, root_sum),) if count else ()
+        self._request(session, SyncTree(session.id, tree.depth, 0, (), sums))
+        return True
+
+    # -- timers --------------------------------------------------------------------
+
+    def _due_sync(self, now: float) -> None:
+        if self._session is None:
+            peers = self._peers(self.rng, 1)
+            if peers:
+                self.sync_with(peers[0], now)
+        retry = not self._synced_once
+        delay = _FIRST_SYNC_RETRY_S if retry else self.config.sync_interval_s
+        self._push(now + delay * self.rng.uniform(0.8, 1.2), "sync")
+
+    def _due_session_timeout(self, now: float) -> None:
+        if self._session is not None and self._session.deadline_at <= now:
+            self._end_session(ok=False)
+
+    def _due_gc(self, now: float) -> None:
+        self.replica.collect_tombstones(self.wall_ms(now))
+        self._push(now + self.config.gc_interval_s, "gc")
+
+    # -- responder ---------------------------------------------------------------
+
+    def _on_sync_tree(self, msg: SyncTree, sender: Address, now: float) -> None:
+        tree = self.replica.tree
+        if msg.depth != tree.depth:
+            self.counters.depth_mismatch += 1
+            return
+        if msg.level > tree.depth or (msg.level == 0) != (not msg.parents) or any(
+            p >= FANOUT ** (msg.level - 1) for p in msg.parents
+        ):
+            self.counters.unexpected += 1
+            return
+        if msg.level == 0:
+            mine = {0: tree.node(0, 0)} if tree.count else {}
+        else:
+            mine = {i: (s, c) for p in msg.parents for i, s, c in tree.children(msg.level - 1, p)}
+        theirs = dict(msg.sums)
+        differing = []
+        for index in sorted(mine.keys() | theirs.keys()):
+            my_sum, my_count = mine.get(index, (0, 0))
+            if index not in mine or index not in theirs or my_sum != theirs[index]:
+                differing.append((index, my_count))
+        if msg.level == 0:
+            self.counters.sessions_served += 1
+        self._reply(sender, SyncTreeDiff(msg.session, msg.level, tuple(differing)))
+
+    def _on_sync_digests(self, msg: SyncDigests, sender: Address, now: float) -> None:
+        tree = self.replica.tree
+        if any(level > tree.depth or index >= FANOUT**level for level, index in msg.ranges):
+            self.counters.unexpected += 1
+            return
+        theirs = {key: (stamp, writer) for key, stamp, writer in msg.versions}
+        newer: list[Record] = []
+        for rec in self._records_in(msg.ranges):
+            other = theirs.pop(rec.key, None)
+            if other is None or (rec.hlc, rec.writer) > other:
+                newer.append(rec)
+            elif (rec.hlc, rec.writer) < other:
+                theirs[rec.key] = other  # keep: we want theirs
+        self.counters.records_sent += len(newer)
+        self._reply(sender, SyncRecords(msg.session, tuple(newer), tuple(theirs)))
+
+    def _on_record_push(self, msg: RecordPush, sender: Address, now: float) -> None:
+        self.counters.pushes_received += 1
+        self.replica.merge(msg.records, self.wall_ms(now))
+
+    # -- initiator ------------------------------------------------------------------
+
+    def _on_sync_tree_diff(self, msg: SyncTreeDiff, sender: Address, now: float) -> None:
+        session = self._current(msg.session, sender)
+        if session is None or session.ranges is not None:
+            return
+        tree = self.replica.tree
+        session.rounds += 1
+        if not msg.differing:
+            self.counters.sessions_in_sync += 1
+            self._end_session(ok=True)
+            return
+        descend, ranges = [], session.pending
+        switch = self.config.record_switch_count
+        for index, their_count in msg.differing:
+            mine = tree.node(msg.level, index)[1]
+            if msg.level >= tree.depth or mine + their_count <= switch:
+                ranges.append((msg.level, index))
+            else:
+                descend.append(index)
+        if descend:
+            level = msg.level + 1
+            sums = tuple((i, s) for p in descend for i, s, _ in tree.children(msg.level, p))
+            self._request(session, SyncTree(session.id, tree.depth, level, tuple(descend), sums))
+            return
+        session.ranges = ranges
+        versions = tuple((r.key, r.hlc, r.writer) for r in self._records_in(ranges))
+        self._request(session, SyncDigests(session.id, tuple(ranges), versions))
+
+    def _on_sync_records(self, msg: SyncRecords, sender: Address, now: float) -> None:
+        applied = self.replica.merge(msg.records, self.wall_ms(now))
+        self.counters.records_received += len(msg.records)
+        session = self._session
+        if session is None or session.id != msg.session or session.peer != sender:
+            return  # the initiator's final push: records only
+        if session.ranges is None:
+            self.counters.unexpected += 1
+            return
+        session.received += len(applied)
+        wanted = [rec for key in msg.wants if (rec := self.replica.get(key)) is not None]
+        if wanted:
+            self._send.append(Send(sender, (SyncRecords(msg.session, tuple(wanted), ()),),
+                                   Channel.STREAM))  # fmt: skip
+            self.counters.records_sent += len(wanted)
+        self._end_session(ok=True, sent=len(wanted))
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _records_in(self, ranges: Sequence[tuple[int, int]]) -> list[Record]:
+        tree, store = self.replica.tree, self.replica.store
+        out: list[Record] = []
+        for level, index in ranges:
+            first, end = tree.leaf_range(level, index)
+            out.extend(store.in_leaves(first, end))
+        return out
+
+    def _current(self, session_id: int, sender: Address) -> _Session | None:
+        s = self._session
+        if s is None or s.id != session_id or s.peer != sender:
+            self.counters.unexpected += 1
+            return None
+        return s
+
+    def _request(self, session: _Session, msg: Any) -> None:
+        self._send.append(Send(session.peer, (msg,), Channel.STREAM))
+
+    def _reply(self, to: Address, msg: Any) -> None:
+        self._send.append(Send(to, (msg,), Channel.STREAM))
+
+    def _end_session(self, ok: bool, sent: int = 0) -> None:
+        s = self._session
+        assert s is not None
+        self._session = None
+        if ok:
+            self._synced_once = True
+            if s.received or sent:
+                self.counters.sessions_repaired += 1
+        else:
+            self.counters.sessions_failed += 1
+        self._events.append(SyncCompleted(s.peer, ok, sent, s.received, s.rounds))
+
+    def _push(self, at: float, kind: str) -> None:
+        heapq.heappush(self._heap, (at, next(self._heap_seq), kind))

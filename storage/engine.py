@@ -1,0 +1,167 @@
+"""Engine: the node's RocksDB database (through rocksdict); IO.
+
+Nothing else in shoal imports rocksdict. One database per node, in
+`<data_dir>/db`, with three column families:
+
+- ``local``: this node's own state, never replicated: its node id, its last
+  incarnation, and whatever another core must keep across a crash (the
+  election's highest granted epoch). Every write here is synced (WAL fsync)
+  before the call returns, because each one backs a promise the node is
+  about to make to others (see `membership.output.Output`).
+- ``records``: the replicated key-value records, key -> `encode_value`.
+- ``leaves``: an index, ``leaf (4 bytes, big-endian) + key -> b""``, so
+  that the records under a Merkle node are one range scan.
+
+Replicated writes go in unsynced (a memtable insert and a WAL append, a few
+microseconds) and become durable at the next `sync()`, an fsync of the WAL
+(`FlushWAL(true)`). The agent calls `sync()` once for every group of
+waiting client writes (group commit), from a worker thread: rocksdict
+releases the GIL during the fsync. Records merged from peers are not synced
+on their own: after a crash they come back by anti-entropy.
+
+The database is opened in raw mode: rocksdict would otherwise pickle values,
+and nothing a peer sent may ever be unpickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import rocksdict
+
+from daemon.errors import DataDirError
+from storage.merkle import leaf_of
+from storage.records import Record, decode_value, encode_value
+
+_FAMILIES = ("local", "records", "leaves")
+
+
+def _options() -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    return opts
+
+
+class Engine:
+    """One open RocksDB database (module docstring)."""
+
+    def __init__(self, path: Path, depth: int) -> None:
+        """Open (creating if needed) the database at `path`.
+
+        Args:
+            path: the database directory.
+            depth: the Merkle tree depth the leaf index is built for.
+
+        Raises:
+            DataDirError: the database cannot be opened (in use, damaged,
+                not writable), with the reason.
+        """
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            families = {name: rocksdict.Options(raw_mode=True) for name in _FAMILIES}
+            self._db = rocksdict.Rdict(str(path), _options(), column_families=families)
+        except OSError as exc:
+            raise DataDirError(f"data_dir: cannot use {path.parent}: {exc.strerror}") from None
+        except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's status
+            raise DataDirError(f"data_dir: cannot open the database {path}: {exc}") from None
+        self._synced = rocksdict.WriteOptions()
+        self._synced.sync = True
+        self._unsynced = rocksdict.WriteOptions()
+        self._unsynced.sync = False
+        self._local = self._db.get_column_family("local")
+        self.records = RocksStore(self, depth)
+
+    def local_get(self, name: bytes) -> bytes | None:
+        """A value of this node's own state."""
+        value = self._local.get(name)
+        return None if value is None else bytes(value)
+
+    def local_put(self, name: bytes, value: bytes) -> None:
+        """Store and fsync a value of this node's own state."""
+        self._local.put(name, value, self._synced)
+
+    def sync(self) -> None:
+        """Make every write so far durable: fsync the write-ahead log."""
+        self._db.flush_wal(True)
+
+    def close(self) -> None:
+        """Flush and close; the database can then be reopened."""
+        self.records.release()
+        del self._local
+        self._db.flush_wal(True)
+        self._db.close()
+
+
+class RocksStore:
+    """`RecordStore` on the ``records`` and ``leaves`` column families."""
+
+    def __init__(self, engine: Engine, depth: int) -> None:
+        """A view of `engine`'s records for a tree of `depth`."""
+        db = engine._db
+        self.depth = depth
+        self._db = db
+        self._unsynced = engine._unsynced
+        self._records = db.get_column_family("records")
+        self._leaves = db.get_column_family("leaves")
+        self._records_h = db.get_column_family_handle("records")
+        self._leaves_h = db.get_column_family_handle("leaves")
+
+    def release(self) -> None:
+        """Drop the column-family views (rocksdict keeps the lock while any
+        is alive, so the database could not be reopened)."""
+        del self._records, self._leaves, self._records_h, self._leaves_h
+
+    def get(self, key: bytes) -> Record | None:
+        """The record of `key`, or None."""
+        raw = self._records.get(key)
+        return None if raw is None else decode_value(key, bytes(raw))
+
+    def apply(self, puts: list[Record], deletes: list[bytes]) -> None:
+        """One unsynced WriteBatch: records and their leaf index entries."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for rec in puts:
+            batch.put(rec.key, encode_value(rec), self._records_h)
+            batch.put(self._leaf_key(rec.key), b"", self._leaves_h)
+        for key in deletes:
+            batch.delete(key, self._records_h)
+            batch.delete(self._leaf_key(key), self._leaves_h)
+        self._db.write(batch, self._unsynced)
+
+    def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
+        """Up to `limit` records with `prefix`, after `after`, in key order."""
+        out: list[Record] = []
+        start = max(prefix, after)
+        for key, raw in self._records.items(from_key=start):
+            if not key.startswith(prefix) or len(out) >= limit:
+                break
+            if key > after:
+                out.append(decode_value(key, raw))
+        return out
+
+    def in_leaves(self, first: int, end: int) -> list[Record]:
+        """Records in leaves [first, end), by leaf then key."""
+        out: list[Record] = []
+        stop = end.to_bytes(4, "big")
+        for index_key in self._leaves.keys(from_key=first.to_bytes(4, "big")):
+            if index_key >= stop:
+                break
+            key = index_key[4:]
+            raw = self._records.get(key)
+            if raw is not None:
+                out.append(decode_value(key, raw))
+        return out
+
+    def all(self) -> Iterator[Record]:
+        """Every record, in key order."""
+        for key, raw in self._records.items():
+            yield decode_value(key, raw)
+
+    def sync(self) -> None:
+        """fsync the write-ahead log."""
+        self._db.flush_wal(True)
+
+    def _leaf_key(self, key: bytes) -> bytes:
+        return leaf_of(key, self.depth).to_bytes(4, "big") + key

@@ -1,0 +1,94 @@
+"""Versioned records: the unit that replicas store, compare and exchange.
+
+A record is a key, a value or a tombstone, and a version. The version is a
+hybrid-logical-clock timestamp (`storage.hlc`) plus the id of the node that
+wrote it; versions compare as the tuple ``(hlc, writer)``, so two writes
+are never equal and every replica picks the same winner, whatever order the
+writes arrived in: the newest version wins (last writer wins). A delete is
+a tombstone, a record with no value, so that it too can win against older
+writes on other replicas; tombstones are dropped after a grace period.
+
+The stored form (`encode_value`) is the same on every node, so a record's
+digest (which the Merkle tree sums) is the same on every node that holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+NODE_ID_BYTES = 16
+MAX_KEY_BYTES = 1024
+# Consul's KV store refuses values over 512 KiB: this is a store for small
+# coordination data (configuration, assignments), not for blobs.
+MAX_VALUE_BYTES = 512 * 1024
+
+_HEAD = struct.Struct(">QB16s")  # hlc, flags, writer
+_FLAG_TOMBSTONE = 0x01
+DIGEST_MASK = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One key's current state on one replica.
+
+    Attributes:
+        key: the key, 1 to MAX_KEY_BYTES bytes.
+        value: the value, or None for a tombstone (a delete).
+        hlc: the hybrid-logical-clock timestamp of the write.
+        writer: the 16-byte id of the node that wrote it.
+    """
+
+    key: bytes
+    value: bytes | None
+    hlc: int
+    writer: bytes
+
+    @property
+    def version(self) -> tuple[int, bytes]:
+        """What decides between two writes of one key: bigger wins."""
+        return (self.hlc, self.writer)
+
+    @property
+    def is_tombstone(self) -> bool:
+        """Whether this record is a delete."""
+        return self.value is None
+
+    def newer_than(self, other: Record | None) -> bool:
+        """Whether this record should replace `other` (None: no record)."""
+        return other is None or (self.hlc, self.writer) > (other.hlc, other.writer)
+
+
+def encode_value(record: Record) -> bytes:
+    """The stored bytes of a record (everything but the key)."""
+    flags = _FLAG_TOMBSTONE if record.value is None else 0
+    return _HEAD.pack(record.hlc, flags, record.writer) + (record.value or b"")
+
+
+def decode_value(key: bytes, raw: bytes) -> Record:
+    """The record stored as `raw` under `key` (our own bytes, trusted)."""
+    hlc, flags, writer = _HEAD.unpack_from(raw)
+    value = None if flags & _FLAG_TOMBSTONE else raw[_HEAD.size :]
+    return Record(key, value, hlc, writer)
+
+
+def digest(record: Record) -> int:
+    """A 64-bit hash of the whole record, summed by the Merkle tree."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(len(record.key).to_bytes(4, "big"))
+    h.update(record.key)
+    h.update(encode_value(record))
+    return int.from_bytes(h.digest(), "big")
+
+
+def check_key(key: bytes) -> None:
+    """Raise ValueError for a key the store cannot hold (local misuse)."""
+    if not 0 < len(key) <= MAX_KEY_BYTES:
+        raise ValueError(f"a key is 1 to {MAX_KEY_BYTES} bytes, not {len(key)}")
+
+
+def check_value(value: bytes) -> None:
+    """Raise ValueError for a value over the limit (local misuse)."""
+    if len(value) > MAX_VALUE_BYTES:
+        raise ValueError(f"a value is at most {MAX_VALUE_BYTES} bytes, not {len(value)}")

@@ -1,0 +1,209 @@
+"""Where replicated records live, and the rules for changing them.
+
+`RecordStore` is the storage contract: `RocksStore` (storage/engine.py)
+keeps records in RocksDB for the agent, `MemoryStore` keeps them in dicts
+for the simulator and unit tests. Both pass the same contract tests
+(tests/unit/storage/test_store_contract.py).
+
+`Replica` is the one place where records change (as `MemberTable` is for
+membership): a local write stamps a fresh HLC version, a remote record is
+merged only if its version is newer, a tombstone older than the grace period
+is collected; each change goes to the store and the Merkle tree together, so
+the tree always sums exactly what the store holds. It is pure: the wall
+clock comes in as `wall_ms`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+from storage import hlc as hlc_mod
+from storage.hlc import HybridClock
+from storage.merkle import MerkleTree, leaf_of
+from storage.records import Record, digest
+
+
+class RecordStore(Protocol):
+    """Records by key, with an index by Merkle leaf."""
+
+    depth: int
+
+    def get(self, key: bytes) -> Record | None:
+        """The record of `key`, or None."""
+
+    def apply(self, puts: list[Record], deletes: list[bytes]) -> None:
+        """Write and delete atomically; visible at once, durable after `sync`."""
+
+    def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
+        """Up to `limit` records whose key starts with `prefix` and sorts
+        after `after`, in key order (tombstones included)."""
+
+    def in_leaves(self, first: int, end: int) -> list[Record]:
+        """All records whose leaf is in [first, end), by leaf then key."""
+
+    def all(self) -> Iterator[Record]:
+        """Every record (for rebuilding the tree at start)."""
+
+    def sync(self) -> None:
+        """Make every write so far durable (fsync of the log)."""
+
+
+class MemoryStore:
+    """`RecordStore` in dicts: the simulator's disk and the unit tests'."""
+
+    def __init__(self, depth: int) -> None:
+        """An empty store indexed for a tree of `depth`."""
+        self.depth = depth
+        self._records: dict[bytes, Record] = {}
+        self._by_leaf: dict[int, dict[bytes, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, key: bytes) -> Record | None:
+        """The record of `key`, or None."""
+        return self._records.get(key)
+
+    def apply(self, puts: list[Record], deletes: list[bytes]) -> None:
+        """Write and delete (a dict is always 'durable' in the simulator)."""
+        for rec in puts:
+            self._records[rec.key] = rec
+            self._by_leaf.setdefault(leaf_of(rec.key, self.depth), {})[rec.key] = None
+        for key in deletes:
+            if self._records.pop(key, None) is not None:
+                leaf = leaf_of(key, self.depth)
+                keys = self._by_leaf[leaf]
+                del keys[key]
+                if not keys:
+                    del self._by_leaf[leaf]
+
+    def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
+        """Records with `prefix` after `after`, in key order."""
+        keys = sorted(k for k in self._records if k.startswith(prefix) and k > after)
+        return [self._records[k] for k in keys[:limit]]
+
+    def in_leaves(self, first: int, end: int) -> list[Record]:
+        """Records in leaves [first, end), by leaf then key."""
+        if end - first <= len(self._by_leaf):
+            leaves: Iterable[int] = (x for x in range(first, end) if x in self._by_leaf)
+        else:
+            leaves = sorted(x for x in self._by_leaf if first <= x < end)
+        return [self._records[k] for leaf in leaves for k in sorted(self._by_leaf[leaf])]
+
+    def all(self) -> Iterator[Record]:
+        """Every record, in insertion order."""
+        return iter(list(self._records.values()))
+
+    def sync(self) -> None:
+        """Nothing to do."""
+
+
+@dataclass(slots=True)
+class ReplicaCounters:
+    """What happened to records, for metrics."""
+
+    local_writes: int = 0
+    merged: int = 0
+    stale: int = 0
+    skew_refused: int = 0
+    expired_tombstones_refused: int = 0
+    tombstones_collected: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name."""
+        return asdict(self)
+
+
+class Replica:
+    """One node's copy of the replicated records (module docstring)."""
+
+    def __init__(
+        self, store: RecordStore, node_id: bytes, max_skew_ms: int, tombstone_grace_ms: int
+    ) -> None:
+        """Load the tree and the clock from what `store` holds.
+
+        Args:
+            store: the records, from a previous run or empty.
+            node_id: this node's id, the writer of its local records.
+            max_skew_ms: the HLC's bound on remote clocks running ahead.
+            tombstone_grace_ms: how long a delete is kept (and so can still
+                win against an older write arriving late) before it is
+                collected.
+        """
+        self.store = store
+        self.node_id = node_id
+        self.tree = MerkleTree(store.depth)
+        self.clock = HybridClock(max_skew_ms)
+        self.tombstone_grace_ms = tombstone_grace_ms
+        self.counters = ReplicaCounters()
+        self._tombstones: list[tuple[int, bytes]] = []  # heap of (hlc, key)
+        tree, newest = self.tree, 0
+        for rec in store.all():
+            tree.add(tree.leaf_of(rec.key), digest(rec))
+            newest = max(newest, rec.hlc)
+            if rec.value is None:
+                self._tombstones.append((rec.hlc, rec.key))
+        heapq.heapify(self._tombstones)
+        self.clock.last = newest
+
+    def get(self, key: bytes) -> Record | None:
+        """The current record of `key` (a tombstone if deleted)."""
+        return self.store.get(key)
+
+    def write(self, key: bytes, value: bytes | None, wall_ms: int) -> Record:
+        """A local put (or delete, with None): a fresh version that wins
+        over everything this node has seen."""
+        rec = Record(key, value, self.clock.now(wall_ms), self.node_id)
+        self._replace(self.store.get(key), rec)
+        self.store.apply([rec], [])
+        self.counters.local_writes += 1
+        return rec
+
+    def merge(self, records: Iterable[Record], wall_ms: int) -> list[Record]:
+        """Take in records from a peer; returns the ones that were newer."""
+        applied: dict[bytes, Record] = {}
+        cutoff = hlc_mod.pack(max(0, wall_ms - self.tombstone_grace_ms))
+        for rec in records:
+            if not self.clock.observe(rec.hlc, wall_ms):
+                self.counters.skew_refused += 1
+                continue
+            if rec.value is None and rec.hlc < cutoff:
+                self.counters.expired_tombstones_refused += 1
+                continue
+            old = applied.get(rec.key) or self.store.get(rec.key)
+            if not rec.newer_than(old):
+                self.counters.stale += 1
+                continue
+            self._replace(old, rec)
+            applied[rec.key] = rec
+        if applied:
+            self.store.apply(list(applied.values()), [])
+            self.counters.merged += len(applied)
+        return list(applied.values())
+
+    def collect_tombstones(self, wall_ms: int) -> int:
+        """Drop tombstones older than the grace period; returns how many."""
+        cutoff = hlc_mod.pack(max(0, wall_ms - self.tombstone_grace_ms))
+        heap, dropped = self._tombstones, []
+        while heap and heap[0][0] < cutoff:
+            stamp, key = heapq.heappop(heap)
+            rec = self.store.get(key)
+            if rec is not None and rec.value is None and rec.hlc == stamp:
+                self.tree.remove(self.tree.leaf_of(key), digest(rec))
+                dropped.append(key)
+        if dropped:
+            self.store.apply([], dropped)
+            self.counters.tombstones_collected += len(dropped)
+        return len(dropped)
+
+    def _replace(self, old: Record | None, new: Record) -> None:
+        tree = self.tree
+        if old is None:
+            tree.add(tree.leaf_of(new.key), digest(new))
+        else:
+            tree.replace(tree.leaf_of(new.key), digest(old), digest(new))
+        if new.value is None:
+            heapq.heappush(self._tombstones, (new.hlc, new.key))
