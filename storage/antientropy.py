@@ -44,56 +44,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from membership import codec
 from membership.output import Address, Channel, Output, Send
-from storage.merkle import FANOUT, MAX_DEPTH
+from storage.config import SESSION_BUDGET_BYTES, SyncConfig
+from storage.merkle import FANOUT
 from storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
 from storage.records import Record
 from storage.store import Replica
 
 PeerSampler = Callable[[random.Random, int], list[Address]]
 _FIRST_SYNC_RETRY_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class SyncConfig:
-    """Anti-entropy and replication settings (config file: `[store]`)."""
-
-    # Seconds between anti-entropy sessions. A session between equal
-    # replicas is one round trip of ~40 bytes, so this can be short;
-    # memberlist's push-pull of the member list runs every 30 s.
-    sync_interval_s: float = 5.0
-    # Members a fresh write is pushed to at once (Serf's user events use
-    # the gossip fan-out, 3 on a LAN).
-    push_fanout: int = 3
-    # 16**4 = 65,536 leaves: ~15 keys per leaf at a million keys.
-    tree_depth: int = 4
-    # A remote HLC more than this ahead of our wall clock is refused.
-    # CockroachDB's default maximum clock offset is 500 ms; a LAN of bare
-    # metal without NTP discipline drifts more, so allow a minute.
-    max_skew_ms: int = 60_000
-    # How long a delete is kept. A replica away for longer than this may
-    # bring a deleted key back (Cassandra's gc_grace_seconds, 10 days by
-    # default, has the same meaning); one day suits a LAN cluster.
-    tombstone_grace_s: float = 86_400.0
-    session_timeout_s: float = 10.0
-    record_switch_count: int = 16
-    gc_interval_s: float = 60.0
-    mtu_bytes: int = 1400
-
-    def __post_init__(self) -> None:
-        if self.sync_interval_s <= 0 or self.session_timeout_s <= 0 or self.gc_interval_s <= 0:
-            raise ValueError("sync_interval_s, session_timeout_s and gc_interval_s must be > 0")
-        if not 1 <= self.tree_depth <= MAX_DEPTH:
-            raise ValueError(f"tree_depth must be 1 to {MAX_DEPTH}, got {self.tree_depth}")
-        if self.push_fanout < 0 or self.record_switch_count < 0 or self.max_skew_ms < 0:
-            raise ValueError("push_fanout, record_switch_count and max_skew_ms must be >= 0")
-        if self.tombstone_grace_s < 0 or self.mtu_bytes < 512:
-            raise ValueError("tombstone_grace_s must be >= 0 and mtu_bytes at least 512")
 
 
 @dataclass(slots=True)
@@ -135,8 +99,11 @@ class _Session:
     deadline_at: float
     rounds: int = 0
     received: int = 0
-    pending: list[tuple[int, int]] = field(default_factory=list)  # for the digest phase
-    ranges: list[tuple[int, int]] | None = None  # set when the digest phase starts
+    sent: int = 0
+    more: bool = False  # a side stopped at its byte budget: go again at once
+    # Differing nodes for the digest phase, as (level, index, peer's count).
+    pending: list[tuple[int, int, int]] = field(default_factory=list)
+    digesting: bool = False
 
 
 class AntiEntropy:
@@ -170,6 +137,7 @@ class AntiEntropy:
         self._session: _Session | None = None
         self._session_ids = itertools.count(rng.getrandbits(32))
         self._synced_once = False
+        self._follow_up: Address | None = None
         self._heap: list[tuple[float, int, str]] = []
         self._heap_seq = itertools.count()
         self._send: list[Send] = []
@@ -215,7 +183,7 @@ class AntiEntropy:
     def stream_failed(self, peer: Address, now: float) -> None:
         """A stream to `peer` failed: end the session with it, if any."""
         if self._session is not None and self._session.peer == peer:
-            self._end_session(ok=False)
+            self._end_session(ok=False, now=now)
 
     def set_wall_offset(self, wall_offset_ms: int) -> None:
         """The driver's current wall clock minus `now`, in ms."""
@@ -261,13 +229,17 @@ class AntiEntropy:
             peers = self._peers(self.rng, 1)
             if peers:
                 self.sync_with(peers[0], now)
-        retry = not self._synced_once
-        delay = _FIRST_SYNC_RETRY_S if retry else self.config.sync_interval_s
+        delay = self.config.sync_interval_s if self._synced_once else _FIRST_SYNC_RETRY_S
         self._push(now + delay * self.rng.uniform(0.8, 1.2), "sync")
+
+    def _due_follow_up(self, now: float) -> None:
+        peer, self._follow_up = self._follow_up, None
+        if peer is not None:
+            self.sync_with(peer, now)
 
     def _due_session_timeout(self, now: float) -> None:
         if self._session is not None and self._session.deadline_at <= now:
-            self._end_session(ok=False)
+            self._end_session(ok=False, now=now)
 
     def _due_gc(self, now: float) -> None:
         self.replica.collect_tombstones(self.wall_ms(now))
@@ -306,14 +278,19 @@ class AntiEntropy:
             return
         theirs = {key: (stamp, writer) for key, stamp, writer in msg.versions}
         newer: list[Record] = []
+        budget, more = SESSION_BUDGET_BYTES, False
         for rec in self._records_in(msg.ranges):
             other = theirs.pop(rec.key, None)
             if other is None or (rec.hlc, rec.writer) > other:
+                budget -= _size(rec)
+                if budget < 0:
+                    more = True  # the rest goes in the next session
+                    continue
                 newer.append(rec)
             elif (rec.hlc, rec.writer) < other:
                 theirs[rec.key] = other  # keep: we want theirs
         self.counters.records_sent += len(newer)
-        self._reply(sender, SyncRecords(msg.session, tuple(newer), tuple(theirs)))
+        self._reply(sender, SyncRecords(msg.session, tuple(newer), tuple(theirs), more))
 
     def _on_record_push(self, msg: RecordPush, sender: Address, now: float) -> None:
         self.counters.pushes_received += 1
@@ -323,20 +300,20 @@ class AntiEntropy:
 
     def _on_sync_tree_diff(self, msg: SyncTreeDiff, sender: Address, now: float) -> None:
         session = self._current(msg.session, sender)
-        if session is None or session.ranges is not None:
+        if session is None or session.digesting:
             return
         tree = self.replica.tree
         session.rounds += 1
         if not msg.differing:
             self.counters.sessions_in_sync += 1
-            self._end_session(ok=True)
+            self._end_session(ok=True, now=now)
             return
-        descend, ranges = [], session.pending
+        descend = []
         switch = self.config.record_switch_count
         for index, their_count in msg.differing:
             mine = tree.node(msg.level, index)[1]
-            if msg.level >= tree.depth or mine + their_count <= switch:
-                ranges.append((msg.level, index))
+            if msg.level >= tree.depth or mine == 0 or mine + their_count <= switch:
+                session.pending.append((msg.level, index, their_count))
             else:
                 descend.append(index)
         if descend:
@@ -344,36 +321,65 @@ class AntiEntropy:
             sums = tuple((i, s) for p in descend for i, s, _ in tree.children(msg.level, p))
             self._request(session, SyncTree(session.id, tree.depth, level, tuple(descend), sums))
             return
-        session.ranges = ranges
-        versions = tuple((r.key, r.hlc, r.writer) for r in self._records_in(ranges))
-        self._request(session, SyncDigests(session.id, tuple(ranges), versions))
+        self._start_digests(session, now)
+
+    def _start_digests(self, session: _Session, now: float) -> None:
+        """Push whole subtrees the peer has nothing under; ask about the rest."""
+        session.digesting = True
+        empty = [(lv, i) for lv, i, count in session.pending if count == 0]
+        asked = tuple((lv, i) for lv, i, count in session.pending if count > 0)
+        if empty:
+            session.sent += self._push_records(session, self._records_in(empty))
+        if not asked:
+            self._end_session(ok=True, now=now)
+            return
+        versions = tuple((r.key, r.hlc, r.writer) for r in self._records_in(asked))
+        self._request(session, SyncDigests(session.id, asked, versions))
 
     def _on_sync_records(self, msg: SyncRecords, sender: Address, now: float) -> None:
         applied = self.replica.merge(msg.records, self.wall_ms(now))
         self.counters.records_received += len(msg.records)
         session = self._session
         if session is None or session.id != msg.session or session.peer != sender:
-            return  # the initiator's final push: records only
-        if session.ranges is None:
+            return  # an initiator's push: records only
+        if not session.digesting:
             self.counters.unexpected += 1
             return
         session.received += len(applied)
+        session.more = session.more or msg.more
         wanted = [rec for key in msg.wants if (rec := self.replica.get(key)) is not None]
-        if wanted:
-            self._send.append(Send(sender, (SyncRecords(msg.session, tuple(wanted), ()),),
-                                   Channel.STREAM))  # fmt: skip
-            self.counters.records_sent += len(wanted)
-        self._end_session(ok=True, sent=len(wanted))
+        session.sent += self._push_records(session, wanted)
+        self._end_session(ok=True, now=now)
+
+    def _push_records(self, session: _Session, records: Iterable[Record]) -> int:
+        """Send `records` to the session's peer, in frames of a quarter of
+        the byte budget, up to the budget; returns how many went out."""
+        chunk: list[Record] = []
+        chunk_bytes = total_bytes = sent = 0
+        for rec in records:
+            size = _size(rec)
+            if total_bytes + size > SESSION_BUDGET_BYTES and sent:
+                session.more = True  # the rest goes in the next session
+                break
+            if chunk and chunk_bytes + size > SESSION_BUDGET_BYTES // 4:
+                self._request(session, SyncRecords(session.id, tuple(chunk), ()))
+                chunk, chunk_bytes = [], 0
+            chunk.append(rec)
+            chunk_bytes += size
+            total_bytes += size
+            sent += 1
+        if chunk:
+            self._request(session, SyncRecords(session.id, tuple(chunk), ()))
+        self.counters.records_sent += sent
+        return sent
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _records_in(self, ranges: Sequence[tuple[int, int]]) -> list[Record]:
+    def _records_in(self, ranges: Sequence[tuple[int, int]]) -> Iterator[Record]:
         tree, store = self.replica.tree, self.replica.store
-        out: list[Record] = []
         for level, index in ranges:
             first, end = tree.leaf_range(level, index)
-            out.extend(store.in_leaves(first, end))
-        return out
+            yield from store.in_leaves(first, end)
 
     def _current(self, session_id: int, sender: Address) -> _Session | None:
         s = self._session
@@ -388,17 +394,25 @@ class AntiEntropy:
     def _reply(self, to: Address, msg: Any) -> None:
         self._send.append(Send(to, (msg,), Channel.STREAM))
 
-    def _end_session(self, ok: bool, sent: int = 0) -> None:
+    def _end_session(self, ok: bool, now: float) -> None:
         s = self._session
         assert s is not None
         self._session = None
         if ok:
             self._synced_once = True
-            if s.received or sent:
+            if s.received or s.sent:
                 self.counters.sessions_repaired += 1
+            if s.more:  # catching up on a large difference: go on at once
+                self._follow_up = s.peer
+                self._push(now, "follow_up")
         else:
             self.counters.sessions_failed += 1
-        self._events.append(SyncCompleted(s.peer, ok, sent, s.received, s.rounds))
+        self._events.append(SyncCompleted(s.peer, ok, s.sent, s.received, s.rounds))
 
     def _push(self, at: float, kind: str) -> None:
         heapq.heappush(self._heap, (at, next(self._heap_seq), kind))
+
+
+def _size(rec: Record) -> int:
+    """Roughly the bytes a record takes in a frame."""
+    return len(rec.key) + len(rec.value or b"") + 32

@@ -141,9 +141,8 @@ class RocksStore:
                 out.append(decode_value(key, raw))
         return out
 
-    def in_leaves(self, first: int, end: int) -> list[Record]:
-        """Records in leaves [first, end), by leaf then key."""
-        out: list[Record] = []
+    def in_leaves(self, first: int, end: int) -> Iterator[Record]:
+        """Records in leaves [first, end), by leaf then key (lazily)."""
         stop = end.to_bytes(4, "big")
         for index_key in self._leaves.keys(from_key=first.to_bytes(4, "big")):
             if index_key >= stop:
@@ -151,8 +150,7 @@ class RocksStore:
             key = index_key[4:]
             raw = self._records.get(key)
             if raw is not None:
-                out.append(decode_value(key, raw))
-        return out
+                yield decode_value(key, raw)
 
     def all(self) -> Iterator[Record]:
         """Every record, in key order."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from membership import codec
-from membership.codec import DecodeError, _u64
+from membership.codec import DecodeError, _bool, _u64
 from storage.merkle import FANOUT, MAX_DEPTH
 from storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, NODE_ID_BYTES, Record
 
@@ -66,6 +66,7 @@ class SyncRecords:
     session: int
     records: tuple[Record, ...]
     wants: tuple[bytes, ...]
+    more: bool = False  # the sender stopped at its byte budget; sync again
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +139,8 @@ def _encode(msg: Any) -> list[Any] | None:
             return [41, session, level, [list(d) for d in differing]]
         case SyncDigests(session, ranges, versions):
             return [42, session, [list(r) for r in ranges], [list(v) for v in versions]]
-        case SyncRecords(session, records, wants):
-            return [43, session, [_enc_record(r) for r in records], list(wants)]
+        case SyncRecords(session, records, wants, more):
+            return [43, session, [_enc_record(r) for r in records], list(wants), more]
         case RecordPush(records):
             return [44, [_enc_record(r) for r in records]]
     return None
@@ -160,6 +161,7 @@ codec.register(41, 4, lambda f: SyncTreeDiff(
 codec.register(42, 4, lambda f: SyncDigests(
     _u64(f[1]), tuple(_pair(r, MAX_DEPTH + 1, _MAX_INDEX) for r in _list(f[2])),
     tuple(_version(v) for v in _list(f[3]))), _encode)  # fmt: skip
-codec.register(43, 4, lambda f: SyncRecords(
-    _u64(f[1]), _records(f[2]), tuple(_key(k) for k in _list(f[3]))), _encode)  # fmt: skip
+codec.register(43, 5, lambda f: SyncRecords(
+    _u64(f[1]), _records(f[2]), tuple(_key(k) for k in _list(f[3])), _bool(f[4])),
+    _encode)  # fmt: skip
 codec.register(44, 2, lambda f: RecordPush(_records(f[1])), _encode)

@@ -41,7 +41,7 @@ class RecordStore(Protocol):
         """Up to `limit` records whose key starts with `prefix` and sorts
         after `after`, in key order (tombstones included)."""
 
-    def in_leaves(self, first: int, end: int) -> list[Record]:
+    def in_leaves(self, first: int, end: int) -> Iterator[Record]:
         """All records whose leaf is in [first, end), by leaf then key."""
 
     def all(self) -> Iterator[Record]:
@@ -85,13 +85,15 @@ class MemoryStore:
         keys = sorted(k for k in self._records if k.startswith(prefix) and k > after)
         return [self._records[k] for k in keys[:limit]]
 
-    def in_leaves(self, first: int, end: int) -> list[Record]:
+    def in_leaves(self, first: int, end: int) -> Iterator[Record]:
         """Records in leaves [first, end), by leaf then key."""
         if end - first <= len(self._by_leaf):
-            leaves: Iterable[int] = (x for x in range(first, end) if x in self._by_leaf)
+            leaves: Iterable[int] = [x for x in range(first, end) if x in self._by_leaf]
         else:
             leaves = sorted(x for x in self._by_leaf if first <= x < end)
-        return [self._records[k] for leaf in leaves for k in sorted(self._by_leaf[leaf])]
+        for leaf in leaves:
+            for key in sorted(self._by_leaf.get(leaf, ())):
+                yield self._records[key]
 
     def all(self) -> Iterator[Record]:
         """Every record, in insertion order."""
