@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from daemon.addresses import choose_advertise
+from daemon.commit import GroupCommit
 from daemon.config import AgentConfig
 from daemon.errors import ConfigError
 from daemon.node import ShoalNode
@@ -37,7 +38,10 @@ from membership.member import MemberState, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.transport import FaultInjector, PacketProtocol, read_frame
-from storage.identity import FileIdentityStore
+from storage.antientropy import SyncCompleted
+from storage.identity import DataDir
+from storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
+from storage.records import Record
 
 SLOW_FLUSH_S = 0.05
 UDP_RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024
@@ -46,6 +50,9 @@ _WATCHER_QUEUE = 1024
 MAX_DISCOVERY_JOINS = 3
 
 log = structlog.get_logger("shoal")
+# Messages that answer with a large state transfer: accepted on streams only,
+# so a spoofed datagram cannot make us send one to somebody else.
+_STREAM_ONLY = {PushPull, SyncTree, SyncTreeDiff, SyncDigests, SyncRecords}
 
 
 class Watcher:
@@ -85,7 +92,8 @@ class Agent:
         self._drop_seen: set[tuple[str, str]] = set()
         self._join_waiters: list[tuple[set[Address], dict[str, bool], asyncio.Future[None]]] = []
         self._stop = asyncio.Event()
-        self.identity_store: FileIdentityStore | None = None
+        self.data_dir: DataDir | None = None
+        self.commits: GroupCommit | None = None
         self.discovery: Discovery | None = None
         self.faults: FaultInjector | None = None
         self._discovery_joins: set[Address] = set()
@@ -99,12 +107,15 @@ class Agent:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
-        self.identity_store = FileIdentityStore(cfg.data_dir)
-        stored = self.identity_store.load()
+        self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
+        stored = self.data_dir.load_identity()
+        engine = self.data_dir.engine
+        self.commits = GroupCommit(engine.sync)
         await self._open_sockets()
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
-        self.node = ShoalNode(ident, cfg.swim, rng, stored.incarnation)
+        self.node = ShoalNode(ident, cfg.swim, rng, stored.incarnation, engine.records,
+                              cfg.store, self._wall_offset_ms())  # fmt: skip
         now = self._loop.time()
         self.node.start(now)
         if cfg.join:
@@ -171,8 +182,8 @@ class Agent:
         self._server.close()
         for task in self._tasks:
             task.cancel()
-        if self.identity_store is not None:
-            self.identity_store.close()
+        if self.data_dir is not None:
+            self.data_dir.close()
 
     # -- discovery ---------------------------------------------------------------------
 
@@ -181,13 +192,22 @@ class Agent:
         if not cfg.discovery:
             return
         interfaces = list(cfg.discovery_interfaces) or [advertise[0]]
-        self.discovery = Discovery(interfaces, advertise, cfg.node_name, node_id_hex,
-                                   cfg.cluster, self._on_discovered, cfg.discovery_service)
+        self.discovery = Discovery(
+            interfaces,
+            advertise,
+            cfg.node_name,
+            node_id_hex,
+            cfg.cluster,
+            self._on_discovered,
+            cfg.discovery_service,
+        )
         try:
             await self.discovery.start()
         except OSError as exc:
-            raise ConfigError(f"discovery_interfaces: cannot use {', '.join(interfaces)} for "
-                              f"multicast: {exc.strerror}") from None
+            raise ConfigError(
+                f"discovery_interfaces: cannot use {', '.join(interfaces)} for "
+                f"multicast: {exc.strerror}"
+            ) from None
         log.info("discovery started", interfaces=interfaces, service=cfg.discovery_service)
 
     def _on_discovered(self, found: DiscoveredPeer | IgnoredPeer) -> None:
@@ -238,8 +258,8 @@ class Agent:
         except codec.DecodeError as exc:
             self._dropped(exc.reason, addr)
             return
-        if any(isinstance(msg, PushPull) for msg in messages):
-            self._dropped("pushpull_datagram", addr)  # full state only over streams
+        if any(type(msg) in _STREAM_ONLY for msg in messages):
+            self._dropped("stream_only_datagram", addr)  # state exchanges only over streams
             return
         self.node.receive_all(messages, addr, self._loop.time())
         self.flush()
@@ -266,7 +286,7 @@ class Agent:
 
     async def _stream_out(self, send: Send) -> None:
         timeout_s = self.config.swim.stream_timeout_s
-        expects_reply = any(isinstance(m, PushPull) and not m.reply for m in send.messages)
+        expects_reply = any(getattr(m, "expects_reply", False) for m in send.messages)
         self.counters["streams_out"] += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -291,8 +311,15 @@ class Agent:
     def _on_timer(self) -> None:
         self._timer = None
         self._armed_at = None
+        self.node.sync.set_wall_offset(self._wall_offset_ms())
         self.node.tick(self._loop.time())
         self.flush()
+
+    def _wall_offset_ms(self) -> int:
+        # The cores see wall time only as monotonic `now` plus this offset,
+        # refreshed on every timer, so a stepped clock is noticed within a
+        # tick (the HLC never goes backwards either way).
+        return int(time.time() * 1000) - int(self._loop.time() * 1000)
 
     # -- commands (from the API) -----------------------------------------------------
 
@@ -317,6 +344,20 @@ class Agent:
         self.flush()
         if self.discovery is not None:
             self.discovery.withdraw()
+
+    async def write(self, key: bytes, value: bytes | None) -> Record:
+        """Put (or delete, with None) `key`; return once it is durable.
+
+        The write is visible here and pushed to peers at once; the answer
+        waits for the group commit, so an acknowledged write survives a
+        crash of this machine.
+        """
+        self.node.sync.set_wall_offset(self._wall_offset_ms())
+        record = self.node.write(key, value, self._loop.time())
+        self.flush()
+        assert self.commits is not None
+        await self.commits.wait()
+        return record
 
     def set_tags(self, tags: Tags) -> None:
         """Replace this node's tags."""
@@ -347,8 +388,8 @@ class Agent:
     def _handle(self, out: Output) -> None:
         for item in out.persist:
             if isinstance(item, PersistIncarnation):
-                assert self.identity_store is not None
-                self.identity_store.save_incarnation(item.incarnation)
+                assert self.data_dir is not None
+                self.data_dir.save_incarnation(item.incarnation)
         for send in out.send:
             self._send(send)
         for event in out.events:
@@ -371,6 +412,9 @@ class Agent:
         self.counters["bytes_out"] += len(data)
 
     def _publish(self, event: Any) -> None:
+        if isinstance(event, SyncCompleted):
+            self._log_sync(event)
+            return
         record = event_fields(event)
         record["at_ms"] = int(time.time() * 1000)
         record["observer"] = self.config.node_name
@@ -383,6 +427,16 @@ class Agent:
         if isinstance(event, JoinCompleted):
             self._resolve_join(event)
             self._discovery_join_done(event.addr)
+
+    def _log_sync(self, event: SyncCompleted) -> None:
+        peer = f"{event.peer[0]}:{event.peer[1]}"
+        if not event.ok:
+            log.info("anti-entropy session failed", peer=peer)
+        elif event.sent or event.received:
+            log.info("anti-entropy repaired records", peer=peer, sent=event.sent,
+                     received=event.received, rounds=event.rounds)  # fmt: skip
+        else:
+            log.debug("anti-entropy: in sync", peer=peer)
 
     def _resolve_join(self, event: JoinCompleted) -> None:
         for pending, results, fut in list(self._join_waiters):

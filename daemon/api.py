@@ -5,6 +5,12 @@
     POST /v1/join  {"addrs": [..]} join through addresses; per-address outcome
     POST /v1/leave                 leave the cluster (the agent keeps running)
     GET  /v1/events                membership events as newline-delimited JSON
+    PUT  /v1/kv/<key>              store the request body as the value of <key>
+    GET  /v1/kv/<key>              the value and its version (404 if absent)
+    DELETE /v1/kv/<key>            delete <key> (a tombstone that replicates)
+    GET  /v1/kv/?prefix=&after=&limit=   list keys and values in key order
+
+Writes return once durable on this node (group commit, see daemon/commit.py).
 
 Errors are JSON too, `{"error": "..."}`, with a 4xx status for a bad request.
 HTTP/1.1 parsing and framing are h11's (a sans-IO parser, like our cores);
@@ -17,9 +23,10 @@ default; see docs/operations.md.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
 import h11
 import structlog
@@ -28,6 +35,8 @@ from daemon.config import parse_address
 from daemon.errors import ConfigError
 from membership.member import MemberState
 from membership.output import Address
+from storage import hlc
+from storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
 
 if TYPE_CHECKING:
     from daemon.agent import Agent
@@ -35,6 +44,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("shoal.api")
 
 MAX_BODY_BYTES = 64 * 1024
+KV_PREFIX = "/v1/kv/"
+LIST_LIMIT_DEFAULT = 1000
+LIST_LIMIT_MAX = 10_000
 MAX_HEADER_BYTES = 16 * 1024
 READ_TIMEOUT_S = 30.0
 _STATUSES = {s.label for s in MemberState}
@@ -68,18 +80,18 @@ class _Exchange:
                 data = await self.reader.read(65536)
             self.conn.receive_data(data)
 
-    async def body(self, request: h11.Request) -> bytes:
+    async def body(self, request: h11.Request, limit: int = MAX_BODY_BYTES) -> bytes:
         length = dict(request.headers).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            raise HttpError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise HttpError(413, f"request body over {limit} bytes")
         chunks: list[bytes] = []
         size = 0
         while True:
             event = await self.next_event()
             if isinstance(event, h11.Data):
                 size += len(event.data)
-                if size > MAX_BODY_BYTES:
-                    raise HttpError(413, f"request body over {MAX_BODY_BYTES} bytes")
+                if size > limit:
+                    raise HttpError(413, f"request body over {limit} bytes")
                 chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)
@@ -160,6 +172,12 @@ class ApiServer:
             return False
         method, target = event.method.decode(), urlsplit(event.target.decode())
         try:
+            if target.path.startswith(KV_PREFIX):
+                limit = MAX_VALUE_BYTES if method == "PUT" else MAX_BODY_BYTES
+                body = await ex.body(event, limit)
+                status, answer = await self.kv(method, target.path, parse_qs(target.query), body)
+                await ex.json(status, answer)
+                return ex.conn.our_state is h11.DONE and ex.conn.their_state is h11.DONE
             body = await ex.body(event)
             if (method, target.path) == ("GET", "/v1/events"):
                 await self.events(ex)
@@ -224,6 +242,70 @@ class ApiServer:
     async def leave(self, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
         self.agent.leave()
         return 200, {"left": True}
+
+    async def kv(self, method: str, path: str, query: dict[str, list[str]],
+                 body: bytes) -> tuple[int, Any]:  # fmt: skip
+        """The key-value routes: one key, or a listing for an empty key."""
+        key = unquote_to_bytes(path[len(KV_PREFIX) :])
+        if len(key) > MAX_KEY_BYTES:
+            raise HttpError(400, f"a key is at most {MAX_KEY_BYTES} bytes")
+        if not key:
+            if method != "GET":
+                raise HttpError(405 if method in ("PUT", "DELETE") else 404,
+                                f"{method} needs a key: {KV_PREFIX}<key>")  # fmt: skip
+            return 200, self._kv_list(query)
+        if method == "GET":
+            rec = self.agent.node.read(key)
+            if rec is None or rec.value is None:
+                raise HttpError(404, f"no key {key.decode(errors='replace')!r}")
+            return 200, self._record_json(rec)
+        if method not in ("PUT", "DELETE"):
+            raise HttpError(405, f"no {method} {KV_PREFIX}<key>")
+        try:
+            rec = await self.agent.write(key, body if method == "PUT" else None)
+        except OSError as exc:
+            log.error("write not durable", key=key.decode(errors="replace"), error=str(exc))
+            raise HttpError(500, f"the write could not be made durable: {exc}") from None
+        return 200, self._record_json(rec)
+
+    def _kv_list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        prefix = query.get("prefix", [""])[0].encode()
+        after = query.get("after", [""])[0].encode()
+        limit_text = query.get("limit", [str(LIST_LIMIT_DEFAULT)])[0]
+        if not limit_text.isdigit() or not 0 < int(limit_text) <= LIST_LIMIT_MAX:
+            raise HttpError(400, f"limit must be 1 to {LIST_LIMIT_MAX}")
+        limit = int(limit_text)
+        items: list[dict[str, Any]] = []
+        store = self.agent.node.sync.replica.store
+        more = True
+        while len(items) < limit and more:
+            batch = store.scan(prefix, after, limit)
+            more = len(batch) == limit
+            for rec in batch:
+                after = rec.key
+                if rec.value is not None and len(items) < limit:
+                    items.append(self._record_json(rec))
+        next_after = items[-1]["key"] if len(items) == limit else None
+        return {"items": items, "next_after": next_after}
+
+    def _record_json(self, rec: Record) -> dict[str, Any]:
+        writer = self.agent.node.swim.table.name_of(rec.writer)
+        out: dict[str, Any] = {
+            "key": rec.key.decode(errors="replace"),
+            "hlc": rec.hlc,
+            "modified_wall_ms": hlc.physical_ms(rec.hlc),
+            "writer": writer or rec.writer.hex(),
+            "writer_id": rec.writer.hex(),
+        }
+        if rec.value is None:
+            out["deleted"] = True
+        else:
+            try:
+                out["value"] = rec.value.decode()
+            except UnicodeDecodeError:
+                out["value"] = None
+            out["value_base64"] = base64.b64encode(rec.value).decode()
+        return out
 
     async def events(self, ex: _Exchange) -> None:
         from daemon.agent import Watcher

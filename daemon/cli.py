@@ -45,8 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--profile", help="timing profile: lan, local or wan")
     agent.add_argument("--log-level", dest="log_level", help="debug, info, warning or error")
     agent.add_argument("--log-format", dest="log_format", help="auto, json or console")
-    agent.add_argument("--discovery", dest="discovery", action=argparse.BooleanOptionalAction,
-                       default=None, help="find peers by multicast DNS-SD (default on)")
+    agent.add_argument(
+        "--discovery",
+        dest="discovery",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="find peers by multicast DNS-SD (default on)",
+    )
     agent.add_argument("--discovery-interface", dest="discovery_interfaces", action="append",
                        help="IPv4 address of an interface for discovery (repeatable; default: "
                        "the advertised address)")  # fmt: skip
@@ -65,6 +70,24 @@ def _parser() -> argparse.ArgumentParser:
 
     monitor = sub.add_parser("monitor", help="follow an agent's membership events")
     _api_arg(monitor)
+
+    kv = sub.add_parser("kv", help="read and write the replicated key-value store")
+    kv_sub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")
+    for name, help_text in (("put", "set KEY to VALUE (or stdin with -)"),
+                            ("get", "print the value of KEY"),
+                            ("delete", "delete KEY"),
+                            ("list", "list keys (and values) under a prefix")):  # fmt: skip
+        p = kv_sub.add_parser(name, help=help_text)
+        _api_arg(p)
+        if name == "list":
+            p.add_argument("prefix", nargs="?", default="")
+            p.add_argument("--values", action="store_true", help="print values too")
+        else:
+            p.add_argument("key")
+        if name == "put":
+            p.add_argument("value", help="the value, or - to read it from stdin")
+        if name in ("get", "list"):
+            p.add_argument("--json", action="store_true", help="print JSON with versions")
 
     demo = sub.add_parser("demo", help="run a demo cluster of agents on loopback")
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
@@ -119,6 +142,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{addr}: {'joined' if ok else 'failed'}")
         print(f"Successfully joined cluster by contacting {answer['joined']} nodes.")
         return 0 if answer["joined"] else 1
+    if command == "kv":
+        from daemon.kv_cli import kv_command
+
+        return kv_command(client, args)
     if command == "leave":
         client.post("/v1/leave")
         print("Graceful leave complete.")
@@ -133,9 +160,22 @@ def _agent(args: argparse.Namespace) -> int:
 
     flags: dict[str, Any] = {
         k: getattr(args, k)
-        for k in ("config", "node_name", "cluster", "bind", "advertise", "join", "data_dir",
-                  "api", "tags", "profile", "log_level", "log_format", "discovery",
-                  "discovery_interfaces")  # fmt: skip
+        for k in (
+            "config",
+            "node_name",
+            "cluster",
+            "bind",
+            "advertise",
+            "join",
+            "data_dir",
+            "api",
+            "tags",
+            "profile",
+            "log_level",
+            "log_format",
+            "discovery",
+            "discovery_interfaces",
+        )  # fmt: skip
     }
     cfg = config_mod.load(flags)
     from daemon import logging as shoal_logging
@@ -164,8 +204,13 @@ def _members(client: Any, args: argparse.Namespace) -> int:
 def format_members(members: list[dict[str, Any]]) -> str:
     """Members as the table `shoal members` prints (like `serf members`)."""
     rows = [
-        (m["name"], m["address"], m["status"], str(m["incarnation"]),
-         ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())))  # fmt: skip
+        (
+            m["name"],
+            m["address"],
+            m["status"],
+            str(m["incarnation"]),
+            ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())),
+        )  # fmt: skip
         for m in sorted(members, key=lambda m: m["name"])
     ]
     header = ("Name", "Address", "Status", "Inc", "Tags")
@@ -173,6 +218,7 @@ def format_members(members: list[dict[str, Any]]) -> str:
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]
     )
+
 
 if __name__ == "__main__":
     main()

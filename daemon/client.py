@@ -24,6 +24,10 @@ class ApiClient:
         """GET `path` and return its JSON body."""
         return self._call(urllib.request.Request(self.base + path))
 
+    def request(self, method: str, path: str, data: bytes | None = None) -> Any:
+        """`method` on `path` with a raw body; the JSON answer."""
+        return self._call(urllib.request.Request(self.base + path, data=data, method=method))
+
     def post(self, path: str, body: Any = None) -> Any:
         """POST `body` as JSON to `path` and return the JSON answer."""
         data = json.dumps(body if body is not None else {}).encode()
@@ -51,9 +55,15 @@ class ApiClient:
                 message = json.loads(exc.read()).get("error", exc.reason)
             except (ValueError, AttributeError):
                 message = exc.reason
+            if exc.code == 404:
+                raise NotFoundError(message) from None
             raise ApiError(f"the agent refused: {message}") from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             raise ApiError(f"cannot reach the agent at {self.base}: {_reason(exc)}") from None
+
+
+class NotFoundError(ApiError):
+    """The agent answered 404 (for `shoal kv get`, a missing key)."""
 
 
 def _reason(exc: Exception) -> str:

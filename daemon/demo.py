@@ -125,8 +125,10 @@ def run_demo(nodes: int, keep: bool = False) -> int:
         took = _wait(lambda: _all_see(survivors, victim.name, {"dead"}), survivors, 60)
         print(f"   All {len(survivors)} survivors mark {victim.name} failed, "
               f"{took:.2f} s after the kill.\n")  # fmt: skip
-        print(f"3. Restarting {victim.name}: same data directory, so same node id; "
-              "it finds the others by itself ...")
+        print(
+            f"3. Restarting {victim.name}: same data directory, so same node id; "
+            "it finds the others by itself ..."
+        )
         victim.start()
         took = _wait(lambda: _all_see(agents, victim.name, {"alive"}), agents, 30)
         inc = next(m["incarnation"] for m in agents[0].members() if m["name"] == victim.name)

@@ -132,6 +132,14 @@ class MemberTable:
         """The member called `name`, if known."""
         return self.members.get(name)
 
+    def name_of(self, node_id: bytes) -> str | None:
+        """The name of the member with `node_id`, if known (a scan: for the
+        API, not the protocol)."""
+        for m in self.members.values():
+            if m.ident.node_id == node_id:
+                return m.ident.name
+        return None
+
     @property
     def me(self) -> Member:
         """This node's own row."""

@@ -43,7 +43,11 @@ class FaultInjector:
     """Seeded loss, duplication and delay applied to incoming datagrams."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, drop: float, duplicate: float, delay_s: float,
+        self,
+        loop: asyncio.AbstractEventLoop,
+        drop: float,
+        duplicate: float,
+        delay_s: float,
         seed: int,
     ) -> None:
         self.loop = loop

@@ -252,8 +252,10 @@ class AntiEntropy:
         if msg.depth != tree.depth:
             self.counters.depth_mismatch += 1
             return
-        if msg.level > tree.depth or (msg.level == 0) != (not msg.parents) or any(
-            p >= FANOUT ** (msg.level - 1) for p in msg.parents
+        if (
+            msg.level > tree.depth
+            or (msg.level == 0) != (not msg.parents)
+            or any(p >= FANOUT ** (msg.level - 1) for p in msg.parents)
         ):
             self.counters.unexpected += 1
             return
