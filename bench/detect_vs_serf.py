@@ -314,8 +314,12 @@ def main() -> None:
     parser.add_argument("--leave-trials", type=int, default=5)
     parser.add_argument("--steady-s", type=float, default=20.0)
     parser.add_argument("--only", choices=["shoal", "serf"])
-    parser.add_argument("--launch-gap-s", type=float, default=0.0,
-                        help="pause between agent launches (0: all at once)")
+    parser.add_argument(
+        "--launch-gap-s",
+        type=float,
+        default=0.0,
+        help="pause between agent launches (0: all at once)",
+    )
     args = parser.parse_args()
     if os.environ.get("SHOAL_BENCH_NETNS") != "1":
         if shutil.which("serf") is None:

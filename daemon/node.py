@@ -53,8 +53,9 @@ class ShoalNode:
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
         cfg = sync_config or SyncConfig()
-        replica = Replica(store or MemoryStore(cfg.tree_depth), ident.node_id, cfg.max_skew_ms,
-                          int(cfg.tombstone_grace_s * 1000))  # fmt: skip
+        if store is None:
+            store = MemoryStore(cfg.tree_depth)
+        replica = Replica(store, ident.node_id, cfg.max_skew_ms, int(cfg.tombstone_grace_s * 1000))
         sync_rng = random.Random(rng.getrandbits(64))
         self.sync = AntiEntropy(replica, cfg, sync_rng, self._sample_peers, wall_offset_ms)
         # Message type -> the handler of the core it belongs to: one lookup

@@ -28,10 +28,14 @@ from membership.output import Address, Channel, PersistIncarnation
 from membership.profiles import SwimConfig
 from sim.clock import NodeClock
 from sim.network import LinkProfile, SimNetwork
+from storage.config import SyncConfig
+from storage.store import MemoryStore
 
 _DATAGRAM, _STREAM, _STREAM_FAILED, _DEADLINE, _ACTION = range(5)
 BYTES_SAMPLE = 16
 GOSSIP_PORT = 7946
+# The simulated wall clock at true time 0 (2027-01-15), for HLC versions.
+SIM_WALL_BASE_MS = 1_800_000_000_000
 
 
 class SimObserver(Protocol):
@@ -68,6 +72,7 @@ class SimCluster:
         wire: bool = False,
         count_bytes: bool = False,
         clocks: list[NodeClock] | None = None,
+        sync_config: SyncConfig | None = None,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -82,6 +87,9 @@ class SimCluster:
         self.nodes: list[ShoalNode | None] = [None] * n
         self.idents: list[NodeIdentity] = []
         self.disk: list[int] = [0] * n  # each node's persisted incarnation
+        self.sync_config = sync_config or SyncConfig()
+        # Each node's record store: its disk, which outlives crashes.
+        self.stores = [MemoryStore(self.sync_config.tree_depth) for _ in range(n)]
         self._host_of: dict[Address, int] = {}
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
@@ -123,13 +131,18 @@ class SimCluster:
         """Schedule a graceful leave of host `i`."""
         self.at(at, lambda: self._command(i, lambda node, now: node.leave(now)))
 
+    def write(self, i: int, key: bytes, value: bytes | None, at: float) -> None:
+        """Schedule a put (a delete, with None) of `key` on host `i`."""
+        self.at(at, lambda: self._command(i, lambda node, now: node.write(key, value, now)))
+
     def at(self, when: float, action: Callable[[], None]) -> None:
         """Run `action` at true time `when` (a fault or a command)."""
         heapq.heappush(self._heap, (when, next(self._seq), _ACTION, action))
 
     def _boot(self, i: int, join: list[int]) -> None:
         rng = random.Random((self.seed * 1_000_003 + i) ^ (self._gen[i] << 32))
-        node = ShoalNode(self.idents[i], self.config, rng, self.disk[i])
+        node = ShoalNode(self.idents[i], self.config, rng, self.disk[i], self.stores[i],
+                         self.sync_config, SIM_WALL_BASE_MS)  # fmt: skip
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         node.start(local)

@@ -77,8 +77,12 @@ class SimResult:
             "config": self.config,
             "converged_s": _r(self.converged_s),
             "crashes": [
-                {"node": c.node, "crashed_at_s": _r(c.crashed_at_s),
-                 "first_detect_s": _r(c.first_detect_s), "all_detect_s": _r(c.all_detect_s)}
+                {
+                    "node": c.node,
+                    "crashed_at_s": _r(c.crashed_at_s),
+                    "first_detect_s": _r(c.first_detect_s),
+                    "all_detect_s": _r(c.all_detect_s),
+                }
                 for c in self.crashes
             ],  # fmt: skip
             "false_positive_events": self.false_positive_events,
@@ -150,8 +154,14 @@ def run_simulation(
         rec.settle(survivors)
     n_live = max(1, nodes)
     return SimResult(
-        config={"nodes": nodes, "duration_s": duration_s, "loss": loss, "crash": crash,
-                "seed": seed, "profile": profile},  # fmt: skip
+        config={
+            "nodes": nodes,
+            "duration_s": duration_s,
+            "loss": loss,
+            "crash": crash,
+            "seed": seed,
+            "profile": profile,
+        },  # fmt: skip
         converged_s=converged_at,
         crashes=list(watch.records.values()),
         false_positive_events=len(fps.events),

@@ -57,7 +57,17 @@ class Record:
 
     def newer_than(self, other: Record | None) -> bool:
         """Whether this record should replace `other` (None: no record)."""
-        return other is None or (self.hlc, self.writer) > (other.hlc, other.writer)
+        if other is None:
+            return True
+        if self.hlc != other.hlc or self.writer != other.writer:
+            return (self.hlc, self.writer) > (other.hlc, other.writer)
+        # Equal versions with different contents come only from a faulty
+        # writer (one node never stamps two writes alike); any fixed order
+        # keeps the replicas equal whatever the arrival order.
+        return (self.value is not None, self.value or b"") > (
+            other.value is not None,
+            other.value or b"",
+        )
 
 
 def encode_value(record: Record) -> bytes:

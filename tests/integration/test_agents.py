@@ -109,6 +109,7 @@ def test_garbage_datagrams_change_nothing(agents):
     payloads = [os.urandom(n % 1400 + 1) for n in range(1500)]
     payloads += [bytes([1, 0]) + codec.cluster_tag("another") + b"\x80"] * 100
     payloads += [valid[:k] for k in range(len(valid))] * 20
+
     def dropped() -> int:
         counters = target.api.get("/v1/self")["counters"]
         return sum(v for k, v in counters.items() if k.startswith("dropped_"))

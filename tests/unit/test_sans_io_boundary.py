@@ -25,6 +25,7 @@ PURE = [
     "membership/swim.py",
     "membership/table.py",
     "storage/antientropy.py",
+    "storage/config.py",
     "storage/hlc.py",
     "storage/merkle.py",
     "storage/messages.py",

@@ -13,7 +13,10 @@ from daemon.errors import ConfigError
 
 def shoal(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "daemon.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=env,
     )
 

@@ -1,0 +1,130 @@
+"""The RocksDB engine and the data directory, on a real disk."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import cbor2
+import pytest
+
+from daemon.commit import GroupCommit
+from daemon.errors import DataDirError
+from storage.identity import DataDir
+from storage.store import Replica
+
+WRITER = textwrap.dedent("""
+    import sys
+    from storage.engine import Engine
+    from storage.store import Replica
+    engine = Engine(__import__("pathlib").Path(sys.argv[1]), 4)
+    replica = Replica(engine.records, b"\\x01" * 16, 60_000, 86_400_000)
+    i = 0
+    while True:
+        for _ in range(10):
+            replica.write(b"key/%08d" % i, b"value-%d" % i, 1_800_000_000_000 + i)
+            i += 1
+        engine.sync()
+        print(i, flush=True)  # acknowledged: everything below i is durable
+""")
+
+
+def test_acknowledged_writes_survive_kill_9_and_reopen_is_clean(tmp_path):
+    """The writer is killed mid-stream; every write it acknowledged is there."""
+    db = tmp_path / "db"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
+                            text=True, cwd=os.getcwd())  # fmt: skip
+    assert proc.stdout is not None
+    acked = 0
+    while acked < 3000:
+        line = proc.stdout.readline()
+        assert line, "writer died"
+        acked = int(line)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    proc.stdout.close()
+    from storage.engine import Engine
+
+    engine = Engine(db, 4)
+    replica = Replica(engine.records, b"\x02" * 16, 60_000, 86_400_000)
+    missing = [i for i in range(acked) if replica.get(b"key/%08d" % i) is None]
+    assert missing == []
+    assert replica.get(b"key/%08d" % 5).value == b"value-5"
+    assert replica.tree.count >= acked
+    engine.close()
+
+
+def test_data_dir_in_use_is_refused_and_identity_is_kept(tmp_path):
+    """Two agents can never share one data directory; a restart keeps the id."""
+    first = DataDir(tmp_path, 4)
+    ident = first.load_identity()
+    first.save_incarnation(41)
+    with pytest.raises(DataDirError, match="in use"):
+        DataDir(tmp_path, 4)
+    first.close()
+    again = DataDir(tmp_path, 4)
+    assert again.load_identity() == type(ident)(ident.node_id, 41)
+    again.close()
+
+
+def test_the_identity_file_of_version_0_1_is_imported_once(tmp_path):
+    """An upgraded node keeps its node id and incarnation."""
+    node_id = bytes(range(16))
+    (tmp_path / "identity.cbor").write_bytes(cbor2.dumps({"node_id": node_id, "incarnation": 9}))
+    data = DataDir(tmp_path, 4)
+    assert data.load_identity().node_id == node_id
+    assert data.load_identity().incarnation == 9
+    data.close()
+    assert not (tmp_path / "identity.cbor").exists()
+    assert (tmp_path / "identity.cbor.imported").exists()
+
+
+def test_a_damaged_identity_file_is_a_clear_error(tmp_path):
+    (tmp_path / "identity.cbor").write_bytes(b"\xff\x00garbage")
+    data = DataDir(tmp_path, 4)
+    with pytest.raises(DataDirError, match="damaged"):
+        data.load_identity()
+    data.close()
+
+
+def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path):
+    """32 writers waiting together need far fewer fsyncs than writes, and
+    each is durable when its wait returns."""
+    data = DataDir(tmp_path, 4)
+    engine = data.engine
+    replica = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
+    commits = GroupCommit(engine.sync)
+    synced_upto: list[int] = []
+
+    async def writer(w: int) -> None:
+        for i in range(50):
+            replica.write(b"w%d/%d" % (w, i), b"v", 1_800_000_000_000)
+            await commits.wait()
+            synced_upto.append(i)
+
+    async def main() -> None:
+        await asyncio.gather(*(writer(w) for w in range(32)))
+
+    asyncio.run(main())
+    assert len(synced_upto) == 32 * 50
+    assert commits.waits == 1600
+    assert commits.syncs < commits.waits / 4, (commits.syncs, commits.waits)
+    data.close()
+
+
+def test_a_failing_sync_fails_the_waiting_writes():
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise OSError(28, "No space left on device")
+
+    async def main() -> None:
+        commits = GroupCommit(broken)
+        with pytest.raises(OSError, match="No space"):
+            await commits.wait()
+
+    asyncio.run(main())
+    assert calls == [1]
