@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""The replicated store against sqlite3, in the same run on the same disk.
+
+Sections (all on by default; pick with --only):
+
+  engine   single puts, synced and unsynced; batches of 100 (one sync per
+           batch); gets. shoal's RocksDB engine vs sqlite3 in WAL mode
+           (synchronous=FULL for synced, OFF for unsynced), one writer.
+  api      32 concurrent writers, each a keep-alive HTTP connection doing
+           PUT after PUT to a real agent (its own process, loopback), each
+           PUT acknowledged only once durable (group commit); and one
+           writer's PUT latency. Against 32 threads each committing to
+           sqlite3 (WAL, synchronous=FULL), and one sqlite writer's commit
+           latency.
+  sync     anti-entropy between two replicas of 10^4, 10^5 and 10^6 keys
+           (16-byte keys, 100-byte values) differing in 0.1 % of the keys:
+           bytes on the wire (every message through the real codec) and
+           seconds, next to the size of a full copy.
+
+    .venv/bin/python bench/storage.py [--only engine api sync] [--seconds 5]
+        [--sizes 10000 100000 1000000]
+
+The machine's figures go in the issue notes; on this 2-core VM the load
+generator and the agent each have one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from membership import codec  # noqa: E402
+from storage.antientropy import AntiEntropy  # noqa: E402
+from storage.config import SyncConfig  # noqa: E402
+from storage.engine import Engine  # noqa: E402
+from storage.messages import RecordPush  # noqa: E402
+from storage.store import MemoryStore, Replica  # noqa: E402
+
+WALL = 1_800_000_000_000
+VALUE = b"v" * 100
+
+
+def rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:>10,.0f}/s"
+
+
+# -- engine ----------------------------------------------------------------------
+
+
+def sqlite_db(path: Path, synchronous: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB)")
+    return db
+
+
+def bench_engine(root: Path, n: int) -> None:
+    print(f"\n== engine: {n:,} single puts / 100-record batches / gets, 100-byte values, "
+          "one writer")  # fmt: skip
+    engine = Engine(root / "rocks", 4)
+    rep = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
+    rows = []
+
+    def timed(label: str, fn, count: int) -> float:
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        rows.append((label, count, dt))
+        return dt
+
+    def rocks_single(sync: bool, tag: str) -> None:
+        for i in range(n):
+            rep.write(b"%s/%08d" % (tag.encode(), i), VALUE, WALL)
+            if sync:
+                engine.sync()
+
+    def rocks_batched() -> None:
+        for b in range(0, n, 100):
+            rep.merge([rec for rec in (_rec(b"b/%08d" % i) for i in range(b, b + 100))], WALL)
+            engine.sync()
+
+    def rocks_gets() -> None:
+        for i in range(n):
+            rep.get(b"s/%08d" % i)
+
+    timed("shoal put, synced", lambda: rocks_single(True, "s"), n)
+    timed("shoal put, unsynced", lambda: rocks_single(False, "u"), n)
+    timed("shoal put, batch of 100, synced", rocks_batched, n)
+    timed("shoal get", rocks_gets, n)
+    engine.close()
+
+    full = sqlite_db(root / "full.db", "FULL")
+    off = sqlite_db(root / "off.db", "OFF")
+
+    def sql_single(db: sqlite3.Connection) -> None:
+        for i in range(n):
+            db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (b"s/%08d" % i, VALUE))
+
+    def sql_batched() -> None:
+        for b in range(0, n, 100):
+            full.execute("BEGIN")
+            full.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                             [(b"b/%08d" % i, VALUE) for i in range(b, b + 100)])  # fmt: skip
+            full.execute("COMMIT")
+
+    def sql_gets() -> None:
+        for i in range(n):
+            full.execute("SELECT v FROM kv WHERE k = ?", (b"s/%08d" % i,)).fetchone()
+
+    timed("sqlite put, synchronous=FULL", lambda: sql_single(full), n)
+    timed("sqlite put, synchronous=OFF", lambda: sql_single(off), n)
+    timed("sqlite put, batch of 100, FULL", sql_batched, n)
+    timed("sqlite get", sql_gets, n)
+    for label, count, dt in rows:
+        print(f"  {label:<36} {rate(count, dt)}   {dt / count * 1e6:8.1f} us/op")
+    pairs = [(0, 4), (1, 5), (2, 6), (3, 7)]
+    for a, b in pairs:
+        ratio = (rows[a][1] / rows[a][2]) / (rows[b][1] / rows[b][2])
+        print(f"  ratio {rows[a][0]!r} / {rows[b][0]!r}: {ratio:.2f}x")
+
+
+def _rec(key: bytes):
+    from storage.records import Record
+
+    return Record(key, VALUE, WALL << 16, b"\x02" * 16)
+
+
+# -- api ---------------------------------------------------------------------------
+
+
+async def http_writer(host: str, port: int, until: float, w: int, lat: list[float]) -> int:
+    reader, writer = await asyncio.open_connection(host, port)
+    count = 0
+    pattern = re.compile(rb"content-length: (\d+)", re.I)
+    while time.perf_counter() < until:
+        req = (b"PUT /v1/kv/load/%d/%d HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+               % (w, count, len(VALUE)) + VALUE)  # fmt: skip
+        t0 = time.perf_counter()
+        writer.write(req)
+        head = await reader.readuntil(b"\r\n\r\n")
+        match = pattern.search(head)
+        assert match and head.startswith(b"HTTP/1.1 200"), head
+        await reader.readexactly(int(match.group(1)))
+        lat.append(time.perf_counter() - t0)
+        count += 1
+    writer.close()
+    return count
+
+
+def api_load(host: str, port: int, writers: int, seconds: float) -> tuple[int, list[float]]:
+    import uvloop
+
+    lat: list[float] = []
+
+    async def main() -> int:
+        until = time.perf_counter() + seconds
+        counts = await asyncio.gather(*(http_writer(host, port, until, w, lat)
+                                        for w in range(writers)))  # fmt: skip
+        return sum(counts)
+
+    return uvloop.run(main()), lat
+
+
+def sqlite_load(path: Path, writers: int, seconds: float) -> tuple[int, list[float]]:
+    lat: list[float] = []
+    counts = [0] * writers
+    until = time.perf_counter() + seconds
+
+    def run(w: int) -> None:
+        db = sqlite_db(path, "FULL")
+        while time.perf_counter() < until:
+            t0 = time.perf_counter()
+            db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (b"%d/%d" % (w, counts[w]), VALUE))
+            lat.append(time.perf_counter() - t0)
+            counts[w] += 1
+        db.close()
+
+    sqlite_db(path, "FULL").close()
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts), lat
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+def bench_api(root: Path, seconds: float) -> None:
+    host, port = "127.0.0.71", 17947
+    print(f"\n== api: PUT through the HTTP API of one agent, {seconds:.0f} s per run, "
+          "100-byte values, acknowledged once durable")  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli", "agent", "--node-name", "bench", "--bind",
+         f"{host}:17946", "--api", f"{host}:{port}", "--data-dir", str(root / "agent"),
+         "--no-discovery", "--log-level", "warning"],  # fmt: skip
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        _wait_api(host, port)
+        api_load(host, port, 4, 1.0)  # warm up
+        n32, lat32 = api_load(host, port, 32, seconds)
+        n1, lat1 = api_load(host, port, 1, seconds)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    s32, slat32 = sqlite_load(root / "load32.db", 32, seconds)
+    s1, slat1 = sqlite_load(root / "load1.db", 1, seconds)
+    print(f"  {'':<40} {'throughput':>12} {'p50 ms':>8} {'p99 ms':>8}")
+    for label, n, lat in (("shoal API, 32 writers", n32, lat32),
+                          ("sqlite WAL FULL, 32 threads", s32, slat32),
+                          ("shoal API, 1 writer", n1, lat1),
+                          ("sqlite WAL FULL, 1 writer", s1, slat1)):  # fmt: skip
+        print(f"  {label:<40} {rate(n, seconds)} {pct(lat, 0.5):8.3f} {pct(lat, 0.99):8.3f}")
+    print(f"  throughput ratio, 32 writers, shoal / sqlite: {n32 / s32:.2f}x (target >= 5x)")
+    ratio = statistics.median(lat1) / statistics.median(slat1)
+    print(f"  single-writer latency ratio p50, shoal API / sqlite: {ratio:.2f}x (target <= 1.5x)")
+
+
+def _wait_api(host: str, port: int) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://{host}:{port}/v1/self", timeout=1).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+# -- sync ----------------------------------------------------------------------------
+
+
+def bench_sync(sizes: list[int]) -> None:
+    print("\n== anti-entropy: two replicas differing in 0.1 % of keys (half newer on each side), "
+          "16-byte keys, 100-byte values, tree depth 4, codec-encoded bytes")  # fmt: skip
+    print(f"  {'keys':>10} {'differ':>7} {'bytes sent':>12} {'full copy':>12} {'share':>7} "
+          f"{'seconds':>8} {'sessions':>8}")  # fmt: skip
+    for n in sizes:
+        cfg = SyncConfig()
+        tag = codec.cluster_tag("bench")
+        cores = {}
+        for name, i in (("a", 1), ("b", 2)):
+            rep = Replica(MemoryStore(cfg.tree_depth), bytes([i]) * 16, cfg.max_skew_ms, 10**9)
+            cores[(name, 1)] = AntiEntropy(rep, cfg, random.Random(i), lambda r, k: [], WALL)
+        a, b = cores[("a", 1)], cores[("b", 1)]
+        rng = random.Random(n)
+        for k in range(n):
+            rec = a.replica.write(b"key/%012d" % k, rng.randbytes(100), WALL)
+            b.replica.merge([rec], WALL)
+        changed = rng.sample(range(n), n // 1000)
+        for j, k in enumerate(changed):
+            side = a if j % 2 else b
+            side.replica.write(b"key/%012d" % k, rng.randbytes(100), WALL + 1)
+        full = sum(len(codec.encode_frame([RecordPush(tuple(chunk))], tag))
+                   for chunk in _chunks(list(a.replica.store.all()), 10_000))  # fmt: skip
+        sent, sessions = 0, 0
+        t0 = time.perf_counter()
+        while a.replica.tree.node(0, 0) != b.replica.tree.node(0, 0):
+            sessions += 1
+            sent += _session(cores, tag)
+        dt = time.perf_counter() - t0
+        print(f"  {n:>10,} {len(changed):>7,} {sent:>12,} {full:>12,} {sent / full:>7.2%} "
+              f"{dt:>8.3f} {sessions:>8}")  # fmt: skip
+
+
+def _chunks(items: list, size: int):
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _session(cores: dict, tag: bytes) -> int:
+    a = cores[("a", 1)]
+    a.sync_with(("b", 1), 0.0)
+    queue = [(("a", 1), s) for s in a.drain().send]
+    sent = 0
+    while queue:
+        sender, send = queue.pop(0)
+        frame = codec.encode_frame(send.messages, tag)
+        sent += len(frame)
+        dst = cores[send.to]
+        for msg in codec.decode_datagram(frame[4:], tag):
+            dst.receive(msg, sender, 0.0)
+        queue += [(send.to, s) for s in dst.drain().send]
+    return sent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", default=["engine", "api", "sync"])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--ops", type=int, default=20_000, help="operations per engine run")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    args = parser.parse_args()
+    print(f"shoal storage benchmark: {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+          f"sqlite {sqlite3.sqlite_version}")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-", dir="/var/tmp") as tmp:
+        root = Path(tmp)
+        if "engine" in args.only:
+            bench_engine(root, args.ops)
+        if "api" in args.only:
+            bench_api(root, args.seconds)
+    if "sync" in args.only:
+        bench_sync(args.sizes)
+
+
+if __name__ == "__main__":
+    main()
