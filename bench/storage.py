@@ -6,12 +6,18 @@ Sections (all on by default; pick with --only):
   engine   single puts, synced and unsynced; batches of 100 (one sync per
            batch); gets. shoal's RocksDB engine vs sqlite3 in WAL mode
            (synchronous=FULL for synced, OFF for unsynced), one writer.
+  commit   32 concurrent writers in one process on the engine with group
+           commit (each write waits until durable), against 32 threads each
+           committing to sqlite3 (WAL, synchronous=FULL): the storage layers
+           alone, like for like.
   api      32 concurrent writers, each a keep-alive HTTP connection doing
            PUT after PUT to a real agent (its own process, loopback), each
            PUT acknowledged only once durable (group commit); and one
-           writer's PUT latency. Against 32 threads each committing to
-           sqlite3 (WAL, synchronous=FULL), and one sqlite writer's commit
-           latency.
+           writer's PUT latency. The load comes from `wrk` (C; `apt-get
+           install wrk`) when installed, else from a Python client, which
+           then shares the machine's second core. Against 32 threads each
+           committing to sqlite3 (WAL, synchronous=FULL), and one sqlite
+           writer's commit latency.
   sync     anti-entropy between two replicas of 10^4, 10^5 and 10^6 keys
            (16-byte keys, 100-byte values) differing in 0.1 % of the keys:
            bytes on the wire (every message through the real codec) and
@@ -31,8 +37,8 @@ import asyncio
 import os
 import random
 import re
+import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,7 +145,75 @@ def _rec(key: bytes):
     return Record(key, VALUE, WALL << 16, b"\x02" * 16)
 
 
+# -- commit --------------------------------------------------------------------------
+
+
+def bench_commit(root: Path, seconds: float) -> None:
+    from daemon.commit import GroupCommit
+
+    print(f"\n== commit: 32 concurrent writers, each write acknowledged once durable, "
+          f"{seconds:.0f} s, no HTTP")  # fmt: skip
+    engine = Engine(root / "commit", 4)
+    rep = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
+    lat: list[float] = []
+
+    async def writer(commits: GroupCommit, w: int, until: float) -> int:
+        n = 0
+        while time.perf_counter() < until:
+            t0 = time.perf_counter()
+            rep.write(b"c/%d/%d" % (w, n), VALUE, WALL)
+            await commits.wait()
+            lat.append(time.perf_counter() - t0)
+            n += 1
+        return n
+
+    async def main() -> tuple[int, int]:
+        commits = GroupCommit(asyncio.get_running_loop(), engine.sync)
+        until = time.perf_counter() + seconds
+        counts = await asyncio.gather(*(writer(commits, w, until) for w in range(32)))
+        await commits.close()
+        return sum(counts), commits.syncs
+
+    import uvloop
+
+    n, syncs = uvloop.run(main())
+    engine.close()
+    s32, slat = sqlite_load(root / "commit32.db", 32, seconds)
+    print(f"  shoal engine + group commit   {rate(n, seconds)}  p50 {pct(lat, 0.5):.3f} ms, "
+          f"{n / max(syncs, 1):.1f} writes per fsync")  # fmt: skip
+    print(f"  sqlite WAL FULL, 32 threads   {rate(s32, seconds)}  p50 {pct(slat, 0.5):.3f} ms")
+    print(f"  throughput ratio shoal / sqlite: {n / s32:.2f}x")
+
+
 # -- api ---------------------------------------------------------------------------
+
+
+WRK_SCRIPT = """
+counter = 0
+body = string.rep("v", 100)
+request = function()
+  counter = counter + 1
+  return wrk.format("PUT", "/v1/kv/load/" .. counter, nil, body)
+end
+"""
+
+
+def wrk_load(host: str, port: int, writers: int, seconds: float,
+             root: Path) -> tuple[int, float, float]:  # fmt: skip
+    """(requests, p50 ms, p99 ms) from wrk with `writers` connections."""
+    script = root / "put.lua"
+    script.write_text(WRK_SCRIPT)
+    out = subprocess.run(["wrk", "-t1", f"-c{writers}", f"-d{seconds:.0f}s", "-s", str(script),
+                          "--latency", f"http://{host}:{port}/"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    assert "Non-2xx" not in out, out
+
+    def ms(label: str) -> float:
+        value, unit = re.search(rf"{label}\s+([\d.]+)(us|ms|s)", out).groups()
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    return total, ms("50%"), ms("99%")
 
 
 async def http_writer(host: str, port: int, until: float, w: int, lat: list[float]) -> int:
@@ -184,7 +258,8 @@ def sqlite_load(path: Path, writers: int, seconds: float) -> tuple[int, list[flo
         db = sqlite_db(path, "FULL")
         while time.perf_counter() < until:
             t0 = time.perf_counter()
-            db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (b"%d/%d" % (w, counts[w]), VALUE))
+            key = b"%d/%d" % (w, counts[w])
+            db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, VALUE))
             lat.append(time.perf_counter() - t0)
             counts[w] += 1
         db.close()
@@ -208,30 +283,51 @@ def bench_api(root: Path, seconds: float) -> None:
     print(f"\n== api: PUT through the HTTP API of one agent, {seconds:.0f} s per run, "
           "100-byte values, acknowledged once durable")  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "agent", "--node-name", "bench", "--bind",
-         f"{host}:17946", "--api", f"{host}:{port}", "--data-dir", str(root / "agent"),
-         "--no-discovery", "--log-level", "warning"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "daemon.cli",
+            "agent",
+            "--node-name",
+            "bench",
+            "--bind",
+            f"{host}:17946",
+            "--api",
+            f"{host}:{port}",
+            "--data-dir",
+            str(root / "agent"),
+            "--no-discovery",
+            "--log-level",
+            "warning",
+        ],  # fmt: skip
         cwd=Path(__file__).resolve().parents[1],
     )
+    use_wrk = shutil.which("wrk") is not None
+    print(f"  load generator: {'wrk' if use_wrk else 'Python asyncio client (wrk not installed)'}")
+    rows = []
     try:
         _wait_api(host, port)
         api_load(host, port, 4, 1.0)  # warm up
-        n32, lat32 = api_load(host, port, 32, seconds)
-        n1, lat1 = api_load(host, port, 1, seconds)
+        for writers in (32, 1):
+            if use_wrk:
+                n, p50, p99 = wrk_load(host, port, writers, seconds, root)
+            else:
+                n, lat = api_load(host, port, writers, seconds)
+                p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+            rows.append((f"shoal API, {writers} writer(s)", n, p50, p99))
     finally:
         proc.terminate()
         proc.wait(30)
-    s32, slat32 = sqlite_load(root / "load32.db", 32, seconds)
-    s1, slat1 = sqlite_load(root / "load1.db", 1, seconds)
+    for writers in (32, 1):
+        n, lat = sqlite_load(root / f"load{writers}.db", writers, seconds)
+        rows.append((f"sqlite WAL FULL, {writers} thread(s)", n, pct(lat, 0.5), pct(lat, 0.99)))
     print(f"  {'':<40} {'throughput':>12} {'p50 ms':>8} {'p99 ms':>8}")
-    for label, n, lat in (("shoal API, 32 writers", n32, lat32),
-                          ("sqlite WAL FULL, 32 threads", s32, slat32),
-                          ("shoal API, 1 writer", n1, lat1),
-                          ("sqlite WAL FULL, 1 writer", s1, slat1)):  # fmt: skip
-        print(f"  {label:<40} {rate(n, seconds)} {pct(lat, 0.5):8.3f} {pct(lat, 0.99):8.3f}")
-    print(f"  throughput ratio, 32 writers, shoal / sqlite: {n32 / s32:.2f}x (target >= 5x)")
-    ratio = statistics.median(lat1) / statistics.median(slat1)
-    print(f"  single-writer latency ratio p50, shoal API / sqlite: {ratio:.2f}x (target <= 1.5x)")
+    for label, n, p50, p99 in rows:
+        print(f"  {label:<40} {rate(n, seconds)} {p50:8.3f} {p99:8.3f}")
+    print(f"  throughput ratio, 32 writers, shoal API / sqlite: {rows[0][1] / rows[2][1]:.2f}x "
+          "(target >= 5x)")  # fmt: skip
+    print(f"  single-writer p50 latency ratio, shoal API / sqlite: {rows[1][2] / rows[3][2]:.2f}x "
+          "(target <= 1.5x)")  # fmt: skip
 
 
 def _wait_api(host: str, port: int) -> None:
@@ -307,7 +403,7 @@ def _session(cores: dict, tag: bytes) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", nargs="+", default=["engine", "api", "sync"])
+    parser.add_argument("--only", nargs="+", default=["engine", "commit", "api", "sync"])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--ops", type=int, default=20_000, help="operations per engine run")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -318,6 +414,8 @@ def main() -> None:
         root = Path(tmp)
         if "engine" in args.only:
             bench_engine(root, args.ops)
+        if "commit" in args.only:
+            bench_commit(root, args.seconds)
         if "api" in args.only:
             bench_api(root, args.seconds)
     if "sync" in args.only:

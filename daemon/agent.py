@@ -110,7 +110,7 @@ class Agent:
         self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
         stored = self.data_dir.load_identity()
         engine = self.data_dir.engine
-        self.commits = GroupCommit(engine.sync)
+        self.commits = GroupCommit(self._loop, engine.sync)
         await self._open_sockets()
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
@@ -139,6 +139,8 @@ class Agent:
         if self.discovery is not None:
             await self.discovery.stop()
         await api.stop()
+        if self.commits is not None:
+            await self.commits.close()  # no fsync may run while the database closes
         self._close()
         log.info("agent stopped", node=cfg.node_name)
         return 0
@@ -345,19 +347,17 @@ class Agent:
         if self.discovery is not None:
             self.discovery.withdraw()
 
-    async def write(self, key: bytes, value: bytes | None) -> Record:
-        """Put (or delete, with None) `key`; return once it is durable.
-
-        The write is visible here and pushed to peers at once; the answer
-        waits for the group commit, so an acknowledged write survives a
-        crash of this machine.
-        """
+    def write(self, key: bytes, value: bytes | None) -> tuple[Record, asyncio.Future[None]]:
+        """Put (or delete, with None) `key`: visible here and pushed to peers
+        at once. Returns the record and a future that completes once it is
+        durable (group commit); acknowledge the client only then, so an
+        acknowledged write survives a crash of this machine. The future is
+        shared by a group of writes: add callbacks, never cancel it."""
         self.node.sync.set_wall_offset(self._wall_offset_ms())
         record = self.node.write(key, value, self._loop.time())
         self.flush()
         assert self.commits is not None
-        await self.commits.wait()
-        return record
+        return record, self.commits.waiter()
 
     def set_tags(self, tags: Tags) -> None:
         """Replace this node's tags."""

@@ -48,7 +48,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from membership import codec
 from membership.output import Address, Channel, Output, Send
 from storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from storage.merkle import FANOUT
@@ -200,9 +199,10 @@ class AntiEntropy:
         members. Durability is the driver's job (`RecordStore.sync`)."""
         rec = self.replica.write(key, value, self.wall_ms(now))
         push = RecordPush((rec,))
-        channel = Channel.PACKET
-        if codec.datagram_size([push]) > self.config.mtu_bytes:
-            channel = Channel.STREAM
+        # key + value + 16-byte writer + ~20 bytes of CBOR heads and header:
+        # a bound, not an exact size, so a push near the MTU goes by stream.
+        size = len(key) + len(value or b"") + 64
+        channel = Channel.PACKET if size <= self.config.mtu_bytes else Channel.STREAM
         for addr in self._peers(self.rng, self.config.push_fanout):
             self._send.append(Send(addr, (push,), channel))
             self.counters.pushes_sent += 1

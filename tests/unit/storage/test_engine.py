@@ -95,19 +95,21 @@ def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path):
     data = DataDir(tmp_path, 4)
     engine = data.engine
     replica = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
-    commits = GroupCommit(engine.sync)
     synced_upto: list[int] = []
 
-    async def writer(w: int) -> None:
+    async def writer(commits: GroupCommit, w: int) -> None:
         for i in range(50):
             replica.write(b"w%d/%d" % (w, i), b"v", 1_800_000_000_000)
             await commits.wait()
             synced_upto.append(i)
 
-    async def main() -> None:
-        await asyncio.gather(*(writer(w) for w in range(32)))
+    async def main() -> GroupCommit:
+        commits = GroupCommit(asyncio.get_running_loop(), engine.sync)
+        await asyncio.gather(*(writer(commits, w) for w in range(32)))
+        await commits.close()
+        return commits
 
-    asyncio.run(main())
+    commits = asyncio.run(main())
     assert len(synced_upto) == 32 * 50
     assert commits.waits == 1600
     assert commits.syncs < commits.waits / 4, (commits.syncs, commits.waits)
@@ -122,9 +124,10 @@ def test_a_failing_sync_fails_the_waiting_writes():
         raise OSError(28, "No space left on device")
 
     async def main() -> None:
-        commits = GroupCommit(broken)
+        commits = GroupCommit(asyncio.get_running_loop(), broken)
         with pytest.raises(OSError, match="No space"):
             await commits.wait()
+        await commits.close()
 
     asyncio.run(main())
     assert calls == [1]

@@ -1,0 +1,353 @@
+"""A small HTTP/1.1 server for the agent's API: httptools (llhttp, the
+parser of Node.js and uvicorn) on an asyncio Protocol.
+
+Why not h11 any more: the key-value API must take tens of thousands of
+writes per second on one core (issue: 32 writers at five times sqlite's
+synced rate). h11 is pure Python and cost about 150 us per request;
+parsing in C and writing the response as one preformatted byte string costs
+a few microseconds. The server does only what the API needs:
+
+- keep-alive, one request at a time per connection (answered in order);
+- a body limit chosen per request from its path (`body_limit`), checked
+  against Content-Length and while reading; an oversized body is read and
+  discarded (up to `DISCARD_MAX_BYTES`), so the client gets its 413 instead
+  of a reset;
+- a header-size limit, and a deadline for a request to arrive in full
+  (slow clients get a 408 and are closed) or for an idle connection;
+- JSON answers, and chunked newline-delimited JSON streams.
+
+A handler returns `(status, object)`, or an awaitable of it, or a `Stream`.
+Raising `HttpError` answers with its status and `{"error": message}`; any
+other exception is a bug: logged, answered with 500, connection kept safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import httptools
+import structlog
+
+log = structlog.get_logger("shoal.api")
+
+MAX_HEADER_BYTES = 16 * 1024
+DISCARD_MAX_BYTES = 8 * 1024 * 1024
+REQUEST_TIMEOUT_S = 30.0
+IDLE_TIMEOUT_S = 120.0
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
+            408: b"Request Timeout", 413: b"Payload Too Large",
+            431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            504: b"Gateway Timeout"}  # fmt: skip
+
+
+class HttpError(Exception):
+    """A request answered with a 4xx/5xx JSON error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class Request:
+    """One parsed request."""
+
+    method: str
+    path: str  # still percent-encoded
+    query: dict[str, list[str]]
+    body: bytes
+
+
+@dataclass(slots=True)
+class Deferred:
+    """An answer ready when `future` completes: then `answer()` builds it
+    (or raises HttpError). Cheaper than a task per request: the key-value
+    writes of a group commit share one future and each adds a callback."""
+
+    future: asyncio.Future[Any]
+    answer: Callable[[], tuple[int, Any]]
+
+
+@dataclass(slots=True)
+class Stream:
+    """A streaming answer: each item of `lines` is sent as one JSON line."""
+
+    lines: AsyncIterator[Any]
+
+
+Result = tuple[int, Any] | Stream | Deferred
+Handler = Callable[[Request], Result | Awaitable[Result]]
+
+
+def json_response(status: int, obj: Any, keep_alive: bool = True) -> bytes:
+    """A complete HTTP/1.1 response with a JSON body."""
+    body = json.dumps(obj).encode()
+    return b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n" % (
+        status, _REASONS.get(status, b""), len(body),
+        b"" if keep_alive else b"connection: close\r\n",
+    ) + body  # fmt: skip
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, handler: Handler, body_limit: Callable[[str, str], int],
+                 connections: set[HttpProtocol]) -> None:  # fmt: skip
+        self._handler = handler
+        self._body_limit = body_limit
+        self._connections = connections
+        self._loop = asyncio.get_running_loop()
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._queue: deque[tuple[Request | HttpError, bool]] = deque()
+        self._busy = False
+        self._closing = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline_at = 0.0
+        self._task: asyncio.Task[Any] | None = None
+        self._reset_message()
+
+    # -- asyncio.Protocol --------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        self._connections.add(self)
+        self._deadline_at = self._loop.time() + IDLE_TIMEOUT_S
+        self._timer = self._loop.call_at(self._deadline_at, self._check_deadline)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(HttpError(400, "protocol upgrades are not supported"))
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, HttpError):
+                self._fail(cause)
+            else:
+                self._fail(HttpError(400, f"bad HTTP request: {exc}"))
+
+    # -- httptools callbacks -------------------------------------------------------
+
+    def _reset_message(self) -> None:
+        self._url = b""
+        self._header_bytes = 0
+        self._content_length: int | None = None
+        self._body: list[bytes] = []
+        self._size = 0
+        self._limit = 0
+        self._rejected: HttpError | None = None
+        self._in_message = False
+
+    def on_message_begin(self) -> None:
+        self._reset_message()
+        self._in_message = True
+        self._deadline_at = self._loop.time() + REQUEST_TIMEOUT_S
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_header(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header(len(name) + len(value))
+        if name.lower() == b"content-length" and value.isdigit():
+            self._content_length = int(value)
+
+    def _count_header(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise HttpError(431, f"request head over {MAX_HEADER_BYTES} bytes")
+
+    def on_headers_complete(self) -> None:
+        url = httptools.parse_url(self._url)
+        self._method = self._parser.get_method().decode()
+        self._path = url.path.decode("latin-1")
+        self._query = (url.query or b"").decode("latin-1")
+        self._limit = self._body_limit(self._method, self._path)
+        if self._content_length is not None and self._content_length > self._limit:
+            self._rejected = HttpError(413, f"request body over {self._limit} bytes")
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > DISCARD_MAX_BYTES:
+            raise HttpError(413, f"request body over {self._limit} bytes")
+        if self._size > self._limit:
+            self._rejected = HttpError(413, f"request body over {self._limit} bytes")
+        if self._rejected is None:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        keep_alive = self._parser.should_keep_alive()
+        if self._rejected is not None:
+            self._queue.append((self._rejected, False))
+        else:
+            try:
+                query = parse_qs(self._query, max_num_fields=64) if self._query else {}
+            except ValueError:
+                query = {}
+            request = Request(self._method, self._path, query, b"".join(self._body))
+            self._queue.append((request, keep_alive))
+        self._deadline_at = self._loop.time() + IDLE_TIMEOUT_S
+        if not self._busy:
+            self._next()
+
+    # -- answering -------------------------------------------------------------------
+
+    def _next(self) -> None:
+        while self._queue and not self._closing:
+            item, keep_alive = self._queue.popleft()
+            if isinstance(item, HttpError):
+                self._fail(item)
+                return
+            try:
+                result = self._handler(item)
+            except HttpError as exc:
+                self._write(json_response(exc.status, {"error": str(exc)}, keep_alive))
+                continue
+            except Exception:
+                self._bug(item)
+                return
+            if isinstance(result, tuple):
+                self._write(json_response(result[0], result[1], keep_alive))
+                if not keep_alive:
+                    self._close()
+                    return
+                continue
+            self._busy = True
+            if isinstance(result, Deferred):
+                result.future.add_done_callback(
+                    lambda done, r=result, k=keep_alive, q=item: self._deferred(q, r, k, done)
+                )
+                return
+            self._task = self._loop.create_task(self._finish(item, result, keep_alive))
+            return
+
+    async def _finish(self, request: Request, result: Any, keep_alive: bool) -> None:
+        try:
+            answer = await result if not isinstance(result, Stream) else result
+            if isinstance(answer, Stream):
+                await self._stream(answer)
+                return
+            self._write(json_response(answer[0], answer[1], keep_alive))
+        except HttpError as exc:
+            self._write(json_response(exc.status, {"error": str(exc)}, keep_alive))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._bug(request)
+            return
+        self._busy = False
+        self._task = None
+        if not keep_alive:
+            self._close()
+        else:
+            self._deadline_at = self._loop.time() + IDLE_TIMEOUT_S
+            self._next()
+
+    def _deferred(self, request: Request, result: Deferred, keep_alive: bool,
+                  done: asyncio.Future[Any]) -> None:  # fmt: skip
+        if self._closing:
+            return
+        error = done.exception()
+        try:
+            if error is not None:
+                raise HttpError(500, f"the write could not be made durable: {error}")
+            status, obj = result.answer()
+            self._write(json_response(status, obj, keep_alive))
+        except HttpError as exc:
+            self._write(json_response(exc.status, {"error": str(exc)}, keep_alive))
+        except Exception:
+            self._bug(request)
+            return
+        self._busy = False
+        if not keep_alive:
+            self._close()
+        else:
+            self._deadline_at = self._loop.time() + IDLE_TIMEOUT_S
+            self._next()
+
+    async def _stream(self, stream: Stream) -> None:
+        self._write(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+        if self._timer is not None:
+            self._timer.cancel()
+        async for item in stream.lines:
+            if self._closing:
+                return
+            line = json.dumps(item).encode() + b"\n"
+            self._write(b"%x\r\n%s\r\n" % (len(line), line))
+        self._write(b"0\r\n\r\n")
+        self._close()
+
+    def _bug(self, request: Request) -> None:
+        log.exception("api handler failed", method=request.method, path=request.path)
+        self._write(json_response(500, {"error": "internal error"}, keep_alive=False))
+        self._close()
+
+    def _fail(self, exc: HttpError) -> None:
+        self._write(json_response(exc.status, {"error": str(exc)}, keep_alive=False))
+        self._close()
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._closing:
+            self._transport.write(data)
+
+    def _close(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def _check_deadline(self) -> None:
+        # One timer per connection, moved only when it fires: re-arming a
+        # timer on every request cost more than parsing the request.
+        now = self._loop.time()
+        if self._busy or now < self._deadline_at:
+            self._timer = self._loop.call_at(max(self._deadline_at, now + 1.0),
+                                             self._check_deadline)  # fmt: skip
+            return
+        self._timer = None
+        if self._in_message:
+            self._fail(HttpError(408, "request not received in time"))
+        else:
+            self._close()
+
+
+class HttpServer:
+    """Serves `handler` on one TCP address."""
+
+    def __init__(self, handler: Handler, body_limit: Callable[[str, str], int]) -> None:
+        self._handler = handler
+        self._body_limit = body_limit
+        self._server: asyncio.base_events.Server | None = None
+        self.connections: set[HttpProtocol] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen. Raises OSError if the address cannot be bound."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: HttpProtocol(self._handler, self._body_limit, self.connections), host, port
+        )
+
+    def close(self) -> None:
+        """Stop listening and drop every connection."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn._close()
