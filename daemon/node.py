@@ -16,6 +16,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from election.config import LeaseConfig
+from election.lease import LeaseElection
+from election.voters import VoterConfig
 from membership.member import MemberView, NodeIdentity, Tags
 from membership.output import Address, Output
 from membership.profiles import SwimConfig
@@ -37,6 +40,9 @@ class ShoalNode:
         store: RecordStore | None = None,
         sync_config: SyncConfig | None = None,
         wall_offset_ms: int = 0,
+        lease_config: LeaseConfig | None = None,
+        election_state: tuple[int, VoterConfig | None] = (0, None),
+        bootstrap_expect: int = 3,
     ) -> None:
         """Compose the cores for one node.
 
@@ -50,6 +56,11 @@ class ShoalNode:
                 MemoryStore that outlives crashes in the simulator).
             sync_config: anti-entropy settings.
             wall_offset_ms: wall clock minus monotonic `now`, in ms.
+            lease_config: election timing.
+            election_state: (highest granted epoch, voter configuration)
+                persisted by a previous run.
+            bootstrap_expect: eligible members to wait for before the
+                first voter configuration is formed.
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
         cfg = sync_config or SyncConfig()
@@ -58,10 +69,18 @@ class ShoalNode:
         replica = Replica(store, ident.node_id, cfg.max_skew_ms, int(cfg.tombstone_grace_s * 1000))
         sync_rng = random.Random(rng.getrandbits(64))
         self.sync = AntiEntropy(replica, cfg, sync_rng, self._sample_peers, wall_offset_ms)
+        granted_epoch, voters = election_state
+        self.election = LeaseElection(
+            ident.name, lease_config or LeaseConfig(), random.Random(rng.getrandbits(64)),
+            self._view, self._addr_of, granted_epoch, voters, bootstrap_expect,
+        )  # fmt: skip
+        self._view_version = -1
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
         self._routes = dict(self.swim.handlers)
         self._routes.update(self.sync.handlers)
+        self._routes.update(self.election.handlers)
+        self._cores = (self.swim, self.sync, self.election)
 
     @property
     def name(self) -> str:
@@ -74,50 +93,67 @@ class ShoalNode:
         """Begin: raise the incarnation and start the periodic work."""
         self.swim.start(now)
         self.sync.start(now)
+        self.election.start(now)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Route one decoded message to the core it belongs to."""
         self._routes[type(message)](message, sender, now)
+        self._check_view(now)
 
     def receive_all(self, messages: Any, sender: Address, now: float) -> None:
         """`receive` for each message of one datagram or frame, in order."""
         routes = self._routes
         for message in messages:
             routes[type(message)](message, sender, now)
+        if self.swim.table.version != self._view_version:
+            self._check_view(now)
 
     def tick(self, now: float) -> None:
         """Run whatever is due in any core."""
         self.swim.tick(now)
         self.sync.tick(now)
+        self._check_view(now)
+        self.election.tick(now)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
-        a, b = self.swim.next_deadline(), self.sync.next_deadline()
-        return b if a is None else a if b is None else min(a, b)
+        deadlines = [d for core in self._cores if (d := core.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
 
     def drain(self) -> Output:
         """One batch from all cores, persist before send before events."""
-        a, b = self.swim.drain(), self.sync.drain()
-        if not b:
-            return a
-        if not a:
-            return b
-        return Output(a.persist + b.persist, a.send + b.send, a.events + b.events)
+        outs = [out for core in self._cores if (out := core.drain())]
+        if len(outs) <= 1:
+            return outs[0] if outs else Output()
+        return Output(
+            tuple(p for o in outs for p in o.persist),
+            tuple(s for o in outs for s in o.send),
+            tuple(e for o in outs for e in o.events),
+        )
 
     def stream_failed(self, peer: Address, now: float) -> None:
         """A stream to `peer` failed; tell the cores that may have opened it."""
         self.swim.stream_failed(peer, now)
         self.sync.stream_failed(peer, now)
 
+    def _check_view(self, now: float) -> None:
+        version = self.swim.table.version
+        if version != self._view_version:
+            self._view_version = version
+            self.election.view_changed(now)
+
     # -- commands ----------------------------------------------------------------
 
     def join(self, addrs: list[Address], now: float, retry: bool = False) -> None:
         """Join the cluster through `addrs` (or rejoin after a leave); with
         `retry`, keep trying them while no member is known."""
+        if self.swim.leaving:
+            self.election.rejoin(now)
         self.swim.join(addrs, now, retry)
 
     def leave(self, now: float) -> None:
-        """Leave the cluster gracefully."""
+        """Leave the cluster gracefully (releasing the controller lease first)."""
+        self.election.leave(now)
         self.swim.leave(now)
 
     def set_tags(self, tags: Tags, now: float) -> None:
@@ -141,7 +177,16 @@ class ShoalNode:
         out = {f"swim_{k}": v for k, v in self.swim.counters.as_dict().items()}
         out.update({f"sync_{k}": v for k, v in self.sync.counters.as_dict().items()})
         out.update({f"store_{k}": v for k, v in self.sync.replica.counters.as_dict().items()})
+        out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
         return out
+
+    def _view(self) -> list[tuple[str, Tags, str]]:
+        return [(m.ident.name, m.ident.tags, m.state.label)
+                for m in self.swim.table.members.values()]  # fmt: skip
+
+    def _addr_of(self, name: str) -> Address | None:
+        m = self.swim.table.members.get(name)
+        return None if m is None else m.ident.addr
 
     def _sample_peers(self, rng: random.Random, k: int) -> list[Address]:
         table = self.swim.table

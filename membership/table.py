@@ -124,6 +124,9 @@ class MemberTable:
         self._tombstones: dict[str, tuple[bytes, int]] = {}
         # Members other than self that are alive or suspect.
         self.live = IndexedSet()
+        # Bumped on every change of any row: other cores compare it to know
+        # when the view changed, without subscribing to events.
+        self.version = 0
         self.members[self.self_name] = Member(self_ident, incarnation, ALIVE, now)
 
     # -- reading -------------------------------------------------------------
@@ -168,6 +171,7 @@ class MemberTable:
             self._tombstones.pop(ident.name, None)
             self.members[ident.name] = Member(ident, inc, ALIVE, now)
             self.live.add(ident.name)
+            self.version += 1
             return Transition.JOINED
         if m.ident.node_id != ident.node_id:
             if m.state in (ALIVE, SUSPECT):
@@ -228,6 +232,7 @@ class MemberTable:
         if m is None or m.state not in (DEAD, LEFT) or name == self.self_name:
             return None
         del self.members[name]
+        self.version += 1
         self._tombstones[name] = (m.ident.node_id, m.incarnation)
         return m
 
@@ -238,6 +243,7 @@ class MemberTable:
             del self._tombstones[name]
 
     def _set(self, m: Member, state: MemberState, inc: int, now: float) -> None:
+        self.version += 1
         m.state = state
         m.incarnation = inc
         m.changed_at = now

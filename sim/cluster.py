@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from daemon.node import ShoalNode
+from election.config import LeaseConfig
+from election.events import PersistElection
+from election.voters import VoterConfig
 from membership import codec
 from membership.member import NodeIdentity
 from membership.output import Address, Channel, PersistIncarnation
@@ -73,6 +76,8 @@ class SimCluster:
         count_bytes: bool = False,
         clocks: list[NodeClock] | None = None,
         sync_config: SyncConfig | None = None,
+        lease_config: LeaseConfig | None = None,
+        bootstrap_expect: int = 3,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -90,6 +95,10 @@ class SimCluster:
         self.sync_config = sync_config or SyncConfig()
         # Each node's record store: its disk, which outlives crashes.
         self.stores = [MemoryStore(self.sync_config.tree_depth) for _ in range(n)]
+        self.lease_config = lease_config or LeaseConfig()
+        self.bootstrap_expect = bootstrap_expect
+        # Each node's persisted election state: (granted epoch, voters).
+        self.election_disk: list[tuple[int, VoterConfig | None]] = [(0, None)] * n
         self._host_of: dict[Address, int] = {}
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
@@ -142,7 +151,8 @@ class SimCluster:
     def _boot(self, i: int, join: list[int]) -> None:
         rng = random.Random((self.seed * 1_000_003 + i) ^ (self._gen[i] << 32))
         node = ShoalNode(self.idents[i], self.config, rng, self.disk[i], self.stores[i],
-                         self.sync_config, SIM_WALL_BASE_MS)  # fmt: skip
+                         self.sync_config, SIM_WALL_BASE_MS, self.lease_config,
+                         self.election_disk[i], self.bootstrap_expect)  # fmt: skip
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         node.start(local)
@@ -179,12 +189,14 @@ class SimCluster:
 
     def _dispatch(self, kind: int, payload: Any) -> None:
         if kind == _DEADLINE:
-            i, gen = payload
+            i, gen, deadline = payload
             node = self.nodes[i]
             if node is None or gen != self._gen[i]:
                 return
             self._armed[i] = None
-            node.tick(self.clocks[i].local(self.now))
+            # A drifting clock maps the deadline to true time and back with
+            # rounding; never tick a hair before the deadline that fired.
+            node.tick(max(self.clocks[i].local(self.now), deadline))
             self._flush(i)
         elif kind == _DATAGRAM or kind == _STREAM:
             dst, src_addr, messages = payload
@@ -214,6 +226,8 @@ class SimCluster:
             for item in out.persist:
                 if isinstance(item, PersistIncarnation):
                     self.disk[i] = item.incarnation
+                elif isinstance(item, PersistElection):
+                    self.election_disk[i] = (item.granted_epoch, item.config)
             for send in out.send:
                 self._transmit(i, send.to, send.messages, send.channel)
             for event in out.events:
@@ -224,7 +238,9 @@ class SimCluster:
             self._armed[i] = deadline
             self._gen[i] += 1
             when = max(self.now, self.clocks[i].true(deadline))
-            heapq.heappush(self._heap, (when, next(self._seq), _DEADLINE, (i, self._gen[i])))
+            heapq.heappush(
+                self._heap, (when, next(self._seq), _DEADLINE, (i, self._gen[i], deadline))
+            )
 
     def _transmit(self, src: int, to: Address, messages: tuple[Any, ...], channel: Channel) -> None:
         dst = self._host_of.get(to)

@@ -1,0 +1,69 @@
+"""LeaseConfig: election timing (config file table `[election]`).
+
+Every default carries its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The tag a member sets to rank higher as a controller candidate ("10" beats
+# the default "0"), and the tag that opts a member out ("false").
+PRIORITY_TAG = "controller_priority"
+ELIGIBLE_TAG = "controller_eligible"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseConfig:
+    """How long a lease lasts, how often it is renewed, how much clocks may drift."""
+
+    # The lease: how long a controller may be silent before another can take
+    # over. Failover after a crash takes about this long, so it is the knob
+    # between speed and churn; 2 s matches a ZooKeeper session timeout of
+    # 2 s and an etcd lease TTL of 2 s, the settings we compare against.
+    lease_s: float = 2.0
+    # Renew at a quarter of the lease: three renewals in a row may be lost
+    # before the lease runs out.
+    renew_interval_s: float = 0.5
+    # How much faster or slower than real time any clock may run (5 %:
+    # NTP-disciplined clocks differ by 10^-5; undisciplined quartz by 10^-4).
+    # A controller's lease ends this fraction early on its own clock, a
+    # voter's grant binds this fraction longer on the voter's clock.
+    drift_ratio_max: float = 0.05
+    # Candidates of rank k wait k times this before standing, so the best
+    # candidate wins without a duel. Voters' grants run out at times up to
+    # 2 * drift * lease apart (0.2 s at the defaults), so the step is larger.
+    rank_backoff_s: float = 0.25
+    # A campaign or renewal without a majority by then has failed.
+    request_timeout_s: float = 0.4
+    # How often the controller tells every member who it is.
+    notice_interval_s: float = 5.0
+    # Voters in the configuration (Raft and ZooKeeper advise 3 or 5).
+    max_voters: int = 5
+    # Hand the lease to a better-ranked candidate that joins (1) or keep a
+    # healthy controller (0, the default: no needless changes).
+    preempt: int = 0
+    # Seconds the view must be still before a bootstrap configuration is proposed.
+    bootstrap_settle_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.renew_interval_s < self.lease_s:
+            raise ValueError("renew_interval_s must be above 0 and below lease_s")
+        if not 0 <= self.drift_ratio_max < 0.5:
+            raise ValueError("drift_ratio_max must be in [0, 0.5)")
+        if self.request_timeout_s <= 0 or self.request_timeout_s >= self.lease_s:
+            raise ValueError("request_timeout_s must be above 0 and below lease_s")
+        if self.max_voters < 1 or self.rank_backoff_s < 0 or self.notice_interval_s <= 0:
+            raise ValueError("max_voters >= 1, rank_backoff_s >= 0, notice_interval_s > 0")
+        if self.preempt not in (0, 1) or self.bootstrap_settle_s < 0:
+            raise ValueError("preempt must be 0 or 1, bootstrap_settle_s >= 0")
+
+    @property
+    def holder_lease_s(self) -> float:
+        """How long a controller counts its lease, from when it *sent* the request."""
+        return self.lease_s * (1 - self.drift_ratio_max)
+
+    @property
+    def voter_grant_s(self) -> float:
+        """How long a voter holds a grant binding, from when it received the request."""
+        return self.lease_s * (1 + self.drift_ratio_max)

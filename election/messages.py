@@ -1,0 +1,133 @@
+"""Election wire messages (type tags 20-39) and their codec entries.
+
+    LeaseRequest    candidate/controller -> voters: grant me `epoch` under `config`
+    LeaseGrant      voter -> candidate
+    LeaseReject     voter -> candidate: why, who holds a grant, for how long,
+                    and the voter's configuration (so a stale candidate learns it)
+    LeaseRelease    controller -> voters: I give the lease up (graceful leave)
+    ControllerNotice controller -> members: who controls, with which epoch
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from election.voters import VoterConfig
+from membership import codec
+from membership.codec import MAX_NAME_CHARS, DecodeError, _u64
+
+MAX_VOTERS = 64
+REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER = range(4)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """Grant `candidate` the lease for `epoch` (a renewal when the voter
+    already granted it that epoch), under `config`."""
+
+    seq: int
+    epoch: int
+    candidate: str
+    config: VoterConfig
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """The voter grants request `seq`."""
+
+    seq: int
+    epoch: int
+    voter: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseReject:
+    """The voter refuses request `seq` (`reason`: REJECT_*)."""
+
+    seq: int
+    voter: str
+    reason: int
+    granted_epoch: int
+    holder: str
+    remaining_ms: int
+    config: VoterConfig | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRelease:
+    """The holder of `epoch` gives its lease up."""
+
+    epoch: int
+    holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerNotice:
+    """`holder` controls with `epoch` for about `remaining_ms` more."""
+
+    epoch: int
+    holder: str
+    remaining_ms: int
+    config: VoterConfig
+
+
+# -- codec --------------------------------------------------------------------
+
+
+def _name(v: object, empty: bool = False) -> str:
+    if type(v) is not str or len(v) > MAX_NAME_CHARS or (not v and not empty):
+        raise DecodeError("shape", "bad node name")
+    return v
+
+
+def _config(v: object) -> VoterConfig:
+    if type(v) is not list or len(v) != 3:
+        raise DecodeError("shape", "bad voter config")
+    lineage, version, voters = v
+    if type(lineage) is not bytes or len(lineage) != 8:
+        raise DecodeError("shape", "bad lineage")
+    if type(voters) is not list or not 0 < len(voters) <= MAX_VOTERS:
+        raise DecodeError("shape", "bad voter list")
+    names = tuple(sorted({_name(n) for n in voters}))
+    return VoterConfig(lineage, _u64(version), names)
+
+
+def _opt_config(v: object) -> VoterConfig | None:
+    return None if v is None else _config(v)
+
+
+def _enc_config(c: VoterConfig | None) -> list[Any] | None:
+    return None if c is None else [c.lineage, c.version, list(c.voters)]
+
+
+def _encode(msg: Any) -> list[Any] | None:
+    match msg:
+        case LeaseRequest(seq, epoch, candidate, config):
+            return [20, seq, epoch, candidate, _enc_config(config)]
+        case LeaseGrant(seq, epoch, voter):
+            return [21, seq, epoch, voter]
+        case LeaseReject(seq, voter, reason, granted, holder, remaining, config):
+            return [22, seq, voter, reason, granted, holder, remaining, _enc_config(config)]
+        case LeaseRelease(epoch, holder):
+            return [23, epoch, holder]
+        case ControllerNotice(epoch, holder, remaining, config):
+            return [24, epoch, holder, remaining, _enc_config(config)]
+    return None
+
+
+def _reason(v: object) -> int:
+    if type(v) is not int or not 0 <= v <= REJECT_NOT_VOTER:
+        raise DecodeError("shape", "bad reject reason")
+    return v
+
+
+codec.register(20, 5, lambda f: LeaseRequest(_u64(f[1]), _u64(f[2]), _name(f[3]),
+                                             _config(f[4])), _encode)  # fmt: skip
+codec.register(21, 4, lambda f: LeaseGrant(_u64(f[1]), _u64(f[2]), _name(f[3])), _encode)
+codec.register(22, 8, lambda f: LeaseReject(_u64(f[1]), _name(f[2]), _reason(f[3]), _u64(f[4]),
+                                            _name(f[5], empty=True), _u64(f[6]),
+                                            _opt_config(f[7])), _encode)  # fmt: skip
+codec.register(23, 3, lambda f: LeaseRelease(_u64(f[1]), _name(f[2])), _encode)
+codec.register(24, 5, lambda f: ControllerNotice(_u64(f[1]), _name(f[2]), _u64(f[3]),
+                                                 _config(f[4])), _encode)  # fmt: skip
