@@ -1,3 +1,16 @@
-"""Controller election by quorum lease (not built yet: see issue 5)."""
+"""Controller election by a quorum lease on the membership view (sans-IO)."""
 
-__all__: list[str] = []
+from election.config import LeaseConfig
+from election.events import ControllerChanged, ControllerElected, ControllerLost, VotersChanged
+from election.lease import LeaseElection
+from election.voters import VoterConfig
+
+__all__ = [
+    "ControllerChanged",
+    "ControllerElected",
+    "ControllerLost",
+    "LeaseConfig",
+    "LeaseElection",
+    "VoterConfig",
+    "VotersChanged",
+]

@@ -20,7 +20,6 @@ from membership.profiles import PROFILES
 from sim.clock import NodeClock
 from sim.cluster import SimCluster
 from sim.network import LinkProfile
-from sim.scenarios import form_cluster
 
 
 @dataclass(slots=True)

@@ -23,7 +23,15 @@ PINNED = {
         "SyncConfig",
     ],
     "daemon": [],
-    "election": [],
+    "election": [
+        "ControllerChanged",
+        "ControllerElected",
+        "ControllerLost",
+        "LeaseConfig",
+        "LeaseElection",
+        "VoterConfig",
+        "VotersChanged",
+    ],
     "churn": [],
 }  # fmt: skip
 

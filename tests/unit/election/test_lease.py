@@ -1,0 +1,98 @@
+"""The voter's rules, one message at a time."""
+
+import random
+
+from election.config import LeaseConfig
+from election.events import ControllerElected, PersistElection
+from election.lease import LeaseElection
+from election.messages import (
+    REJECT_EPOCH,
+    REJECT_HELD,
+    ControllerNotice,
+    LeaseGrant,
+    LeaseReject,
+    LeaseRelease,
+    LeaseRequest,
+)
+from election.voters import VoterConfig
+from membership import codec
+
+CONFIG = VoterConfig(b"L" * 8, 1, ("a", "b", "c"))
+PEER = ("10.0.0.9", 7946)
+
+
+def voter(name: str = "b", epoch: int = 0) -> LeaseElection:
+    view = lambda: [(n, (), "alive") for n in ("a", "b", "c")]  # noqa: E731
+    el = LeaseElection(name, LeaseConfig(), random.Random(1), view,
+                       lambda n: (f"10.0.0.{ord(n)}", 7946), epoch, CONFIG)  # fmt: skip
+    return el
+
+
+def ask(el: LeaseElection, candidate: str, epoch: int, now: float):
+    el.receive(LeaseRequest(7, epoch, candidate, CONFIG), PEER, now)
+    return el.drain()
+
+
+def test_a_grant_is_persisted_before_it_is_sent():
+    out = ask(voter(), "a", 1, 0.0)
+    assert out.persist == (PersistElection(1, CONFIG),)
+    assert out.send[0].messages == (LeaseGrant(7, 1, "b"),)
+
+
+def test_one_unexpired_grant_at_a_time_and_renewal_by_the_holder():
+    el = voter()
+    ask(el, "a", 1, 0.0)
+    (reject,) = ask(el, "c", 2, 1.0).send[0].messages
+    assert isinstance(reject, LeaseReject) and reject.reason == REJECT_HELD
+    assert reject.holder == "a" and 0 < reject.remaining_ms <= 2100
+    renewal = ask(el, "a", 1, 1.5)
+    assert renewal.persist == () and isinstance(renewal.send[0].messages[0], LeaseGrant)
+    late = LeaseConfig().voter_grant_s + 1.5 + 0.01
+    assert isinstance(ask(el, "c", 2, late).send[0].messages[0], LeaseGrant)
+
+
+def test_never_an_epoch_at_or_below_one_granted():
+    el = voter(epoch=5)
+    el.start(-10.0)
+    (reject,) = ask(el, "a", 5, 0.0).send[0].messages
+    assert reject.reason == REJECT_EPOCH and reject.granted_epoch == 5
+
+
+def test_a_restarted_voter_grants_nothing_until_its_old_grant_could_have_expired():
+    el = voter(epoch=3)
+    el.start(100.0)
+    assert ask(el, "a", 4, 100.5).send[0].messages[0].reason == REJECT_HELD
+    after = 100.0 + LeaseConfig().voter_grant_s + 0.01
+    assert isinstance(ask(el, "a", 4, after).send[0].messages[0], LeaseGrant)
+
+
+def test_a_release_frees_the_voter_at_once():
+    el = voter()
+    ask(el, "a", 1, 0.0)
+    el.receive(LeaseRelease(1, "a"), PEER, 0.2)
+    assert isinstance(ask(el, "c", 2, 0.3).send[0].messages[0], LeaseGrant)
+
+
+def test_a_candidate_becomes_controller_on_a_majority_and_counts_from_sending():
+    el = voter("a")
+    el.start(0.0)
+    el.tick(0.0)  # the best-ranked stands within 10 ms (jitter)
+    el.tick(el.next_deadline())
+    stood_at = el._request.sent_at
+    sent = el.drain()
+    requests = [s for s in sent.send if isinstance(s.messages[0], LeaseRequest)]
+    assert len(requests) == 2 and not el.is_controller  # b and c; a granted itself
+    seq = requests[0].messages[0].seq
+    epoch = requests[0].messages[0].epoch
+    el.receive(LeaseGrant(seq, epoch, "b"), PEER, 0.3)
+    assert el.is_controller
+    assert el.lease_end_at == stood_at + LeaseConfig().holder_lease_s  # from sending
+    assert ControllerElected(epoch) in el.drain().events
+
+
+def test_election_messages_round_trip_through_the_codec():
+    tag = codec.cluster_tag("x")
+    msgs = [LeaseRequest(1, 2, "a", CONFIG), LeaseGrant(1, 2, "b"),
+            LeaseReject(1, "b", 0, 2, "a", 1500, CONFIG), LeaseReject(1, "b", 3, 0, "", 0, None),
+            LeaseRelease(2, "a"), ControllerNotice(2, "a", 1999, CONFIG)]  # fmt: skip
+    assert codec.decode_datagram(codec.encode_datagram(msgs, tag), tag) == msgs
