@@ -29,8 +29,17 @@ import structlog
 from daemon.addresses import choose_advertise
 from daemon.commit import GroupCommit
 from daemon.config import AgentConfig
+from daemon.controller import ControllerWatch, run_handler
 from daemon.errors import ConfigError
 from daemon.node import ShoalNode
+from election.events import (
+    ControllerChanged,
+    ControllerElected,
+    ControllerLost,
+    PersistElection,
+    VotersChanged,
+    election_fields,
+)
 from membership import codec
 from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 from membership.events import JoinCompleted, event_fields
@@ -53,6 +62,7 @@ log = structlog.get_logger("shoal")
 # Messages that answer with a large state transfer: accepted on streams only,
 # so a spoofed datagram cannot make us send one to somebody else.
 _STREAM_ONLY = {PushPull, SyncTree, SyncTreeDiff, SyncDigests, SyncRecords}
+ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
 
 
 class Watcher:
@@ -99,6 +109,7 @@ class Agent:
         self._discovery_joins: set[Address] = set()
         self._discovery_queue: deque[DiscoveredPeer] = deque(maxlen=256)
         self._ignored_seen: set[tuple[str, str]] = set()
+        self.controller_watch = ControllerWatch()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -115,7 +126,8 @@ class Agent:
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, cfg.swim, rng, stored.incarnation, engine.records,
-                              cfg.store, self._wall_offset_ms())  # fmt: skip
+                              cfg.store, self._wall_offset_ms(), cfg.election,
+                              self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
         now = self._loop.time()
         self.node.start(now)
         if cfg.join:
@@ -359,6 +371,16 @@ class Agent:
         assert self.commits is not None
         return record, self.commits.waiter()
 
+    def loop_time(self) -> float:
+        """The event loop's clock (the cores' `now`)."""
+        return self._loop.time()
+
+    def remove_voter(self, name: str) -> bool:
+        """As controller, remove voter `name` (`shoal force-leave`)."""
+        ok = self.node.election.remove_voter(name, self._loop.time())
+        self.flush()
+        return ok
+
     def set_tags(self, tags: Tags) -> None:
         """Replace this node's tags."""
         self.node.set_tags(tags, self._loop.time())
@@ -387,9 +409,11 @@ class Agent:
 
     def _handle(self, out: Output) -> None:
         for item in out.persist:
+            assert self.data_dir is not None
             if isinstance(item, PersistIncarnation):
-                assert self.data_dir is not None
                 self.data_dir.save_incarnation(item.incarnation)
+            elif isinstance(item, PersistElection):
+                self.data_dir.save_election(item.granted_epoch, item.config)
         for send in out.send:
             self._send(send)
         for event in out.events:
@@ -415,18 +439,34 @@ class Agent:
         if isinstance(event, SyncCompleted):
             self._log_sync(event)
             return
-        record = event_fields(event)
+        if isinstance(event, ELECTION_EVENTS):
+            record = election_fields(event)
+            self.controller_watch.changed(event, self.node)
+        else:
+            record = event_fields(event)
         record["at_ms"] = int(time.time() * 1000)
         record["observer"] = self.config.node_name
         kind = str(record.pop("type"))
         log.info(kind, **record)
         record["type"] = kind
+        if isinstance(event, (ControllerElected, ControllerLost)):
+            self._run_controller_handler(dict(record))
         for watcher in list(self.watchers):
             if not watcher.offer(record):
                 self.watchers.discard(watcher)
         if isinstance(event, JoinCompleted):
             self._resolve_join(event)
             self._discovery_join_done(event.addr)
+
+    def _run_controller_handler(self, record: dict[str, Any]) -> None:
+        command = self.config.controller_handler
+        if not command:
+            return
+        env = {"SHOAL_EVENT": str(record["type"]), "SHOAL_EPOCH": str(record["epoch"]),
+               "SHOAL_NODE": self.config.node_name}  # fmt: skip
+        task = self._loop.create_task(run_handler(command, env, record))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _log_sync(self, event: SyncCompleted) -> None:
         peer = f"{event.peer[0]}:{event.peer[1]}"

@@ -55,6 +55,8 @@ class ApiServer:
             ("POST", "/v1/join"): self.join,
             ("POST", "/v1/leave"): self.leave,
             ("GET", "/v1/events"): self.events,
+            ("GET", "/v1/controller"): self.controller,
+            ("POST", "/v1/force-leave"): self.force_leave,
         }
 
     async def start(self, addr: Address) -> None:
@@ -197,6 +199,52 @@ class ApiServer:
                 out["value"] = None
             out["value_base64"] = base64.b64encode(rec.value).decode()
         return out
+
+    def controller(self, request: Request) -> Any:
+        """The controller; with `?wait=S`, block up to S seconds until it
+        changes from `?epoch=E` (or from what it is now)."""
+        wait_text = request.query.get("wait", [None])[0]
+        if wait_text is None:
+            return 200, self._controller_now()
+        try:
+            wait_s = float(wait_text)
+        except ValueError:
+            raise HttpError(400, "wait must be a number of seconds") from None
+        if not 0 <= wait_s <= 300:
+            raise HttpError(400, "wait must be 0 to 300 seconds")
+        return self._controller_wait(wait_s, request.query.get("epoch", [None])[0])
+
+    async def _controller_wait(self, wait_s: float, epoch_text: str | None) -> Result:
+        now = self._controller_now()
+        if epoch_text is not None and epoch_text != str(now["epoch"]):
+            return 200, now  # already different from what the caller knows
+        await self.agent.controller_watch.wait(wait_s)
+        return 200, self._controller_now()
+
+    def _controller_now(self) -> dict[str, Any]:
+        from daemon.controller import controller_info
+
+        agent = self.agent
+        return controller_info(agent.node, agent.controller_watch.since_wall_ms,
+                               agent.loop_time())  # fmt: skip
+
+    def force_leave(self, request: Request) -> Result:
+        try:
+            body = json.loads(request.body)
+            name = body["node"]
+            if not isinstance(name, str) or not name:
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            raise HttpError(400, 'body must be JSON: {"node": "NAME"}') from None
+        election = self.agent.node.election
+        if not election.is_controller:
+            known = election.known[0] if election.known else "none known"
+            raise HttpError(409, f"only the controller can remove a voter; ask {known}")
+        if election.voters is None or name not in election.voters.voters:
+            raise HttpError(404, f"{name} is not a voter")
+        if not self.agent.remove_voter(name):
+            raise HttpError(409, "a voter change is in progress; try again")
+        return 200, {"removing": name}
 
     def events(self, request: Request) -> Result:
         from daemon.agent import Watcher

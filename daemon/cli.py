@@ -56,6 +56,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="IPv4 address of an interface for discovery (repeatable; default: "
                        "the advertised address)")  # fmt: skip
 
+    agent.add_argument("--bootstrap-expect", dest="bootstrap_expect", type=int,
+                       help="eligible nodes to wait for before the first controller "
+                       "election (default 3; 1 for a single node)")  # fmt: skip
+    agent.add_argument(
+        "--controller-handler",
+        dest="controller_handler",
+        help="command run on becoming or ceasing to be controller",
+    )
+
     members = sub.add_parser("members", help="list the members an agent knows")
     _api_arg(members)
     members.add_argument("--json", action="store_true", help="print JSON")
@@ -70,6 +79,15 @@ def _parser() -> argparse.ArgumentParser:
 
     monitor = sub.add_parser("monitor", help="follow an agent's membership events")
     _api_arg(monitor)
+
+    ctl = sub.add_parser("controller", help="show the controller and its epoch")
+    _api_arg(ctl)
+    ctl.add_argument("--json", action="store_true", help="print JSON")
+    ctl.add_argument("--watch", action="store_true", help="print every change until Ctrl-C")
+
+    force = sub.add_parser("force-leave", help="remove a dead voter (ask the controller's agent)")
+    _api_arg(force)
+    force.add_argument("node")
 
     kv = sub.add_parser("kv", help="read and write the replicated key-value store")
     kv_sub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")
@@ -142,6 +160,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{addr}: {'joined' if ok else 'failed'}")
         print(f"Successfully joined cluster by contacting {answer['joined']} nodes.")
         return 0 if answer["joined"] else 1
+    if command == "controller":
+        return _controller(client, args)
+    if command == "force-leave":
+        client.post("/v1/force-leave", {"node": args.node})
+        print(f"Removing voter {args.node}.")
+        return 0
     if command == "kv":
         from daemon.kv_cli import kv_command
 
@@ -175,6 +199,8 @@ def _agent(args: argparse.Namespace) -> int:
             "log_format",
             "discovery",
             "discovery_interfaces",
+            "bootstrap_expect",
+            "controller_handler",
         )  # fmt: skip
     }
     cfg = config_mod.load(flags)
@@ -187,6 +213,20 @@ def _agent(args: argparse.Namespace) -> int:
 
     agent = Agent(cfg)
     return uvloop.run(agent.run())
+
+
+def _controller(client: Any, args: argparse.Namespace) -> int:
+    info = client.get("/v1/controller")
+    while True:
+        if args.json:
+            print(json.dumps(info), flush=True)
+        elif info["controller"] is None:
+            print("No controller known.", flush=True)
+        else:
+            print(f"{info['controller']} (epoch {info['epoch']})", flush=True)
+        if not args.watch:
+            return 0 if info["controller"] is not None else 1
+        info = client.get(f"/v1/controller?wait=60&epoch={info['epoch']}")
 
 
 def _members(client: Any, args: argparse.Namespace) -> int:

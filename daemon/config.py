@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.errors import ConfigError
+from election.config import LeaseConfig
 from membership.member import Tags, make_tags
 from membership.output import Address
 from membership.profiles import PROFILES, SwimConfig
@@ -59,6 +60,9 @@ class AgentConfig:
     profile: str = "lan"
     swim: SwimConfig = field(default_factory=SwimConfig)
     store: SyncConfig = field(default_factory=SyncConfig)
+    election: LeaseConfig = field(default_factory=LeaseConfig)
+    bootstrap_expect: int = 3
+    controller_handler: str = ""
     log_level: str = "info"
     log_format: str = "auto"
     leave_timeout_s: float = 5.0
@@ -146,7 +150,8 @@ def _section(name: str, base: Any, overrides: Any) -> Any:
 _TOP_KEYS = {
     "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
-    "discovery", "discovery_interfaces", "discovery_service",
+    "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
+    "controller_handler",
 }  # fmt: skip
 
 _ENV = {
@@ -163,6 +168,7 @@ _ENV = {
     "SHOAL_LOG_FORMAT": "log_format",
     "SHOAL_DISCOVERY": "discovery",
     "SHOAL_DISCOVERY_INTERFACES": "discovery_interfaces",
+    "SHOAL_BOOTSTRAP_EXPECT": "bootstrap_expect",
 }
 
 
@@ -206,7 +212,7 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            if key in ("swim", "store", "faults") and isinstance(value, Mapping):
+            if key in ("swim", "store", "election", "faults") and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -258,6 +264,9 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         profile=profile,
         swim=_swim(profile, swim_overrides),
         store=_section("store", SyncConfig(), raw.get("store", {})),
+        election=_section("election", LeaseConfig(), raw.get("election", {})),
+        bootstrap_expect=_bootstrap_expect(raw.get("bootstrap_expect", 3)),
+        controller_handler=_handler(raw.get("controller_handler", "")),
         log_level=log_level,
         log_format=log_format,
         leave_timeout_s=float(leave_timeout),
@@ -266,6 +275,21 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         discovery_interfaces=_interfaces(raw.get("discovery_interfaces", [])),
         discovery_service=_service(raw.get("discovery_service", "_shoal._udp.local.")),
     )
+
+
+def _bootstrap_expect(value: Any) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise ConfigError(f"bootstrap_expect: expected a number of nodes from 1 to 64, "
+                          f"got {value!r}")  # fmt: skip
+    return value
+
+
+def _handler(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"controller_handler: expected a shell command, got {value!r}")
+    return value
 
 
 def _flag(value: Any, setting: str) -> bool:

@@ -1,11 +1,12 @@
 """`shoal demo`: a small cluster of real agents on loopback, telling a story.
 
 It starts N agents on 127.0.0.11, .12, ... (loopback only, safe anywhere)
-with no join address, shows the cluster forming by multicast discovery,
-kills one with SIGKILL and shows the survivors suspecting and then declaring
-it failed, restarts it and shows it rejoin with a higher incarnation, and
-finally stops everyone with SIGTERM (a graceful leave). Each step prints how
-long it took.
+with no join address, shows the cluster forming by multicast discovery and
+electing a controller, writes a key on one agent and reads it on another,
+kills the controller with SIGKILL and shows the survivors declaring it
+failed and electing a successor with a higher epoch, restarts it and shows
+it rejoin with a higher incarnation, and finally stops everyone with SIGTERM
+(a graceful leave). Each step prints how long it took.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ FIRST_HOST = 11
 class DemoAgent:
     """One agent of the demo."""
 
-    def __init__(self, index: int, root: Path) -> None:
+    def __init__(self, index: int, root: Path, cluster_size: int = 3) -> None:
         self.name = f"demo-{index}"
         self.ip = f"127.0.0.{FIRST_HOST + index}"
         self.root = root
+        self.cluster_size = cluster_size
         self.proc: subprocess.Popen[bytes] | None = None
         self.api = ApiClient((self.ip, 7947), timeout_s=3.0)
 
@@ -45,7 +47,7 @@ class DemoAgent:
         args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", self.name,
                 "--bind", f"{self.ip}:7946", "--api", f"{self.ip}:7947",
                 "--cluster", "demo", "--data-dir", str(self.root / self.name),
-                "--log-format", "json"]  # fmt: skip
+                "--log-format", "json", "--bootstrap-expect", str(self.cluster_size)]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
 
@@ -81,6 +83,34 @@ def _all_see(agents: list[DemoAgent], name: str, statuses: set[str]) -> bool:
     return True
 
 
+def _one_controller(agents: list[DemoAgent]) -> tuple[str, int] | None:
+    """The controller and epoch if every agent reports the same one."""
+    seen = set()
+    for agent in agents:
+        try:
+            info = agent.api.get("/v1/controller")
+        except ApiError:
+            return None
+        seen.add((info["controller"], info["epoch"]))
+    if len(seen) == 1:
+        (only,) = seen
+        if only[0] is not None:
+            return only
+    return None
+
+
+def _new_controller(agents: list[DemoAgent], old_epoch: int) -> bool:
+    found = _one_controller(agents)
+    return found is not None and found[1] > old_epoch
+
+
+def _read(agent: DemoAgent, key: str) -> bytes | None:
+    try:
+        return agent.api.get(f"/v1/kv/{key}")["value"]
+    except ApiError:
+        return None
+
+
 def _follow(agent: DemoAgent, t0: float, stop: threading.Event) -> None:
     """Print the first agent's view of events as they happen."""
     try:
@@ -102,7 +132,7 @@ def run_demo(nodes: int, keep: bool = False) -> int:
     if not 2 <= nodes <= 100:
         raise ConfigError("--nodes: expected 2 to 100")
     root = Path(tempfile.mkdtemp(prefix="shoal-demo-"))
-    agents = [DemoAgent(i, root) for i in range(nodes)]
+    agents = [DemoAgent(i, root, nodes) for i in range(nodes)]
     names = [a.name for a in agents]
     stop = threading.Event()
     print(f"Starting {nodes} shoal agents on loopback {agents[0].ip}..{agents[-1].ip} "
@@ -115,13 +145,24 @@ def run_demo(nodes: int, keep: bool = False) -> int:
         print(f"\n1. The cluster formed with no address configured (multicast DNS-SD): "
               f"every agent lists all {nodes} alive, {took:.2f} s after launch.\n")  # fmt: skip
         print(format_members(agents[0].members()))
+        took = _wait(lambda: _one_controller(agents) is not None, agents, 30)
+        controller, epoch = _one_controller(agents) or ("", 0)
+        print(f"\n   Controller: {controller} (epoch {epoch}), agreed by all {nodes} agents.")
+        agents[0].api.request("PUT", "/v1/kv/demo/greeting", b"hello from demo-0")
+        took = _wait(lambda: _read(agents[-1], "demo/greeting") is not None, agents, 15)
+        print(f"   `shoal kv put demo/greeting` on {agents[0].name}: readable on "
+              f"{agents[-1].name} {took * 1000:.0f} ms later.")  # fmt: skip
         watcher = threading.Thread(target=_follow, args=(agents[0], t0, stop), daemon=True)
         watcher.start()
-        victim, survivors = agents[-1], agents[:-1]
-        print(f"\n2. Killing {victim.name} with SIGKILL (no goodbye) ...")
+        victim = next(a for a in agents if a.name == controller)
+        survivors = [a for a in agents if a is not victim]
+        print(f"\n2. Killing the controller {victim.name} with SIGKILL (no goodbye) ...")
         assert victim.proc is not None
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait()
+        took = _wait(lambda: _new_controller(survivors, epoch), survivors, 30)
+        new, new_epoch = _one_controller(survivors) or ("", 0)
+        print(f"   {new} is controller with epoch {new_epoch}, {took:.2f} s after the kill.")
         took = _wait(lambda: _all_see(survivors, victim.name, {"dead"}), survivors, 60)
         print(f"   All {len(survivors)} survivors mark {victim.name} failed, "
               f"{took:.2f} s after the kill.\n")  # fmt: skip

@@ -1,11 +1,11 @@
 """Election wire messages (type tags 20-39) and their codec entries.
 
-    LeaseRequest    candidate/controller -> voters: grant me `epoch` under `config`
-    LeaseGrant      voter -> candidate
-    LeaseReject     voter -> candidate: why, who holds a grant, for how long,
-                    and the voter's configuration (so a stale candidate learns it)
-    LeaseRelease    controller -> voters: I give the lease up (graceful leave)
-    ControllerNotice controller -> members: who controls, with which epoch
+LeaseRequest    candidate/controller -> voters: grant me `epoch` under `config`
+LeaseGrant      voter -> candidate
+LeaseReject     voter -> candidate: why, who holds a grant, for how long,
+                and the voter's configuration (so a stale candidate learns it)
+LeaseRelease    controller -> voters: I give the lease up (graceful leave)
+ControllerNotice controller -> members: who controls, with which epoch
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
         if at >= heal_at_s - 0.5:
             break
         _random_fault(cluster, rng, at, down, run)
+
     def heal_all() -> None:
         cluster.net.heal()
         for i in sorted(down):  # whatever is down or left by then comes back
@@ -163,6 +164,7 @@ def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[
     kind = rng.choice(["crash_controller", "crash", "restart", "partition", "cut_controller",
                        "heal", "leave"])  # fmt: skip
     if kind in ("crash", "crash_controller") and len(down) < (n - 1) // 2:
+
         def crash(k: str = kind) -> None:
             live = [i for i in cluster.live_hosts() if i not in down]
             ctl = [i for i in controllers(cluster) if i in live]
@@ -171,14 +173,17 @@ def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[
                 v = rng.choice(victims)
                 down.add(v)
                 cluster._halt(v)  # noqa: SLF001 - the simulator's own crash
+
         cluster.at(at, crash)
         run.faults.append(f"{at:.1f} {kind}")
     elif kind == "restart" and down:
+
         def restart() -> None:
             if down:
                 v = min(down)
                 down.discard(v)
                 cluster._boot(v, [j for j in range(n) if j != v])  # noqa: SLF001
+
         cluster.at(at, restart)
         run.faults.append(f"{at:.1f} restart")
     elif kind == "partition":
@@ -188,10 +193,12 @@ def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[
         cluster.at(at, lambda a=hosts[:cut], b=hosts[cut:]: cluster.net.partition([a, b]))
         run.faults.append(f"{at:.1f} partition {sorted(hosts[:cut])}")
     elif kind == "cut_controller":
+
         def isolate() -> None:
             ctl = controllers(cluster)
             if ctl:
                 cluster.net.isolate(ctl[0], list(range(n)))
+
         cluster.at(at, isolate)
         run.faults.append(f"{at:.1f} isolate controller")
     elif kind == "heal":
@@ -204,5 +211,6 @@ def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[
             if v not in down and len(down) < (n - 1) // 2 and cluster.nodes[v] is not None:
                 down.add(v)  # it comes back (restart) at the heal
                 cluster._command(v, lambda node, now: node.leave(now))  # noqa: SLF001
+
         cluster.at(at, leave)
         run.faults.append(f"{at:.1f} leave {v}")

@@ -19,7 +19,7 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import cbor2
 
@@ -28,6 +28,7 @@ from storage.engine import Engine
 
 _NODE_ID = b"node_id"
 _INCARNATION = b"incarnation"
+_ELECTION = b"election"
 NODE_ID_BYTES = 16
 
 
@@ -86,6 +87,28 @@ class DataDir:
     def save_incarnation(self, incarnation: int) -> None:
         """Make `incarnation` durable (fsync) before returning."""
         self.engine.local_put(_INCARNATION, incarnation.to_bytes(8, "big"))
+
+    def load_election(self) -> tuple[int, Any]:
+        """(highest granted epoch, voter configuration or None) from the last run."""
+        from election.voters import VoterConfig
+
+        raw = self.engine.local_get(_ELECTION)
+        if raw is None:
+            return 0, None
+        try:
+            epoch, config = cbor2.loads(raw)
+            if config is None:
+                return int(epoch), None
+            lineage, version, voters = config
+            return int(epoch), VoterConfig(bytes(lineage), int(version), tuple(voters))
+        except (ValueError, TypeError, cbor2.CBORDecodeError):
+            raise DataDirError(f"data_dir: the election state in {self.path} is damaged; "
+                               "move the directory away") from None  # fmt: skip
+
+    def save_election(self, granted_epoch: int, config: Any) -> None:
+        """Make the granted epoch and voter configuration durable (fsync)."""
+        enc = None if config is None else [config.lineage, config.version, list(config.voters)]
+        self.engine.local_put(_ELECTION, cbor2.dumps([granted_epoch, enc]))
 
     def close(self) -> None:
         """Close the database and release the directory."""

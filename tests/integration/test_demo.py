@@ -11,8 +11,11 @@ def test_the_demo_forms_loses_a_member_heals_and_stops():
     out = result.stdout
     assert result.returncode == 0, result.stderr
     assert "The cluster formed with no address configured" in out
-    assert "All 2 survivors mark demo-2 failed" in out
-    assert "demo-2 is alive again everywhere" in out
+    assert "Controller: demo-" in out and "agreed by all 3 agents" in out
+    assert "readable on demo-2" in out
+    assert "is controller with epoch" in out
+    assert "All 2 survivors mark demo-" in out and " failed" in out
+    assert "is alive again everywhere" in out
     assert "All 3 agents exited with code 0." in out
 
 

@@ -108,10 +108,13 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     assert cfg.swim == SwimConfig()
     text = path.read_text()
     for f in dataclasses.fields(AgentConfig):
-        if f.name in ("swim", "store"):
+        if f.name in ("swim", "store", "election"):
             assert f"[{f.name}]" in text
         elif f.name != "faults":  # test-only fault injection is not advertised
             assert f"{f.name} =" in text, f.name
-    for f in dataclasses.fields(SwimConfig) + dataclasses.fields(SyncConfig):
+    from election.config import LeaseConfig
+
+    fields = dataclasses.fields(SwimConfig) + dataclasses.fields(SyncConfig)
+    for f in fields + dataclasses.fields(LeaseConfig):
         assert f"{f.name} =" in text, f.name
     assert cfg.store == SyncConfig()

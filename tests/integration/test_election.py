@@ -1,0 +1,115 @@
+"""Controller election on real agents: what an operator of `shoal controller` sees."""
+
+import json
+import subprocess
+import sys
+import time
+
+from daemon.errors import ApiError
+from tests.conftest import poll_until
+
+
+def shoal_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def controller_of(agent) -> tuple[str | None, int | None, bool]:
+    try:
+        info = agent.api.get("/v1/controller")
+    except ApiError:
+        return (None, None, False)
+    return (info["controller"], info["epoch"], info["is_self"])
+
+
+def agreed(agents) -> tuple[str, int] | None:
+    seen = {controller_of(a)[:2] for a in agents}
+    if len(seen) == 1:
+        (only,) = seen
+        if only[0] is not None:
+            return only  # type: ignore[return-value]
+    return None
+
+
+def start_five(agents, extra=()):
+    started = agents.start(5, extra=["--bootstrap-expect", "5", *extra])
+    poll_until(lambda: agreed(started), 30)
+    return started
+
+
+def test_all_agents_agree_on_one_controller_and_the_cli_shows_it(agents):
+    started = start_five(agents)
+    name, epoch = agreed(started)
+    holders = [a.name for a in started if controller_of(a)[2]]
+    assert holders == [name]
+    out = shoal_cli("controller", "--json", "--api", f"{started[3].ip}:7947")
+    info = json.loads(out.stdout)
+    assert info["controller"] == name and info["epoch"] == epoch and len(info["voters"]) == 5
+    plain = shoal_cli("controller", "--api", f"{started[1].ip}:7947")
+    assert plain.stdout.strip() == f"{name} (epoch {epoch})"
+
+
+def test_kill_9_of_the_controller_elects_a_successor_with_a_higher_epoch(agents):
+    """Failover within the lease (2 s) plus a margin for polling and a busy CI box."""
+    started = start_five(agents)
+    name, epoch = agreed(started)
+    victim = next(a for a in started if a.name == name)
+    survivors = [a for a in started if a is not victim]
+    victim.kill()
+    t0 = time.monotonic()
+    new, new_epoch = poll_until(lambda: (found := agreed(survivors)) and found[1] > epoch
+                                and found, 10, interval_s=0.02)  # fmt: skip
+    took = time.monotonic() - t0
+    assert new != name and new_epoch > epoch
+    assert took < 4.0, f"failover took {took:.2f} s"
+
+
+def test_sigterm_of_the_controller_hands_over_almost_at_once(agents):
+    started = start_five(agents)
+    name, epoch = agreed(started)
+    leaver = next(a for a in started if a.name == name)
+    others = [a for a in started if a is not leaver]
+    t0 = time.monotonic()
+    leaver.signal(15)
+    poll_until(lambda: (found := agreed(others)) and found[1] > epoch, 5, interval_s=0.01)
+    assert time.monotonic() - t0 < 1.0
+    assert leaver.wait_exit(15) == 0
+
+
+def test_the_controller_handler_runs_with_the_epoch(agents, tmp_path):
+    marker = tmp_path / "handler.out"
+    command = f'echo "$SHOAL_EVENT $SHOAL_EPOCH $SHOAL_NODE" >> {marker}; cat >> {marker}'
+    started = start_five(agents, extra=["--controller-handler", command])
+    name, epoch = agreed(started)
+    poll_until(marker.exists, 10)
+    lines = poll_until(lambda: marker.read_text().splitlines() or None, 10)
+    assert lines[0] == f"controller-elected {epoch} {name}"
+    event = json.loads(lines[1])
+    assert event["type"] == "controller-elected" and event["epoch"] == epoch
+    assert event["observer"] == name and event["at_ms"] > 0
+
+
+def test_watch_returns_when_the_controller_changes(agents):
+    started = start_five(agents)
+    name, epoch = agreed(started)
+    watcher = next(a for a in started if a.name != name)
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "controller", "--watch",
+                             "--api", f"{watcher.ip}:7947"], stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == f"{name} (epoch {epoch})"
+        next(a for a in started if a.name == name).kill()
+        changed = proc.stdout.readline().strip()
+        assert changed != f"{name} (epoch {epoch})"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_force_leave_is_answered_by_the_controller_only(agents):
+    started = start_five(agents)
+    name, _ = agreed(started)
+    other = next(a for a in started if a.name != name)
+    refused = shoal_cli("force-leave", "--api", f"{other.ip}:7947", started[0].name)
+    assert refused.returncode == 1 and f"ask {name}" in refused.stderr
