@@ -84,6 +84,8 @@ _LIVE = ("alive", "suspect")
 # after holding the lease this long, so that a fresh controller whose view
 # is still filling up does not remove voters it has not heard of yet.
 _REAPED_GUARD_S = 60.0
+# A campaign re-asks a voter whose grant to someone else ends within this.
+_RETRY_HELD_S = 0.5
 AddrFn = Callable[[str], Address | None]
 
 
@@ -122,6 +124,7 @@ class _Request:
     deadline_at: float
     renewal: bool
     granted: set[str] = field(default_factory=set)
+    retry_at: dict[str, float] = field(default_factory=dict)  # voter -> ask again
 
 
 class LeaseElection:
@@ -283,6 +286,12 @@ class LeaseElection:
         req = self._request
         if req is not None and now >= req.deadline_at:
             self._request_failed(req, now)
+        elif req is not None and req.retry_at:
+            msg = LeaseRequest(req.seq, req.epoch, self.name, req.config)
+            for voter, at in list(req.retry_at.items()):
+                if now >= at:
+                    del req.retry_at[voter]
+                    self._send_to(voter, msg)
         if self.known is not None and now >= self.known_until and not self.is_controller:
             self._set_known(None, self.known[1])
         if self.is_controller:
@@ -300,6 +309,7 @@ class LeaseElection:
             times += [self.lease_end_at, self._renew_at, self._notice_at]
         if self._request is not None:
             times.append(self._request.deadline_at)
+            times += self._request.retry_at.values()
         if self._stand_at is not None:
             times.append(self._stand_at)
         if not self.is_controller and self.voters is not None and not self._leaving:
@@ -443,21 +453,30 @@ class LeaseElection:
         if self.name not in msg.config.voters:
             return self._reject(msg, REJECT_NOT_VOTER, now)
         grant = self._grant
+        yielded_epoch = 0
         if grant is not None and grant.holder == self.name and self._outranked_by(msg.candidate):
             # We are campaigning too, and a better candidate asks: give up our
             # campaign (never claimed, so safe to drop) instead of duelling.
             req = self._request
             assert req is not None
+            yielded_epoch = req.epoch
             self._request_failed(req, now)
             grant = self._grant
         if grant is not None and grant.holder != msg.candidate and now < grant.until_at:
+            if grant.holder != self.name and self._ranks_above_me(msg.candidate):
+                # A better candidate will ask again when this grant ends: do
+                # not stand against it meanwhile.
+                hold_off = grant.until_at + 2 * self.config.request_timeout_s
+                self._blocked_until = max(self._blocked_until, hold_off)
             return self._reject(msg, REJECT_HELD, now)
         self.epoch_known = max(self.epoch_known, msg.epoch)
         if grant is not None and grant.holder == msg.candidate and grant.epoch == msg.epoch:
             grant.until_at = now + self.config.voter_grant_s  # a renewal
             self._refresh_known(msg.candidate, msg.epoch, now)
             return LeaseGrant(msg.seq, msg.epoch, self.name)
-        if msg.epoch <= self.granted_epoch:
+        if msg.epoch <= self.granted_epoch and not (msg.epoch == yielded_epoch > 0):
+            # (The epoch of a campaign we just abandoned was never claimed and
+            # never will be: the candidate we yielded to may take it.)
             return self._reject(msg, REJECT_EPOCH, now)
         self.granted_epoch = msg.epoch
         self._grant = _Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s)
@@ -470,7 +489,12 @@ class LeaseElection:
     def _outranked_by(self, candidate: str) -> bool:
         """Whether our campaign in flight should yield to `candidate`."""
         req = self._request
-        if req is None or req.renewal or self.is_controller or candidate == self.name:
+        if req is None or req.renewal or self.is_controller:
+            return False
+        return self._ranks_above_me(candidate)
+
+    def _ranks_above_me(self, candidate: str) -> bool:
+        if candidate == self.name:
             return False
         ranked = self._candidates()
         if candidate not in ranked or self.name not in ranked:
@@ -521,7 +545,18 @@ class LeaseElection:
         if msg.reason == REJECT_EPOCH and req.renewal:
             self._fresh_epoch = True
         if msg.holder and msg.holder != self.name:
-            self._blocked_until = max(self._blocked_until, now + msg.remaining_ms / 1000)
+            wait_s = msg.remaining_ms / 1000
+            if msg.reason == REJECT_HELD and not req.renewal and wait_s <= _RETRY_HELD_S:
+                # The old holder's grant runs out in a moment (grants end up to
+                # 2 * drift * lease apart): ask this voter again then, instead
+                # of failing and letting the next candidate duel with us.
+                retry_at = now + wait_s + 0.005
+                req.retry_at[msg.voter] = retry_at
+                req.deadline_at = max(req.deadline_at, retry_at + self.config.request_timeout_s)
+                if self._wake_at is None or retry_at < self._wake_at:
+                    self._wake_at = retry_at
+                return
+            self._blocked_until = max(self._blocked_until, now + wait_s)
         if msg.config is not None and msg.config.supersedes(self.voters):
             self._adopt(msg.config, now)
             self._request_failed(req, now)
