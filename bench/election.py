@@ -112,7 +112,10 @@ class Agents:
         args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", f"bench-{i}",
                 "--bind", f"{ip}:7946", "--api", f"{ip}:7947", "--data-dir",
                 str(self.root / f"bench-{i}"), "--no-discovery", "--bootstrap-expect", "5",
-                "--log-level", "warning", "--join", f"{self.ips[0]}:7946"]  # fmt: skip
+                "--log-level", "warning"]  # fmt: skip
+        for other in self.ips:
+            if other != ip:
+                args += ["--join", f"{other}:7946"]
         log = open(self.root / f"bench-{i}.log", "ab")
         self.procs[i] = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT)
         log.close()
@@ -266,7 +269,7 @@ def bench_etcd(trials: int) -> list[float]:
         def contender(_: int) -> subprocess.Popen[str]:
             return subprocess.Popen(
                 ["etcdctl", "--endpoints", endpoints, "lock", f"--ttl={LEASE_S:.0f}",
-                 "shoal-bench", "sh", "-c", "echo ACQUIRED; exec sleep 1000"],
+                 "shoal-bench", "--", "sh", "-c", "echo ACQUIRED; exec sleep 1000"],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                 start_new_session=True)  # fmt: skip
 

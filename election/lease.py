@@ -513,7 +513,8 @@ class LeaseElection:
         grant = self._grant
         if grant is not None and grant.holder == msg.holder and grant.epoch == msg.epoch:
             self._grant = None
-            self._released_by = msg.holder  # leaving: not a candidate to rank
+            if msg.holder != self.name:
+                self._released_by = msg.holder  # leaving: not a candidate to rank
             self._blocked_until = 0.0
             if self.known is not None and self.known[0] == msg.holder:
                 self._set_known(None, msg.epoch)
@@ -647,6 +648,8 @@ class LeaseElection:
             self.known_until = now + self.config.voter_grant_s
 
     def _set_known(self, known: tuple[str, int] | None, epoch: int) -> None:
+        if known is not None:
+            self._released_by = ""  # a new controller: the last leaver is history
         if known != self.known:
             self.known = known
             self._events.append(ControllerChanged(known[0] if known else "", epoch))
