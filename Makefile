@@ -24,7 +24,8 @@ sysdeps:
 	  else echo "note: not root, not installing:$$missing (LAN tests will skip)"; fi; \
 	fi
 
-# A demo cluster of agents on loopback: it forms, loses a member, heals.
+# A demo cluster of agents on loopback: it forms, elects a controller, loses
+# it, elects another, heals.
 run: $(STAMP)
 	$(SHOAL) demo --nodes 5
 
@@ -34,9 +35,14 @@ test: $(STAMP) sysdeps
 test-slow: $(STAMP) sysdeps
 	$(PY) -m pytest -m slow
 
+# Peers run side by side (root installs them): serf, wrk, etcd, ZooKeeper.
 bench: $(STAMP)
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive 	  apt-get install -y -qq serf wrk etcd-server etcd-client zookeeper; fi
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) bench/sim_scale.py
 	$(PY) bench/detect_vs_serf.py
+	$(PY) bench/storage.py
+	$(PY) bench/election.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

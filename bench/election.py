@@ -112,7 +112,7 @@ class Agents:
         args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", f"bench-{i}",
                 "--bind", f"{ip}:7946", "--api", f"{ip}:7947", "--data-dir",
                 str(self.root / f"bench-{i}"), "--no-discovery", "--bootstrap-expect", "5",
-                "--log-level", "warning"]  # fmt: skip
+                "--log-level", os.environ.get("BENCH_LOG_LEVEL", "warning")]  # fmt: skip
         for other in self.ips:
             if other != ip:
                 args += ["--join", f"{other}:7946"]
@@ -161,8 +161,13 @@ def bench_real(trials: int) -> dict[str, list[float]]:
             agents.start(i)
         all_ = list(range(5))
         agents.wait(lambda: agents.agreed(all_), 60)
+        rng = random.Random(1)
         for kind in ("crash", "leave"):
             for _ in range(trials):
+                agents.wait(lambda: agents.agreed(all_), 60)
+                # Kill at a random point of the renewal cycle, with every node
+                # up for longer than a lease (as in steady state).
+                time.sleep(rng.uniform(2.5, 3.5))
                 name, epoch = agents.wait(lambda: agents.agreed(all_), 60)
                 victim = int(name.split("-")[1])
                 others = [i for i in all_ if i != victim]
@@ -214,9 +219,11 @@ def contenders_failover(start_contender, trials: int, label: str) -> list[float]
         for _ in range(3):
             spawn()
         holder = next_acquired(30)
+        rng = random.Random(1)
         for _ in range(trials):
             if holder is None:
                 break
+            time.sleep(rng.uniform(2.5, 3.5))  # a random point of the keep-alive cycle
             t0 = time.monotonic()
             os.killpg(holder.pid, signal.SIGKILL)
             sel.unregister(holder.stdout)

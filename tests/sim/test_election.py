@@ -50,7 +50,7 @@ def formed(n: int, seed: int = 1, drift: float = 0.0, **kw) -> tuple[SimCluster,
 
 def test_a_crashed_controller_is_replaced_with_a_higher_epoch_within_the_bound():
     """kill -9 of the controller: a successor within lease + 0.5 s, with a larger epoch."""
-    cluster, safety = formed(5, drift=0.04)
+    cluster, safety = formed(5, drift=0.019)
     (old,) = controllers(cluster)
     old_epoch = cluster.nodes[old].election.lease_epoch
     crash_at = cluster.now
