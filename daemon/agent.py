@@ -16,6 +16,7 @@ us (python-zeroconf's blockbuster lesson).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import signal
@@ -32,6 +33,7 @@ from daemon.config import AgentConfig
 from daemon.controller import ControllerWatch, run_handler
 from daemon.errors import ConfigError
 from daemon.node import ShoalNode
+from daemon.systemd import Notifier
 from election.events import (
     ControllerChanged,
     ControllerElected,
@@ -86,8 +88,12 @@ class Watcher:
 class Agent:
     """Runs one node until SIGTERM/SIGINT, then leaves gracefully."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, flags: dict[str, Any] | None = None) -> None:
         self.config = config
+        self.flags = flags  # what the config was built from: SIGHUP builds it again
+        self.notifier = Notifier()
+        self.debug_api = os.environ.get("SHOAL_DEBUG_API") == "1"
+        self._status = ""
         self.tag = codec.cluster_tag(config.cluster)
         self.counters: Counter[str] = Counter()
         self.watchers: set[Watcher] = set()
@@ -146,7 +152,11 @@ class Agent:
         await api.start(cfg.api)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._stop.set)
+        self._loop.add_signal_handler(signal.SIGHUP, self._reload)
+        self.notifier.notify("READY=1", f"STATUS={self._status_text()}", f"MAINPID={os.getpid()}")
+        self.notifier.start_watchdog(self._loop)
         await self._stop.wait()
+        self.notifier.notify("STOPPING=1", "STATUS=leaving the cluster")
         await self._leave_gracefully()
         if self.discovery is not None:
             await self.discovery.stop()
@@ -154,6 +164,7 @@ class Agent:
         if self.commits is not None:
             await self.commits.close()  # no fsync may run while the database closes
         self._close()
+        self.notifier.stop()
         log.info("agent stopped", node=cfg.node_name)
         return 0
 
@@ -451,12 +462,29 @@ class Agent:
         record["type"] = kind
         if isinstance(event, (ControllerElected, ControllerLost)):
             self._run_controller_handler(dict(record))
+        self._run_event_handlers(kind, record)
+        self._update_status()
         for watcher in list(self.watchers):
             if not watcher.offer(record):
                 self.watchers.discard(watcher)
         if isinstance(event, JoinCompleted):
             self._resolve_join(event)
             self._discovery_join_done(event.addr)
+
+    def _run_event_handlers(self, kind: str, record: dict[str, Any]) -> None:
+        for event_filter, command in self.config.event_handlers:
+            if event_filter not in ("", kind):
+                continue
+            env = {"SHOAL_EVENT": kind, "SHOAL_SELF_NAME": self.config.node_name}
+            for key in ("name", "address", "status", "incarnation", "controller", "epoch"):
+                if key in record:
+                    env[f"SHOAL_{key.upper()}"] = str(record[key])
+            self._spawn(run_handler(command, env, dict(record)))
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _run_controller_handler(self, record: dict[str, Any]) -> None:
         command = self.config.controller_handler
@@ -467,6 +495,48 @@ class Agent:
         task = self._loop.create_task(run_handler(command, env, record))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    # -- systemd ------------------------------------------------------------------------
+
+    def _status_text(self) -> str:
+        table = self.node.swim.table
+        known = self.node.election.known
+        controller = f"controller {known[0]} (epoch {known[1]})" if known else "no controller"
+        return f"{len(table.live) + 1}/{len(table)} members alive, {controller}"
+
+    def _update_status(self) -> None:
+        if self.notifier.enabled:
+            text = self._status_text()
+            if text != self._status:
+                self._status = text
+                self.notifier.notify(f"STATUS={text}")
+
+    def _reload(self) -> None:
+        """SIGHUP: read the configuration again; apply what can change now."""
+        from daemon import config as config_mod
+        from daemon import logging as shoal_logging
+
+        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        try:
+            new = config_mod.load(self.flags or {"node_name": self.config.node_name})
+        except ConfigError as exc:
+            log.error("reload failed; keeping the running configuration", error=str(exc))
+            self.notifier.notify("READY=1", f"STATUS=reload failed: {exc}")
+            return
+        old = self.config
+        live = {"tags", "log_level", "log_format", "controller_handler", "event_handlers"}
+        restart = [f for f in old.__dataclass_fields__
+                   if f not in live and getattr(old, f) != getattr(new, f)]  # fmt: skip
+        if restart:
+            log.warning("changed settings need a restart to apply", settings=restart)
+        changes = {f: getattr(new, f) for f in live if getattr(old, f) != getattr(new, f)}
+        self.config = dataclasses.replace(old, **changes)
+        if "tags" in changes:
+            self.set_tags(new.tags)
+        if "log_level" in changes or "log_format" in changes:
+            shoal_logging.configure(new.log_level, new.log_format)
+        log.info("configuration reloaded", applied=sorted(changes), need_restart=restart)
+        self.notifier.notify("READY=1", f"STATUS={self._status_text()}")
 
     def _log_sync(self, event: SyncCompleted) -> None:
         peer = f"{event.peer[0]}:{event.peer[1]}"

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 from daemon.config import parse_address
 from daemon.errors import ConfigError
-from daemon.http import Deferred, HttpError, HttpServer, Request, Result, Stream
+from daemon.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
 from membership.member import MemberState
 from membership.output import Address
 from storage import hlc
@@ -57,7 +58,10 @@ class ApiServer:
             ("GET", "/v1/events"): self.events,
             ("GET", "/v1/controller"): self.controller,
             ("POST", "/v1/force-leave"): self.force_leave,
+            ("GET", "/metrics"): self.metrics,
         }
+        if agent.debug_api:
+            self._routes[("POST", "/v1/debug/block")] = self.debug_block
 
     async def start(self, addr: Address) -> None:
         """Listen on `addr`."""
@@ -227,6 +231,23 @@ class ApiServer:
         agent = self.agent
         return controller_info(agent.node, agent.controller_watch.since_wall_ms,
                                agent.loop_time())  # fmt: skip
+
+    def metrics(self, request: Request) -> Result:
+        from daemon.metrics import CONTENT_TYPE, render
+
+        return Raw(200, CONTENT_TYPE, render(self.agent))
+
+    def debug_block(self, request: Request) -> Result:
+        """Test hook (SHOAL_DEBUG_API=1 only): block the event loop, as a
+        buggy blocking call would, to prove the watchdog notices."""
+        try:
+            seconds = float(json.loads(request.body)["seconds"])
+        except (ValueError, KeyError, TypeError):
+            raise HttpError(400, 'body must be JSON: {"seconds": S}') from None
+        if not 0 < seconds <= 60:
+            raise HttpError(400, "seconds must be in (0, 60]")
+        time.sleep(seconds)  # deliberately blocking: that is the point
+        return 200, {"blocked_s": seconds}
 
     def force_leave(self, request: Request) -> Result:
         try:

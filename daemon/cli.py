@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         dest="controller_handler",
         help="command run on becoming or ceasing to be controller",
     )
+    agent.add_argument("--event-handler", dest="event_handlers", action="append",
+                       help="[EVENT=]COMMAND run on membership events (repeatable)")  # fmt: skip
 
     members = sub.add_parser("members", help="list the members an agent knows")
     _api_arg(members)
@@ -201,6 +203,7 @@ def _agent(args: argparse.Namespace) -> int:
             "discovery_interfaces",
             "bootstrap_expect",
             "controller_handler",
+            "event_handlers",
         )  # fmt: skip
     }
     cfg = config_mod.load(flags)
@@ -211,7 +214,7 @@ def _agent(args: argparse.Namespace) -> int:
 
     from daemon.agent import Agent
 
-    agent = Agent(cfg)
+    agent = Agent(cfg, flags)
     return uvloop.run(agent.run())
 
 

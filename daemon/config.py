@@ -63,6 +63,8 @@ class AgentConfig:
     election: LeaseConfig = field(default_factory=LeaseConfig)
     bootstrap_expect: int = 3
     controller_handler: str = ""
+    # (event type or "" for all, shell command): Serf's event handlers.
+    event_handlers: tuple[tuple[str, str], ...] = ()
     log_level: str = "info"
     log_format: str = "auto"
     leave_timeout_s: float = 5.0
@@ -151,7 +153,7 @@ _TOP_KEYS = {
     "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
-    "controller_handler",
+    "controller_handler", "event_handlers",
 }  # fmt: skip
 
 _ENV = {
@@ -267,6 +269,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         election=_section("election", LeaseConfig(), raw.get("election", {})),
         bootstrap_expect=_bootstrap_expect(raw.get("bootstrap_expect", 3)),
         controller_handler=_handler(raw.get("controller_handler", "")),
+        event_handlers=_event_handlers(raw.get("event_handlers", [])),
         log_level=log_level,
         log_format=log_format,
         leave_timeout_s=float(leave_timeout),
@@ -284,6 +287,32 @@ def _bootstrap_expect(value: Any) -> int:
         raise ConfigError(f"bootstrap_expect: expected a number of nodes from 1 to 64, "
                           f"got {value!r}")  # fmt: skip
     return value
+
+
+_EVENT_TYPES = ("member-joined", "member-left", "member-failed", "member-updated",
+                "member-suspected", "member-refuted", "member-reaped", "controller-elected",
+                "controller-lost", "controller-changed", "voters-changed")  # fmt: skip
+
+
+def _event_handlers(value: Any) -> tuple[tuple[str, str], ...]:
+    """`["member-joined=cmd", "cmd-for-all"]` (Serf's -event-handler form)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError('event_handlers: expected a list of "[EVENT=]COMMAND" strings')
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(f'event_handlers: expected "[EVENT=]COMMAND", got {item!r}')
+        event, sep, command = item.partition("=")
+        if sep and event in _EVENT_TYPES:
+            out.append((event, command))
+        elif sep and " " not in event and event.startswith(("member-", "controller-")):
+            raise ConfigError(f"event_handlers: unknown event {event!r} "
+                              f"(one of {', '.join(_EVENT_TYPES)})")  # fmt: skip
+        else:
+            out.append(("", item))
+    return tuple(out)
 
 
 def _handler(value: Any) -> str:

@@ -65,6 +65,15 @@ class Request:
 
 
 @dataclass(slots=True)
+class Raw:
+    """A non-JSON answer (the Prometheus text format)."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+@dataclass(slots=True)
 class Deferred:
     """An answer ready when `future` completes: then `answer()` builds it
     (or raises HttpError). Cheaper than a task per request: the key-value
@@ -81,7 +90,7 @@ class Stream:
     lines: AsyncIterator[Any]
 
 
-Result = tuple[int, Any] | Stream | Deferred
+Result = tuple[int, Any] | Stream | Deferred | Raw
 Handler = Callable[[Request], Result | Awaitable[Result]]
 
 
@@ -224,6 +233,12 @@ class HttpProtocol(asyncio.Protocol):
             except Exception:
                 self._bug(item)
                 return
+            if isinstance(result, Raw):
+                head = b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n" % (
+                    result.status, _REASONS.get(result.status, b""),
+                    result.content_type.encode(), len(result.body))  # fmt: skip
+                self._write(head + result.body)
+                continue
             if isinstance(result, tuple):
                 self._write(json_response(result[0], result[1], keep_alive))
                 if not keep_alive:

@@ -118,3 +118,22 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     for f in fields + dataclasses.fields(LeaseConfig):
         assert f"{f.name} =" in text, f.name
     assert cfg.store == SyncConfig()
+
+
+def test_uncommenting_every_setting_of_the_shipped_file_gives_the_defaults(tmp_path):
+    """Each commented `key = value` sits in the right table and is the default."""
+    import re
+
+    from daemon.config import AgentConfig
+
+    shipped = Path(__file__).resolve().parents[3] / "systemd" / "shoal.toml"
+    lines = [
+        re.sub(r"^# ([a-z_]+ = .*)$", r"\1", line) for line in shipped.read_text().splitlines()
+    ]
+    active = tmp_path / "all.toml"
+    active.write_text("\n".join(lines) + "\n")
+    cfg = config.load({"config": str(active), "node_name": "x"}, {})
+    defaults = config.load({"node_name": "x"}, {})
+    for f in AgentConfig.__dataclass_fields__:
+        if f not in ("node_name", "advertise", "join", "tags", "discovery_interfaces"):  # examples
+            assert getattr(cfg, f) == getattr(defaults, f), f
