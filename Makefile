@@ -3,7 +3,7 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 # command:Debian package, for what the LAN tests run.
-TOOLS   := ip:iproute2 nft:nftables sysctl:procps
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux
 SHOAL   := $(VENV)/bin/shoal
 
 .PHONY: run test test-slow bench lint sysdeps clean

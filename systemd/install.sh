@@ -1,0 +1,65 @@
+#!/bin/sh
+# Install shoal as a systemd service, or remove it.
+#
+#   sudo systemd/install.sh                 # into / ; then: systemctl enable --now shoal
+#   DESTDIR=/tmp/root systemd/install.sh    # into a staging tree (packaging, tests)
+#   sudo systemd/install.sh --uninstall     # keeps /etc/shoal and /var/lib/shoal
+#   sudo systemd/install.sh --purge         # removes those too
+#
+# Layout: /opt/shoal (its own virtual environment, with the `shoal` command),
+# /usr/lib/systemd/system/shoal.service, /usr/lib/sysusers.d/shoal.conf,
+# /etc/shoal/shoal.toml (never overwritten), docs in /opt/shoal/share/doc/shoal.
+# PIP_OPTS passes options to pip (for example --no-index --find-links DIR).
+set -eu
+
+SRC=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+DESTDIR=${DESTDIR:-}
+PREFIX=/opt/shoal
+PYTHON=${PYTHON:-python3}
+UNIT=$DESTDIR/usr/lib/systemd/system/shoal.service
+SYSUSERS=$DESTDIR/usr/lib/sysusers.d/shoal.conf
+
+live() { [ -z "$DESTDIR" ] && [ -d /run/systemd/system ]; }
+
+uninstall() {
+    if live; then systemctl disable --now shoal.service 2>/dev/null || true; fi
+    rm -f "$UNIT" "$SYSUSERS"
+    rm -rf "$DESTDIR$PREFIX"
+    if [ "${1:-}" = purge ]; then rm -rf "$DESTDIR/etc/shoal" "$DESTDIR/var/lib/shoal"; fi
+    if live; then systemctl daemon-reload; fi
+    echo "shoal removed${1:+ (purged)}"
+}
+
+case "${1:-}" in
+    --uninstall) uninstall; exit 0 ;;
+    --purge) uninstall purge; exit 0 ;;
+    "") ;;
+    *) echo "usage: $0 [--uninstall|--purge]" >&2; exit 2 ;;
+esac
+
+"$PYTHON" -m venv "$DESTDIR$PREFIX"
+# shellcheck disable=SC2086  # PIP_OPTS is a list of options
+"$DESTDIR$PREFIX/bin/pip" install -q --disable-pip-version-check ${PIP_OPTS:-} "$SRC"
+if [ -n "$DESTDIR" ]; then
+    # Scripts name their interpreter by absolute path: point them at the
+    # final location, not the staging tree.
+    for f in "$DESTDIR$PREFIX"/bin/*; do
+        if [ -f "$f" ] && head -c 2 "$f" | grep -q '#!'; then
+            sed -i "1s|^#!$DESTDIR$PREFIX/|#!$PREFIX/|" "$f"
+        fi
+    done
+fi
+install -D -m 0644 "$SRC/systemd/shoal.service" "$UNIT"
+install -D -m 0644 "$SRC/systemd/shoal.sysusers" "$SYSUSERS"
+if [ ! -e "$DESTDIR/etc/shoal/shoal.toml" ]; then
+    install -D -m 0644 "$SRC/systemd/shoal.toml" "$DESTDIR/etc/shoal/shoal.toml"
+fi
+mkdir -p "$DESTDIR$PREFIX/share/doc/shoal"
+cp "$SRC"/docs/*.md "$SRC/README.md" "$DESTDIR$PREFIX/share/doc/shoal/"
+if live; then
+    systemd-sysusers shoal.conf 2>/dev/null || systemd-sysusers
+    systemctl daemon-reload
+    echo "installed; start it with: systemctl enable --now shoal"
+else
+    echo "installed into ${DESTDIR:-/}"
+fi
