@@ -32,7 +32,10 @@ run: $(STAMP)
 test: $(STAMP) sysdeps
 	$(PY) -m pytest
 
+# Slow runs: big simulations, and a real systemd booted in a container.
 test-slow: $(STAMP) sysdeps
+	@if [ "$$(id -u)" = 0 ] && ! command -v systemd-nspawn >/dev/null; then apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap systemd-container; fi
 	$(PY) -m pytest -m slow
 
 # Peers run side by side (root installs them): serf, wrk, etcd, ZooKeeper.
