@@ -9,7 +9,9 @@
 # Layout: /opt/shoal (its own virtual environment, with the `shoal` command),
 # /usr/lib/systemd/system/shoal.service, /usr/lib/sysusers.d/shoal.conf,
 # /etc/shoal/shoal.toml (never overwritten), docs in /opt/shoal/share/doc/shoal.
-# PIP_OPTS passes options to pip (for example --no-index --find-links DIR).
+# PIP_OPTS passes options to pip (for example --no-index --find-links DIR), and
+# SHOAL_PACKAGE names what to install (default: this source tree; "shoal"
+# with --find-links installs a prebuilt wheel, offline).
 set -eu
 
 SRC=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
@@ -39,7 +41,7 @@ esac
 
 "$PYTHON" -m venv "$DESTDIR$PREFIX"
 # shellcheck disable=SC2086  # PIP_OPTS is a list of options
-"$DESTDIR$PREFIX/bin/pip" install -q --disable-pip-version-check ${PIP_OPTS:-} "$SRC"
+"$DESTDIR$PREFIX/bin/pip" install -q --disable-pip-version-check ${PIP_OPTS:-} "${SHOAL_PACKAGE:-$SRC}"
 if [ -n "$DESTDIR" ]; then
     # Scripts name their interpreter by absolute path: point them at the
     # final location, not the staging tree.

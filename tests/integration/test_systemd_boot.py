@@ -51,14 +51,15 @@ def test_the_unit_starts_and_goes_active_under_a_real_systemd(tmp_path):
                     "--include=systemd,systemd-sysv,dbus,python3,python3-venv,procps",
                     "bookworm", str(rootfs), MIRROR],
                    check=True, capture_output=True, timeout=1200)  # fmt: skip
-    wheels = rootfs / "tmp/wheels"
+    # Not under /tmp: nspawn mounts a fresh tmpfs there.
+    wheels = rootfs / "srv/wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), str(ROOT)],
                    check=True, capture_output=True, timeout=900)  # fmt: skip
-    shutil.copytree(ROOT, rootfs / "tmp/src", ignore=shutil.ignore_patterns(
+    shutil.copytree(ROOT, rootfs / "srv/shoal-src", ignore=shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.egg-info", ".pytest_cache"))  # fmt: skip
     subprocess.run(["systemd-nspawn", "--register=no", "--keep-unit", "-q", "-D", str(rootfs),
-                    "--setenv=PIP_OPTS=--no-index --find-links /tmp/wheels",
-                    "/tmp/src/systemd/install.sh"],
+                    "--setenv=PIP_OPTS=--no-index --find-links /srv/wheels",
+                    "--setenv=SHOAL_PACKAGE=shoal", "/srv/shoal-src/systemd/install.sh"],
                    check=True, capture_output=True, timeout=600)  # fmt: skip
     (rootfs / "etc/shoal/shoal.toml").write_text(
         'bootstrap_expect = 1\nbind = "127.0.0.96:7946"\napi = "127.0.0.96:7947"\n'
