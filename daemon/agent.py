@@ -460,8 +460,6 @@ class Agent:
         kind = str(record.pop("type"))
         log.info(kind, **record)
         record["type"] = kind
-        if isinstance(event, (ControllerElected, ControllerLost)):
-            self._run_controller_handler(dict(record))
         self._run_event_handlers(kind, record)
         self._update_status()
         for watcher in list(self.watchers):
@@ -472,10 +470,15 @@ class Agent:
             self._discovery_join_done(event.addr)
 
     def _run_event_handlers(self, kind: str, record: dict[str, Any]) -> None:
-        for event_filter, command in self.config.event_handlers:
+        handlers = list(self.config.event_handlers)
+        if self.config.controller_handler:  # shorthand for the two controller events
+            command = self.config.controller_handler
+            handlers += [("controller-elected", command), ("controller-lost", command)]
+        for event_filter, command in handlers:
             if event_filter not in ("", kind):
                 continue
-            env = {"SHOAL_EVENT": kind, "SHOAL_SELF_NAME": self.config.node_name}
+            me = self.config.node_name
+            env = {"SHOAL_EVENT": kind, "SHOAL_SELF_NAME": me, "SHOAL_NODE": me}
             for key in ("name", "address", "status", "incarnation", "controller", "epoch"):
                 if key in record:
                     env[f"SHOAL_{key.upper()}"] = str(record[key])
@@ -483,16 +486,6 @@ class Agent:
 
     def _spawn(self, coro: Any) -> None:
         task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _run_controller_handler(self, record: dict[str, Any]) -> None:
-        command = self.config.controller_handler
-        if not command:
-            return
-        env = {"SHOAL_EVENT": str(record["type"]), "SHOAL_EPOCH": str(record["epoch"]),
-               "SHOAL_NODE": self.config.node_name}  # fmt: skip
-        task = self._loop.create_task(run_handler(command, env, record))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
