@@ -243,6 +243,10 @@ class Agent:
                     self._ignored_seen.add(key)
                 log.info("discovered peer ignored", peer=found.name, reason=found.reason)
             return
+        if self.node.swim.leaving:
+            # A node that left stays out until told to join again.
+            log.debug("discovered peer not joined: this node has left", peer=found.name)
+            return
         if self._is_live_member(found):
             log.debug("discovered peer is already a member", peer=found.name)
             return

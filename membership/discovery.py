@@ -115,6 +115,11 @@ class Discovery:
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._info: AsyncServiceInfo | None = None
+        # Registrations and withdrawals run one after another on this chain:
+        # a leave within a moment of start must not unregister before the
+        # registration has landed in zeroconf's registry (it would then stay).
+        self._advert: asyncio.Task[None] | None = None
+        self._announcing: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _service_info(self) -> AsyncServiceInfo:
@@ -137,29 +142,51 @@ class Discovery:
             self._zc.zeroconf, self.service_type, handlers=[self._on_change]
         )
         self._info = self._service_info()
-        self._spawn(_quietly(self._register(self._info)))
+        self._chain(self._register(self._info))
 
     async def _register(self, info: AsyncServiceInfo) -> None:
+        # Returns once the service is in the registry (answering queries);
+        # the three announcements go on in the background.
         assert self._zc is not None
         announcing = await self._zc.async_register_service(info, cooperating_responders=True)
-        await announcing
+        self._announcing = asyncio.ensure_future(announcing)
+
+    async def _unregister(self, info: AsyncServiceInfo) -> None:
+        assert self._zc is not None
+        if self._announcing is not None:
+            self._announcing.cancel()  # no announcement after the goodbye
+        await self._zc.async_unregister_service(info)
+
+    def _chain(self, step: Any) -> None:
+        previous = self._advert
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            await _quietly(step)
+
+        self._advert = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(self._advert)
+        self._advert.add_done_callback(self._tasks.discard)
 
     def withdraw(self) -> None:
         """Stop advertising (after a leave); browsing goes on."""
         if self._zc is not None and self._info is not None:
             info, self._info = self._info, None
-            self._spawn(_quietly(self._zc.async_unregister_service(info)))
+            self._chain(self._unregister(info))
 
     def readvertise(self) -> None:
         """Advertise again (after a rejoin)."""
         if self._zc is not None and self._info is None:
             self._info = self._service_info()
-            self._spawn(_quietly(self._register(self._info)))
+            self._chain(self._register(self._info))
 
     async def stop(self) -> None:
         """Unregister (peers see us go) and close the sockets."""
         for task in self._tasks:
             task.cancel()
+        if self._announcing is not None:
+            self._announcing.cancel()
         if self._browser is not None:
             await self._browser.async_cancel()
         if self._zc is not None:
