@@ -23,6 +23,7 @@ import signal
 import socket
 import time
 from collections import Counter, deque
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -45,11 +46,12 @@ from election.events import (
 from membership import codec
 from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 from membership.events import JoinCompleted, event_fields
-from membership.member import MemberState, NodeIdentity, Tags
+from membership.member import MemberState, MemberView, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.transport import FaultInjector, PacketProtocol, read_frame
 from storage.antientropy import SyncCompleted
+from storage.history import HistoryWriter, Observer, history_row, member_row
 from storage.identity import DataDir
 from storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
 from storage.records import Record
@@ -116,6 +118,8 @@ class Agent:
         self._discovery_queue: deque[DiscoveredPeer] = deque(maxlen=256)
         self._ignored_seen: set[tuple[str, str]] = set()
         self.controller_watch = ControllerWatch()
+        self.history: HistoryWriter | None = None
+        self.observer: Observer
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -128,6 +132,9 @@ class Agent:
         stored = self.data_dir.load_identity()
         engine = self.data_dir.engine
         self.commits = GroupCommit(self._loop, engine.sync)
+        self.observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
+        self.history = HistoryWriter(Path(cfg.data_dir) / "history", cfg.history,
+                                     on_error=lambda m: log.error("history write failed", error=m))  # fmt: skip
         await self._open_sockets()
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
@@ -136,6 +143,11 @@ class Agent:
                               self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
         now = self._loop.time()
         self.node.start(now)
+        # The agent's own start is the first row of its history: the churn
+        # job sees a restart even before any peer has noticed it.
+        me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
+                        self.node.swim.incarnation, MemberState.ALIVE)  # fmt: skip
+        self.history.write(member_row(self.observer, int(time.time() * 1000), "join", me))
         if cfg.join:
             self.node.join(list(cfg.join), now, retry=True)
         self.flush()
@@ -207,6 +219,8 @@ class Agent:
         self._server.close()
         for task in self._tasks:
             task.cancel()
+        if self.history is not None:
+            self.history.close()  # everything queued is on disk before exit
         if self.data_dir is not None:
             self.data_dir.close()
 
@@ -461,6 +475,9 @@ class Agent:
             record = event_fields(event)
         record["at_ms"] = int(time.time() * 1000)
         record["observer"] = self.config.node_name
+        row = history_row(self.observer, record["at_ms"], event)
+        if row is not None and self.history is not None:
+            self.history.write(row)
         kind = str(record.pop("type"))
         log.info(kind, **record)
         record["type"] = kind
@@ -521,7 +538,8 @@ class Agent:
             self.notifier.notify("READY=1", f"STATUS=reload failed: {exc}")
             return
         old = self.config
-        live = {"tags", "log_level", "log_format", "controller_handler", "event_handlers"}
+        live = {"tags", "log_level", "log_format", "controller_handler", "event_handlers",
+                "history"}
         restart = [f for f in old.__dataclass_fields__
                    if f not in live and getattr(old, f) != getattr(new, f)]  # fmt: skip
         if restart:
@@ -530,6 +548,8 @@ class Agent:
         self.config = dataclasses.replace(old, **changes)
         if "tags" in changes:
             self.set_tags(new.tags)
+        if "history" in changes and self.history is not None:
+            self.history.reconfigure(new.history)
         if "log_level" in changes or "log_format" in changes:
             shoal_logging.configure(new.log_level, new.log_format)
         log.info("configuration reloaded", applied=sorted(changes), need_restart=restart)

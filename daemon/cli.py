@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
+    from daemon.history_cli import add_parsers
+
+    add_parsers(sub)
+
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
     sim.add_argument("--nodes", type=int, default=200)
     sim.add_argument("--duration", type=float, default=120.0, help="simulated seconds")
@@ -145,6 +149,11 @@ def _run(args: argparse.Namespace) -> int:
         from daemon.demo import run_demo
 
         return run_demo(args.nodes, keep=args.keep)
+    if command in ("history", "churn"):
+        from daemon import history_cli
+
+        return history_cli.history_command(args) if command == "history" else \
+            history_cli.churn_command(args)
     if command == "simulate":
         from sim.report import simulate_command
 

@@ -23,6 +23,7 @@ from membership.member import Tags, make_tags
 from membership.output import Address
 from membership.profiles import PROFILES, SwimConfig
 from storage.antientropy import SyncConfig
+from storage.history import HistoryConfig
 
 DEFAULT_GOSSIP_PORT = 7946
 DEFAULT_API_PORT = 7947
@@ -61,6 +62,7 @@ class AgentConfig:
     swim: SwimConfig = field(default_factory=SwimConfig)
     store: SyncConfig = field(default_factory=SyncConfig)
     election: LeaseConfig = field(default_factory=LeaseConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
     bootstrap_expect: int = 3
     controller_handler: str = ""
     # (event type or "" for all, shell command): Serf's event handlers.
@@ -153,7 +155,7 @@ _TOP_KEYS = {
     "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
-    "controller_handler", "event_handlers",
+    "controller_handler", "event_handlers", "history",
 }  # fmt: skip
 
 _ENV = {
@@ -214,7 +216,8 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            if key in ("swim", "store", "election", "faults") and isinstance(value, Mapping):
+            sections = ("swim", "store", "election", "faults", "history")
+            if key in sections and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -267,6 +270,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         swim=_swim(profile, swim_overrides),
         store=_section("store", SyncConfig(), raw.get("store", {})),
         election=_section("election", LeaseConfig(), raw.get("election", {})),
+        history=_section("history", HistoryConfig(), raw.get("history", {})),
         bootstrap_expect=_bootstrap_expect(raw.get("bootstrap_expect", 3)),
         controller_handler=_handler(raw.get("controller_handler", "")),
         event_handlers=_event_handlers(raw.get("event_handlers", [])),

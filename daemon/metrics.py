@@ -49,6 +49,10 @@ class AgentCollector:
             yield CounterMetricFamily(f"shoal_{name}", f"Core counter {name}", value=value)
         for name, value in sorted(agent.counters.items()):
             yield CounterMetricFamily(f"shoal_agent_{name}", f"Agent counter {name}", value=value)
+        if agent.history is not None:
+            yield CounterMetricFamily("shoal_history_events_written",
+                                      "Rows written to the membership history log",
+                                      value=agent.history.written)  # fmt: skip
         if agent.commits is not None:
             yield CounterMetricFamily("shoal_store_fsyncs", "Group-commit syncs",
                                       value=agent.commits.syncs)  # fmt: skip

@@ -1,0 +1,280 @@
+"""Pure DataFrame -> DataFrame steps of the churn job (no IO, no collect).
+
+The model (docs/churn.md):
+- An *observation* is one history row: one observer saw one thing.
+- A *change* is one thing that happened to a node, identified by
+  (node, event, incarnation); many observers report the same change, and the
+  first observation dates it.
+- The *timeline* of a node is its changes of status, up (join) or down (dead,
+  left), in order, with repeats dropped. A death is dated by the first
+  suspicion of the same incarnation when there was one, because the node
+  was already gone when that suspicion was raised.
+- An *interval* runs from one transition to the next: up intervals are
+  sessions, down intervals downtimes. The last one of each node is cut at
+  the end of the window and marked incomplete.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from churn.schema import CORRUPT, EVENTS, SCHEMA_VERSION
+
+CHANGE_EVENTS = ("join", "alive", "suspect", "dead", "left")
+STATUS_EVENTS = ("join", "dead", "left")
+HOUR_MS = 3_600_000
+
+
+def is_valid() -> Column:
+    """A row the job can use: parsed, known version, event, subject, time."""
+    return (
+        F.col(CORRUPT).isNull()
+        & (F.col("v") == SCHEMA_VERSION)
+        & F.col("ts_ms").isNotNull()
+        & F.col("node").isNotNull()
+        & F.col("event").isin(*EVENTS)
+    )
+
+
+def in_window(rows: DataFrame, since_ms: int | None, until_ms: int | None) -> DataFrame:
+    """Rows with since_ms <= ts_ms < until_ms (either bound optional)."""
+    if since_ms is not None:
+        rows = rows.where(F.col("ts_ms") >= since_ms)
+    if until_ms is not None:
+        rows = rows.where(F.col("ts_ms") < until_ms)
+    return rows
+
+
+def changes(rows: DataFrame) -> DataFrame:
+    """One row per change: first and last observation, distinct observers,
+    and who raised it (the source named by the first observation)."""
+    return (
+        rows.where(F.col("event").isin(*CHANGE_EVENTS))
+        .groupBy("node", "event", "incarnation")
+        .agg(
+            F.min("ts_ms").alias("first_ms"),
+            F.max("ts_ms").alias("last_ms"),
+            F.countDistinct("observer").alias("observers"),
+            F.min_by("source", "ts_ms").alias("source"),
+        )
+    )
+
+
+def transitions(chg: DataFrame) -> DataFrame:
+    """Each node's reconciled timeline: (node, at_ms, status, event,
+    incarnation), status "up" or "down", consecutive repeats dropped."""
+    suspected = chg.where(F.col("event") == "suspect").select(
+        "node", "incarnation", F.col("first_ms").alias("suspect_ms")
+    )
+    status = (
+        chg.where(F.col("event").isin(*STATUS_EVENTS))
+        .join(suspected, ["node", "incarnation"], "left")
+        .select(
+            "node",
+            "incarnation",
+            "event",
+            F.when(F.col("event") == "join", "up").otherwise("down").alias("status"),
+            F.when(
+                (F.col("event") == "dead") & F.col("suspect_ms").isNotNull(),
+                F.least("first_ms", "suspect_ms"),
+            )
+            .otherwise(F.col("first_ms"))
+            .alias("at_ms"),
+        )
+    )
+    order = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
+    prev = F.col("prev")
+    # Repeats go; so does a leading "down": a node first heard of as dead
+    # or gone was never seen up in the window, and its downtime has no start.
+    return status.withColumn("prev", F.lag("status").over(order)).where(
+        (prev.isNull() & (F.col("status") == "up")) | (prev != F.col("status"))
+    )
+
+
+def intervals(trans: DataFrame, end_ms: int) -> DataFrame:
+    """Sessions and downtimes: (node, status, start_ms, end_ms, length_s,
+    started_by, ended_by, complete); the last one of a node ends at `end_ms`."""
+    order = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
+    nxt = F.lead("at_ms").over(order)
+    return trans.select(
+        "node",
+        "status",
+        F.col("at_ms").alias("start_ms"),
+        F.coalesce(nxt, F.greatest(F.lit(end_ms), F.col("at_ms"))).alias("end_ms"),
+        F.col("event").alias("started_by"),
+        F.lead("event").over(order).alias("ended_by"),
+        nxt.isNotNull().alias("complete"),
+        F.col("prev"),
+    ).withColumn("length_s", (F.col("end_ms") - F.col("start_ms")) / 1000.0)
+
+
+def node_stats(iv: DataFrame, chg: DataFrame, end_ms: int) -> DataFrame:
+    """Per node: up and down time, sessions, failures (deaths), MTBF, MTTR,
+    availability, changes per hour of observation (flapping)."""
+    up = F.col("status") == "up"
+    death = (F.col("status") == "down") & (F.col("started_by") == "dead")
+    repaired = death & F.col("complete")
+    per_node = iv.groupBy("node").agg(
+        F.min("start_ms").alias("first_seen_ms"),
+        F.sum(F.when(up, F.col("length_s")).otherwise(0.0)).alias("up_s"),
+        F.sum(F.when(~up, F.col("length_s")).otherwise(0.0)).alias("down_s"),
+        F.sum(F.when(up, 1).otherwise(0)).alias("sessions"),
+        F.sum(F.when(death, 1).otherwise(0)).alias("failures"),
+        F.sum(F.when(~up & (F.col("started_by") == "left"), 1).otherwise(0)).alias("leaves"),
+        F.sum(F.when(repaired, F.col("length_s")).otherwise(0.0)).alias("repair_s"),
+        F.sum(F.when(repaired, 1).otherwise(0)).alias("repairs"),
+    )
+    counts = chg.groupBy("node").agg(
+        F.count(F.lit(1)).alias("changes"),
+        F.sum(F.when(F.col("event") == "suspect", 1).otherwise(0)).alias("suspicions"),
+    )
+    hours = F.greatest(F.lit(1.0), (F.lit(end_ms) - F.col("first_seen_ms")) / HOUR_MS)
+    return (
+        per_node.join(counts, "node", "left")
+        .join(false_suspicions(chg).groupBy("node").count().withColumnRenamed(
+            "count", "false_suspicions"), "node", "left")  # fmt: skip
+        .fillna(0, ["changes", "suspicions", "false_suspicions"])
+        .withColumn("availability", F.col("up_s") / (F.col("up_s") + F.col("down_s")))
+        .withColumn("mtbf_s", F.when(F.col("failures") > 0, F.col("up_s") / F.col("failures")))
+        .withColumn("mttr_s", F.when(F.col("repairs") > 0, F.col("repair_s") / F.col("repairs")))
+        .withColumn("observed_h", hours)
+        .withColumn("changes_per_h", F.col("changes") / hours)
+    )
+
+
+def false_suspicions(chg: DataFrame) -> DataFrame:
+    """Suspicions later refuted: no death or leave of that incarnation, and
+    the node was seen alive at a higher one. (node, incarnation, first_ms)."""
+    suspected = chg.where(F.col("event") == "suspect").select("node", "incarnation", "first_ms")
+    confirmed = chg.where(F.col("event").isin("dead", "left")).select("node", "incarnation")
+    highest_alive = (
+        chg.where(F.col("event").isin("alive", "join"))
+        .groupBy("node")
+        .agg(F.max("incarnation").alias("alive_inc"))
+    )
+    return (
+        suspected.join(confirmed, ["node", "incarnation"], "left_anti")
+        .join(highest_alive, "node")
+        .where(F.col("alive_inc") > F.col("incarnation"))
+        .select("node", "incarnation", "first_ms")
+    )
+
+
+def dissemination(rows: DataFrame, chg: DataFrame, trans: DataFrame) -> DataFrame:
+    """How long each change took to reach every observer that was up when it
+    happened: (node, event, incarnation, first_ms, observers, delay_s).
+
+    Observers that joined later learn old news by push-pull; they are left
+    out, by looking up each observer's own status at the change's time in
+    its timeline (one sort by observer, no range join). The node the change
+    is about always counts: its own join or leave row is where news starts.
+    """
+    obs = (
+        rows.where(F.col("event").isin(*CHANGE_EVENTS))
+        .select("node", "event", "incarnation", "observer", "ts_ms")
+        .join(chg.select("node", "event", "incarnation", "first_ms"),
+              ["node", "event", "incarnation"])  # fmt: skip
+        .select("observer", F.col("first_ms").alias("t"), F.lit(1).alias("kind"),
+                F.lit(None).cast("string").alias("status"), "node", "event",
+                "incarnation", "ts_ms", "first_ms")  # fmt: skip
+    )
+    own = trans.select(
+        F.col("node").alias("observer"), F.col("at_ms").alias("t"), F.lit(0).alias("kind"),
+        "status", F.lit(None).cast("string").alias("node"),
+        F.lit(None).cast("string").alias("event"), F.lit(None).cast("long").alias("incarnation"),
+        F.lit(None).cast("long").alias("ts_ms"), F.lit(None).cast("long").alias("first_ms"),
+    )  # fmt: skip
+    order = (
+        Window.partitionBy("observer")
+        .orderBy("t", "kind")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    with_status = obs.unionByName(own).withColumn(
+        "observer_status", F.last("status", ignorenulls=True).over(order)
+    )
+    # The node a change is about is its origin (its own join or leave row)
+    # whatever its status; everyone else counts only if up at the time.
+    heard = with_status.where(
+        (F.col("kind") == 1)
+        & ((F.col("observer_status") == "up") | (F.col("observer") == F.col("node")))
+    )
+    return (
+        heard.groupBy("node", "event", "incarnation")
+        .agg(
+            F.min("ts_ms").alias("first_ms"),
+            F.max("ts_ms").alias("last_ms"),
+            F.countDistinct("observer").alias("observers"),
+        )
+        .where(F.col("observers") >= 2)
+        .withColumn("delay_s", (F.col("last_ms") - F.col("first_ms")) / 1000.0)
+    )
+
+
+def size_over_time(trans: DataFrame, start_ms: int, bucket_ms: int) -> DataFrame:
+    """Members up at the end of each bucket, and joins and departures in it:
+    (bucket_ms, joins, departures, size)."""
+    delta = (
+        F.when(F.col("status") == "up", 1)
+        .when(F.col("prev") == "up", -1)
+        .otherwise(0)
+    )
+    bucket = (F.floor((F.col("at_ms") - start_ms) / bucket_ms) * bucket_ms + start_ms).cast("long")
+    per_bucket = trans.groupBy(bucket.alias("bucket_ms")).agg(
+        F.sum(delta).alias("delta"),
+        F.sum(F.when(F.col("status") == "up", 1).otherwise(0)).alias("joins"),
+        F.sum(F.when(F.col("status") == "down", 1).otherwise(0)).alias("departures"),
+    )
+    running = Window.orderBy("bucket_ms").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return per_bucket.withColumn("size", F.sum("delta").over(running)).drop("delta")
+
+
+def controller_tenures(rows: DataFrame, end_ms: int) -> DataFrame:
+    """(node, epoch, start_ms, end_ms, length_s, ended_by, gap_after_s): each
+    lease a controller held, from its own `controller_elected` row to its
+    `controller_lost` row or the next controller's start, whichever is first."""
+    elected = (
+        rows.where(F.col("event") == "controller_elected")
+        .groupBy("node", "epoch")
+        .agg(F.min("ts_ms").alias("start_ms"))
+    )
+    lost = (
+        rows.where(F.col("event") == "controller_lost")
+        .groupBy("node", "epoch")
+        .agg(F.min("ts_ms").alias("lost_ms"), F.min_by("source", "ts_ms").alias("reason"))
+    )
+    order = Window.orderBy("start_ms", "epoch")
+    nxt = F.lead("start_ms").over(order)
+    far = F.lit(2**62)
+    end = F.least(F.coalesce("lost_ms", far), F.coalesce(nxt, far), F.lit(end_ms))
+    return (
+        elected.join(lost, ["node", "epoch"], "left")
+        .withColumn("next_ms", nxt)
+        .withColumn("end_ms", F.greatest(end, F.col("start_ms")))
+        .withColumn("length_s", (F.col("end_ms") - F.col("start_ms")) / 1000.0)
+        .withColumn(
+            "ended_by",
+            F.when(F.col("lost_ms") == F.col("end_ms"), F.coalesce("reason", F.lit("lost")))
+            .when(F.col("next_ms") == F.col("end_ms"), F.lit("successor"))
+            .otherwise(F.lit("window end")),
+        )
+        .withColumn(
+            "gap_after_s",
+            F.when(F.col("next_ms") > F.col("end_ms"),
+                   (F.col("next_ms") - F.col("end_ms")) / 1000.0).otherwise(0.0),  # fmt: skip
+        )
+        .drop("lost_ms", "reason", "next_ms")
+    )
+
+
+def log_histogram(df: DataFrame, column: str, per_decade: int = 4) -> DataFrame:
+    """Counts of `column` (seconds) in log-spaced bins: (lo_s, count)."""
+    value = F.greatest(F.col(column), F.lit(0.001))
+    k = F.floor(F.log10(value) * per_decade)
+    return (
+        df.where(F.col(column).isNotNull())
+        .groupBy(k.alias("k"))
+        .count()
+        .withColumn("lo_s", F.pow(F.lit(10.0), F.col("k") / per_decade))
+        .select("lo_s", "count")
+    )
