@@ -187,9 +187,11 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     done = F.col("complete")
     pct = [0.5, 0.9, 0.99]
     s_pct = sessions.where(done).agg(F.percentile_approx("length_s", pct, 100000).alias("p"),
-                                     F.count(F.lit(1)).alias("n")).first()  # fmt: skip
+                                     F.count(F.lit(1)).alias("n"),
+                                     F.avg("length_s").alias("mean")).first()  # fmt: skip
     d_pct = downtimes.where(done).agg(F.percentile_approx("length_s", pct, 100000).alias("p"),
-                                      F.count(F.lit(1)).alias("n")).first()  # fmt: skip
+                                      F.count(F.lit(1)).alias("n"),
+                                      F.avg("length_s").alias("mean")).first()  # fmt: skip
     nodes = T.node_stats(iv, chg, end_ms).persist(StorageLevel.MEMORY_AND_DISK)
     totals = nodes.agg(*[F.sum(c).alias(c) for c in
                          ("up_s", "down_s", "failures", "repairs", "repair_s", "suspicions",
@@ -223,6 +225,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     tsum = totals.asDict()
     summary = build_summary(tsum, s_pct, d_pct, sp, counts, bad_in_window, start_ms, end_ms,
                             tenures, fmt)  # fmt: skip
+    summary["bucket_s"] = bucket_ms / 1000
     results = Results(summary, node_rows, size, hist(sessions.where(done), "length_s"),
                       hist(downtimes.where(done), "length_s"), hist(spread, "delay_s"),
                       tenures, false_rows)  # fmt: skip
@@ -236,6 +239,10 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
         "controller_tenures": tenures_df,
     }
     return results, tables
+
+
+def _round(x: Any) -> float | None:
+    return None if x is None else round(float(x), 3)
 
 
 def _pcts(row: Any) -> list[float | None]:
@@ -263,8 +270,10 @@ def build_summary(t: dict[str, Any], s_pct: Any, d_pct: Any, sp: Any, counts: An
         "window_end": iso(end_ms),
         "window_s": round((end_ms - start_ms) / 1000, 3),
         "sessions_completed": int(s_pct["n"]),
+        "session_mean_s": _round(s_pct["mean"]),
         "session_p50_s": s50, "session_p90_s": s90, "session_p99_s": s99,
         "downtimes_completed": int(d_pct["n"]),
+        "downtime_mean_s": _round(d_pct["mean"]),
         "downtime_p50_s": d50, "downtime_p90_s": d90, "downtime_p99_s": d99,
         "up_total_s": round(up, 3),
         "down_total_s": round(down, 3),
@@ -308,7 +317,18 @@ def write_tables(tables: dict[str, Any], out: Path, steps: progress.Steps) -> No
             writer = csv.writer(f)
             writer.writerow(df.columns)
             for row in df.toLocalIterator():
-                writer.writerow(["" if v is None else v for v in row])
+                writer.writerow([_csv_value(v) for v in row])
+
+
+def _csv_value(v: Any) -> Any:
+    """As Spark's CSV writer spells them: empty for null, true/false."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return v
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -48,6 +48,15 @@ def human_s(s: float | None) -> str:
     return f"{s / 86400:.1f} d"
 
 
+def bucket_name(seconds: float) -> str:
+    """"hour", "5 min", "day"... for a bucket width."""
+    names = {60: "minute", 3600: "hour", 86400: "day"}
+    if seconds in names:
+        return names[seconds]
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else \
+        f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
 def _time_axis(ax: Any) -> None:
     loc = mdates.AutoDateLocator()
     ax.xaxis.set_major_locator(loc)
@@ -55,7 +64,7 @@ def _time_axis(ax: Any) -> None:
     ax.set_xlabel("time (UTC)")
 
 
-def plot_size(size: list[dict[str, Any]]) -> str:
+def plot_size(size: list[dict[str, Any]], bucket: str) -> str:
     """Members up over time, and joins/departures per bucket below it."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True,
                                       gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
@@ -70,7 +79,7 @@ def plot_size(size: list[dict[str, Any]]) -> str:
     top.set_ylabel("members up")
     top.set_ylim(bottom=0)
     top.grid(alpha=0.3)
-    bottom.set_ylabel("per interval")
+    bottom.set_ylabel(f"per {bucket}")
     bottom.axhline(0, color=GREY, lw=0.8)
     bottom.legend(loc="upper right", fontsize=8)
     _time_axis(bottom)
@@ -86,15 +95,31 @@ def plot_hist(hist: list[tuple[float, int]], pcts: list[float | None], title: st
         widths = [lo * (10**0.25 - 1) for lo in los]
         ax.bar(los, [c for _, c in hist], width=widths, align="edge", color=color, alpha=0.85)
         ax.set_xscale("log")
-    for p, name, style in zip(pcts, ("p50", "p90", "p99"), ("-", "--", ":"), strict=True):
+        _duration_ticks(ax, los[0], los[-1] * 10**0.25)
+    marks = zip(pcts, ("p50", "p90", "p99"), ("-", "--", ":"), (-12, -24, -36), strict=True)
+    for p, name, style, dy in marks:
         if p:
             ax.axvline(p, color="black", ls=style, lw=1)
             ax.annotate(f"{name} {human_s(p)}", (p, 1), xycoords=("data", "axes fraction"),
-                        xytext=(3, -12), textcoords="offset points", fontsize=8)  # fmt: skip
-    ax.set_xlabel(f"{title} (seconds, log scale)")
+                        xytext=(3, dy), textcoords="offset points", fontsize=8)  # fmt: skip
+    ax.set_xlabel(f"{title} (log scale)")
     ax.set_ylabel("count")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3, which="both", axis="x")
     return _png(fig)
+
+
+NICE_DURATIONS = ((0.001, "1 ms"), (0.01, "10 ms"), (0.1, "100 ms"), (1, "1 s"), (10, "10 s"),
+                  (60, "1 min"), (600, "10 min"), (3600, "1 h"), (21600, "6 h"),
+                  (86400, "1 d"), (604800, "1 w"), (2592000, "30 d"))  # fmt: skip
+
+
+def _duration_ticks(ax: Any, lo: float, hi: float) -> None:
+    """Log-axis ticks at round durations, labelled for people."""
+    ticks = [(v, label) for v, label in NICE_DURATIONS if lo / 3 <= v <= hi * 3]
+    if len(ticks) >= 2:
+        ax.set_xticks([v for v, _ in ticks], [label for _, label in ticks])
+        ax.minorticks_off()
 
 
 def plot_bars(labels: list[str], values: list[float], xlabel: str, color: str,
@@ -176,11 +201,12 @@ def render(results: Any, path: Path, args: Any) -> None:
         pic = f"<img alt='{html.escape(title)}' src='data:image/png;base64,{img}'>" if img else ""
         sections.append(f"<h2>{html.escape(title)}</h2>{pic}<p class=cap>{caption}</p>{extra}")
 
-    section("Cluster size over time", plot_size(results.size),
-            "Top: how many nodes were up at the end of each interval, from the reconciled "
-            "timelines. Bottom: nodes that came up (green) and went down, by failure or by "
-            "leaving (red), in each interval. A dip in the top line with a red bar under it is "
-            "an outage; many bars at once point at a rack, a switch or a deploy.")  # fmt: skip
+    bucket = bucket_name(s["bucket_s"])
+    section("Cluster size over time", plot_size(results.size, bucket),
+            f"Top: how many nodes were up at the end of each {bucket}, from the reconciled "
+            f"timelines. Bottom: nodes that came up (green) and went down, by failure or by "
+            f"leaving (red), in each {bucket}. A dip in the top line with a red bar under it is "
+            f"an outage; many bars at once point at a rack, a switch or a deploy.")  # fmt: skip
     sp = [s["session_p50_s"], s["session_p90_s"], s["session_p99_s"]]
     section("How long nodes stay up (sessions)",
             plot_hist(results.session_hist, sp, "session length", BLUE),

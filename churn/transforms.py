@@ -57,13 +57,20 @@ def changes(rows: DataFrame) -> DataFrame:
             F.max("ts_ms").alias("last_ms"),
             F.countDistinct("observer").alias("observers"),
             F.min_by("source", "ts_ms").alias("source"),
+            F.max(F.col("observer") == F.col("node")).alias("self_seen"),
         )
     )
 
 
 def transitions(chg: DataFrame) -> DataFrame:
     """Each node's reconciled timeline: (node, at_ms, status, event,
-    incarnation), status "up" or "down", consecutive repeats dropped."""
+    incarnation, prev), status "up" or "down", consecutive repeats dropped.
+
+    A restart quicker than failure detection leaves no death in anyone's
+    log, only the node's own join at a higher incarnation while it was
+    still up: a down is put before it, dated by the unconfirmed suspicion
+    of the previous incarnation when there was one, else at the restart.
+    """
     suspected = chg.where(F.col("event") == "suspect").select(
         "node", "incarnation", F.col("first_ms").alias("suspect_ms")
     )
@@ -74,6 +81,7 @@ def transitions(chg: DataFrame) -> DataFrame:
             "node",
             "incarnation",
             "event",
+            "self_seen",
             F.when(F.col("event") == "join", "up").otherwise("down").alias("status"),
             F.when(
                 (F.col("event") == "dead") & F.col("suspect_ms").isNotNull(),
@@ -84,10 +92,32 @@ def transitions(chg: DataFrame) -> DataFrame:
         )
     )
     order = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
+    lagged = status.withColumn("prev", F.lag("status").over(order)).withColumn(
+        "prev_ms", F.lag("at_ms").over(order)
+    )
+    earlier = suspected.select(
+        "node", (F.col("incarnation") + 1).alias("incarnation"), "suspect_ms"
+    )
+    unseen_deaths = (
+        lagged.where((F.col("event") == "join") & F.col("self_seen") & (F.col("prev") == "up"))
+        .join(earlier, ["node", "incarnation"], "left")
+        .select(
+            "node",
+            (F.col("incarnation") - 1).alias("incarnation"),
+            F.lit("dead").alias("event"),
+            F.lit("down").alias("status"),
+            F.when(
+                F.col("suspect_ms").between(F.col("prev_ms"), F.col("at_ms")), F.col("suspect_ms")
+            )
+            .otherwise(F.col("at_ms"))
+            .alias("at_ms"),
+        )
+    )
+    merged = status.drop("self_seen").unionByName(unseen_deaths)
     prev = F.col("prev")
     # Repeats go; so does a leading "down": a node first heard of as dead
     # or gone was never seen up in the window, and its downtime has no start.
-    return status.withColumn("prev", F.lag("status").over(order)).where(
+    return merged.withColumn("prev", F.lag("status").over(order)).where(
         (prev.isNull() & (F.col("status") == "up")) | (prev != F.col("status"))
     )
 
@@ -185,19 +215,24 @@ def dissemination(rows: DataFrame, chg: DataFrame, trans: DataFrame) -> DataFram
         F.lit(None).cast("string").alias("event"), F.lit(None).cast("long").alias("incarnation"),
         F.lit(None).cast("long").alias("ts_ms"), F.lit(None).cast("long").alias("first_ms"),
     )  # fmt: skip
-    order = (
-        Window.partitionBy("observer")
-        .orderBy("t", "kind")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    with_status = obs.unionByName(own).withColumn(
-        "observer_status", F.last("status", ignorenulls=True).over(order)
+    by_time = Window.partitionBy("observer").orderBy("t", "kind")
+    before = by_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    after = by_time.rowsBetween(1, Window.unboundedFollowing)
+    with_status = (
+        obs.unionByName(own)
+        .withColumn("observer_status", F.last("status", ignorenulls=True).over(before))
+        .withColumn("observer_next_ms", F.first(
+            F.when(F.col("kind") == 0, F.col("t")), ignorenulls=True).over(after))  # fmt: skip
     )
     # The node a change is about is its origin (its own join or leave row)
-    # whatever its status; everyone else counts only if up at the time.
+    # whatever its status; everyone else counts only if it was up when the
+    # change happened and stayed up until it heard (a restarted observer
+    # learns old news by push-pull, which is no measure of gossip).
+    stayed_up = (F.col("observer_status") == "up") & (
+        F.col("observer_next_ms").isNull() | (F.col("ts_ms") < F.col("observer_next_ms"))
+    )
     heard = with_status.where(
-        (F.col("kind") == 1)
-        & ((F.col("observer_status") == "up") | (F.col("observer") == F.col("node")))
+        (F.col("kind") == 1) & (stayed_up | (F.col("observer") == F.col("node")))
     )
     return (
         heard.groupBy("node", "event", "incarnation")

@@ -125,6 +125,15 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=1)
     sim.add_argument("--profile", default="lan", help="timing profile: lan, local or wan")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.add_argument("--history-out", dest="history_out", metavar="DIR",
+                     help="churn the cluster and write every node's history log into DIR "
+                     "(with truth.json, what really happened)")
+    sim.add_argument("--session-mean", dest="session_mean", type=float, default=600.0,
+                     help="with --history-out: mean session length, s (exponential)")
+    sim.add_argument("--downtime-mean", dest="downtime_mean", type=float, default=300.0,
+                     help="with --history-out: mean downtime, s (exponential)")
+    sim.add_argument("--leave-ratio", dest="leave_ratio", type=float, default=0.3,
+                     help="with --history-out: share of sessions ending in a leave, not a crash")
     return parser
 
 

@@ -88,6 +88,8 @@ class SimCluster:
         self.net = SimNetwork(random.Random(seed * 7919 + 1), link or LinkProfile())
         self.stats = TrafficStats()
         self.observers: list[SimObserver] = []
+        # Called with the host index each time a host boots (history rows).
+        self.boot_hooks: list[Callable[[int], None]] = []
         self.clocks = clocks or [NodeClock() for _ in range(n)]
         self.nodes: list[ShoalNode | None] = [None] * n
         self.idents: list[NodeIdentity] = []
@@ -156,6 +158,8 @@ class SimCluster:
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         node.start(local)
+        for hook in self.boot_hooks:
+            hook(i)
         addrs = [self.idents[j].addr for j in join if j != i]
         if addrs:
             node.join(addrs, local, retry=True)
