@@ -10,7 +10,8 @@ history rows as if one observer, `import`, had written them:
 The timestamp format is detected from the first 1,000 values: all numbers
 means epoch seconds, or epoch milliseconds when the largest is above 10^11
 (a date after 1973 in ms, after year 5000 in seconds); anything else is read
-as ISO-8601, a time without a zone being UTC. The report states which.
+as ISO-8601, a time without a zone being UTC. (Up to half of the sample may
+be unreadable without changing the verdict.) The report states which.
 Rows with no parseable time, no node or an unknown event are counted as bad.
 """
 
@@ -35,18 +36,20 @@ def detect_format(samples: list[str]) -> str:
         try:
             numbers.append(float(v))
         except ValueError:
-            return "iso-8601"
-    if not numbers:
+            pass
+    # Mostly numbers (a few bad rows do not decide it): epoch times.
+    if not numbers or len(numbers) < 0.5 * len(values):
         return "iso-8601"
     return "epoch-ms" if max(numbers) > 1e11 else "epoch-s"
 
 
 def _ts_ms(col: Column, fmt: str) -> Column:
+    # try_cast: a malformed value is null (a bad row), not a failed job.
     if fmt == "epoch-ms":
-        return col.cast("double").cast("long")
+        return col.try_cast("double").try_cast("long")
     if fmt == "epoch-s":
-        return (col.cast("double") * 1000).cast("long")
-    return F.unix_millis(F.trim(col).cast("timestamp"))
+        return (col.try_cast("double") * 1000).try_cast("long")
+    return F.unix_millis(F.trim(col).try_cast("timestamp"))
 
 
 def read_events_csv(spark: SparkSession, path: str | list[str],
@@ -88,5 +91,5 @@ def read_events_csv(spark: SparkSession, path: str | list[str],
         CORRUPT: F.when(bad, F.concat_ws(",", "timestamp", "node", "event")),
     }
     schema_out = history_schema()
-    rows = raw.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in schema_out])
+    rows = raw.select(*[columns[f.name].try_cast(f.dataType).alias(f.name) for f in schema_out])
     return rows, fmt

@@ -4,7 +4,7 @@ object per line, for `shoal history` and the churn job (docs/history.md).
 `history_row` (pure) turns a core event into a row; `HistoryWriter` (IO)
 appends rows from a thread of its own, so the event loop only enqueues. The
 current file is `history.jsonl`; it rotates by size and by age into
-`history-<first event, UTC>.jsonl.gz`, and rotated files older than the
+`history-<first event, UTC>-<n>.jsonl.gz`, and rotated files older than the
 retention are removed. `close()` writes everything queued before it returns,
 so a clean shutdown loses nothing; each batch is flushed to the kernel as it
 is written, so a killed agent loses at most what was still queued.
@@ -209,7 +209,7 @@ class HistoryWriter:
             line = (encode_row(row) + "\n").encode()
             if self._file is None:
                 self._open()
-            elif self._due(len(line)):
+            if self._due(len(line)):
                 self._rotate()
                 self._open()
             if self._size == 0:
@@ -239,11 +239,11 @@ class HistoryWriter:
         self._file.close()
         self._file = None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._opened_ms / 1000))
-        target = self.directory / f"history-{stamp}.jsonl.gz"
-        n = 1
+        n = 1  # names sort in time order, rotations within one second too
+        target = self.directory / f"history-{stamp}-{n:03d}.jsonl.gz"
         while target.exists():
             n += 1
-            target = self.directory / f"history-{stamp}-{n}.jsonl.gz"
+            target = self.directory / f"history-{stamp}-{n:03d}.jsonl.gz"
         current = self.directory / CURRENT
         partial = target.with_suffix(".gz.part")
         with open(current, "rb") as src, gzip.open(partial, "wb") as dst:

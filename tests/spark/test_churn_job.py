@@ -133,3 +133,33 @@ def test_the_report_is_one_page_with_every_plot_embedded(report):
     for title in ("Cluster size over time", "Flapping", "False suspicions", "Controller tenures"):
         assert title in page
     assert (out / "parquet" / "sessions").is_dir()
+
+
+@pytest.mark.parametrize(
+    "stamp, fmt",
+    [(lambda s: str(1_767_225_600 + s), "epoch-s"),
+     (lambda s: str((1_767_225_600 + s) * 1000), "epoch-ms"),
+     (lambda s: f"2026-01-01T{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}Z", "iso-8601")],
+)  # fmt: skip
+def test_an_events_csv_from_another_system_gives_the_same_figures(spark, tmp_path, stamp, fmt):
+    """x is up for 1000 s, down 200 s, up 1800 s, leaves; y is up throughout."""
+    lines = ["timestamp,node,event"]
+    for s, node, event in ((0, "x", "up"), (0, "y", "join"), (1000, "x", "down"),
+                           (1200, "x", "up"), (3000, "x", "leave"), (3600, "y", "up")):
+        lines.append(f"{stamp(s)},{node},{event}")
+    lines += ["garbage", f"{stamp(5)},x,exploded", f"{stamp(6)},,up"]
+    path = tmp_path / "events.csv"
+    path.write_text("\n".join(lines) + "\n")
+    s = run(job_args(path, tmp_path / "out", "--format", "events-csv"))
+    assert s["timestamp_format"] == fmt
+    assert s["bad_lines"] == 3
+    assert (s["sessions_completed"], s["session_p50_s"], s["session_p90_s"]) == (2, 1000, 1800)
+    assert (s["downtimes_completed"], s["downtime_p50_s"]) == (1, 200)
+    assert s["failures"] == 1 and s["leaves"] == 1
+    assert s["availability_ratio"] == round((3600 + 2800) / (3600 + 3600), 6)  # to 3600 s
+    assert fmt in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_missing_history_is_a_clear_error(spark, tmp_path):
+    with pytest.raises(ValueError, match="no such file or directory"):
+        run(job_args(tmp_path / "nowhere" / "*.jsonl", tmp_path / "out"))
