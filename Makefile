@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) bench/detect_vs_serf.py
 	$(PY) bench/storage.py
 	$(PY) bench/election.py
+	$(PY) bench/churn.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -335,6 +335,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole job; returns the summary."""
     from churn.report import render
 
+    import warnings
+
+    # PySpark warns about the pandas version at import when pandas is
+    # installed; the job does not use pandas, and the terminal stays quiet.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     steps = progress.Steps(total=9 + 7)
