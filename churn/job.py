@@ -182,7 +182,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     iv = T.intervals(trans, end_ms).persist(StorageLevel.MEMORY_AND_DISK)
 
     steps.next("sessions, downtimes, MTBF and MTTR")
-    sessions = iv.where((F.col("status") == "up"))
+    sessions = iv.where(F.col("status") == "up")
     downtimes = iv.where((F.col("status") == "down") & F.col("prev").isNotNull())
     done = F.col("complete")
     pct = [0.5, 0.9, 0.99]
@@ -333,9 +333,9 @@ def _csv_value(v: Any) -> Any:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole job; returns the summary."""
-    from churn.report import render
-
     import warnings
+
+    from churn.report import render
 
     # PySpark warns about the pandas version at import when pandas is
     # installed; the job does not use pandas, and the terminal stays quiet.

@@ -235,7 +235,8 @@ def render(results: Any, path: Path, args: Any) -> None:
                              ("failures", "failures", str), ("leaves", "leaves", str),
                              ("false_suspicions", "false suspicions", str),
                              ("availability", "availability", _pct),
-                             ("mtbf_s", "MTBF", human_s), ("mttr_s", "MTTR", human_s)]))  # fmt: skip
+                             ("mtbf_s", "MTBF", human_s),
+                             ("mttr_s", "MTTR", human_s)]))  # fmt: skip
     worst = sorted(results.nodes, key=lambda n: n["availability"])[: args.top]
     if worst:
         section("Least available nodes",

@@ -133,8 +133,10 @@ class Agent:
         engine = self.data_dir.engine
         self.commits = GroupCommit(self._loop, engine.sync)
         self.observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
-        self.history = HistoryWriter(Path(cfg.data_dir) / "history", cfg.history,
-                                     on_error=lambda m: log.error("history write failed", error=m))  # fmt: skip
+        self.history = HistoryWriter(
+            Path(cfg.data_dir) / "history", cfg.history,
+            on_error=lambda m: log.error("history write failed", error=m),
+        )  # fmt: skip
         await self._open_sockets()
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ def history_command(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise ConfigError(f"no history log in {directory} (is --data-dir right?)")
     stats = ReadStats()
-    rows = (r for r in read_history(directory, stats)
+    rows: Iterator[dict[str, Any]] = (r for r in read_history(directory, stats)
             if (since is None or r["ts_ms"] >= since)
             and (args.node is None or r.get("node") == args.node))  # fmt: skip
     if args.limit:

@@ -22,6 +22,12 @@ _ADDRESSES = itertools.count(os.getpid() % 200 * 250)
 _SERIALS = itertools.count()
 
 
+def shoal_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the `shoal` command line as a user would, text in and out."""
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
 def next_ip() -> str:
     n = next(_ADDRESSES)
     return f"127.88.{(n // 250) % 250}.{n % 250 + 1}"

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import urllib.request
 
 from tests.conftest import poll_until
-
-
-def shoal_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+from tests.integration.agents import shoal_cli
 
 
 def history(agent, *args: str) -> list[dict]:

@@ -13,11 +13,7 @@ import pytest
 
 from membership import codec
 from tests.conftest import poll_until
-
-
-def shoal_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+from tests.integration.agents import shoal_cli
 
 
 def names(agents) -> list[str]:

@@ -7,11 +7,7 @@ import time
 
 from daemon.errors import ApiError
 from tests.conftest import poll_until
-
-
-def shoal_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+from tests.integration.agents import shoal_cli
 
 
 def controller_of(agent) -> tuple[str | None, int | None, bool]:

@@ -27,7 +27,7 @@ def require(tool: str) -> None:
     if shutil.which(tool) is None:
         if IN_CI:
             pytest.fail(f"{tool} is missing: `make test` installs it")
-        pytest.skip(f"needs {tool}")
+        pytest.skip(f"needs {tool} (`make test` installs it when run as root)")
 
 
 @pytest.fixture(scope="module")
