@@ -33,8 +33,11 @@ from daemon.commit import GroupCommit
 from daemon.config import AgentConfig
 from daemon.controller import ControllerWatch, run_handler
 from daemon.errors import ConfigError
+from daemon.keyops import KeyService
+from daemon.keys import load_keyring
 from daemon.node import ShoalNode
 from daemon.systemd import Notifier
+from daemon.wire import Wire
 from election.events import (
     ControllerChanged,
     ControllerElected,
@@ -44,8 +47,9 @@ from election.events import (
     election_fields,
 )
 from membership import codec
-from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
+from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer, Sealing
 from membership.events import JoinCompleted, event_fields
+from membership.keyring import OVERHEAD_BYTES, KeyCommand, KeyReply
 from membership.member import MemberState, MemberView, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
@@ -65,7 +69,13 @@ MAX_DISCOVERY_JOINS = 3
 log = structlog.get_logger("shoal")
 # Messages that answer with a large state transfer: accepted on streams only,
 # so a spoofed datagram cannot make us send one to somebody else.
-_STREAM_ONLY = {PushPull, SyncTree, SyncTreeDiff, SyncDigests, SyncRecords}
+_STREAM_ONLY = {PushPull, SyncTree, SyncTreeDiff, SyncDigests, SyncRecords, KeyCommand, KeyReply}
+_DROP_HINTS = {
+    "auth": "no installed key opens it: that node has another key (or this one does)",
+    "plaintext": "that node does not encrypt: give it the cluster key",
+    "encrypted": "that node encrypts and this one has no key: set encryption.key",
+    "stale": "its stamp is too far from our clock: check NTP on both machines",
+}
 ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
 
 
@@ -96,7 +106,8 @@ class Agent:
         self.notifier = Notifier()
         self.debug_api = os.environ.get("SHOAL_DEBUG_API") == "1"
         self._status = ""
-        self.tag = codec.cluster_tag(config.cluster)
+        self.wire = Wire(config.cluster, None)
+        self.keys = KeyService(self)
         self.counters: Counter[str] = Counter()
         self.watchers: set[Watcher] = set()
         self.node: ShoalNode
@@ -130,6 +141,7 @@ class Agent:
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
         self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
         stored = self.data_dir.load_identity()
+        swim_cfg = self._open_wire()
         engine = self.data_dir.engine
         self.commits = GroupCommit(self._loop, engine.sync)
         self.observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
@@ -140,7 +152,7 @@ class Agent:
         await self._open_sockets()
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
-        self.node = ShoalNode(ident, cfg.swim, rng, stored.incarnation, engine.records,
+        self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
                               self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
         now = self._loop.time()
@@ -181,6 +193,26 @@ class Agent:
         self.notifier.stop()
         log.info("agent stopped", node=cfg.node_name)
         return 0
+
+    def _open_wire(self) -> Any:
+        """Load the keyring (if any) into the wire; the SWIM config with the
+        MTU budget left after sealing."""
+        cfg = self.config
+        enc = cfg.encryption
+        ring = load_keyring(enc, cfg.data_dir, cfg.cluster)
+        self.wire = Wire(cfg.cluster, ring, verify_incoming=enc.verify_incoming,
+                         verify_outgoing=enc.verify_outgoing,
+                         replay_window_s=enc.replay_window_s)  # fmt: skip
+        if ring is None:
+            log.warning("encryption is off: anyone on this network can join and gossip "
+                        "(see docs/security.md)")  # fmt: skip
+            return cfg.swim
+        if not (enc.verify_incoming and enc.verify_outgoing):
+            log.warning("encryption migration mode: plaintext is still "
+                        + ("accepted" if not enc.verify_incoming else "sent"),
+                        verify_incoming=enc.verify_incoming,
+                        verify_outgoing=enc.verify_outgoing)  # fmt: skip
+        return dataclasses.replace(cfg.swim, mtu_bytes=cfg.swim.mtu_bytes - OVERHEAD_BYTES)
 
     def request_stop(self) -> None:
         """Ask the agent to leave and exit (as SIGTERM does)."""
@@ -241,6 +273,8 @@ class Agent:
             cfg.cluster,
             self._on_discovered,
             cfg.discovery_service,
+            Sealing(self.wire.keyring is not None, self.wire.sealing or self.wire.requires_key,
+                    self.wire.requires_key),
         )
         try:
             await self.discovery.start()
@@ -257,7 +291,8 @@ class Agent:
             if found.reason != "ourselves" and key not in self._ignored_seen:
                 if len(self._ignored_seen) < _MAX_DROP_KEYS:
                     self._ignored_seen.add(key)
-                log.info("discovered peer ignored", peer=found.name, reason=found.reason)
+                level = log.warning if found.reason.startswith("encryption") else log.info
+                level("discovered peer ignored", peer=found.name, reason=found.reason)
             return
         if self.node.swim.leaving:
             # A node that left stays out until told to join again.
@@ -299,9 +334,9 @@ class Agent:
         self.counters["datagrams_in"] += 1
         self.counters["bytes_in"] += len(data)
         try:
-            messages = codec.decode_datagram(data, self.tag)
+            messages = self.wire.decode(data).messages
         except codec.DecodeError as exc:
-            self._dropped(exc.reason, addr)
+            self._dropped(exc.reason, addr, str(exc))
             return
         if any(type(msg) in _STREAM_ONLY for msg in messages):
             self._dropped("stream_only_datagram", addr)  # state exchanges only over streams
@@ -316,18 +351,33 @@ class Agent:
         try:
             body = await read_frame(reader, self.config.swim.stream_timeout_s)
             if body is not None:
-                messages = codec.decode_datagram(body, self.tag)
+                received = self.wire.decode(body)
+                messages = received.messages
+                if any(isinstance(m, KeyCommand) for m in messages):
+                    self._on_key_command(received.sealed, messages, writer, peer)
+                    await writer.drain()
+                    return
                 self._inbound[peer] = writer
                 self.node.receive_all(messages, peer, self._loop.time())
                 self.flush()
                 await writer.drain()
         except codec.DecodeError as exc:
-            self._dropped(exc.reason, peer)
+            self._dropped(exc.reason, peer, str(exc))
         except (TimeoutError, OSError, asyncio.IncompleteReadError):
             self.counters["stream_errors"] += 1
         finally:
             self._inbound.pop(peer, None)
             writer.close()
+
+    def _on_key_command(self, sealed: bool, messages: list[Any], writer: asyncio.StreamWriter,
+                        peer: Address) -> None:  # fmt: skip
+        # Only a member holding a key may change keyrings: never plaintext,
+        # even while a migration accepts plaintext gossip.
+        if not sealed or len(messages) != 1:
+            self._dropped("key_command_refused", peer, "plaintext or mixed key command")
+            return
+        self.counters["key_commands"] += 1
+        writer.write(self.wire.frame([self.keys.apply(messages[0])]))
 
     async def _stream_out(self, send: Send) -> None:
         timeout_s = self.config.swim.stream_timeout_s
@@ -337,13 +387,13 @@ class Agent:
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(*send.to)
             try:
-                writer.write(codec.encode_frame(send.messages, self.tag))
+                writer.write(self.wire.frame(send.messages))
                 await writer.drain()
                 if expects_reply:
                     body = await read_frame(reader, timeout_s)
                     if body is None:
                         raise ConnectionResetError("closed without a reply")
-                    messages = codec.decode_datagram(body, self.tag)
+                    messages = self.wire.decode(body).messages
                     self.node.receive_all(messages, send.to, self._loop.time())
                     self.flush()
             finally:
@@ -454,13 +504,13 @@ class Agent:
         if send.channel is Channel.STREAM:
             writer = self._inbound.get(send.to)
             if writer is not None:
-                writer.write(codec.encode_frame(send.messages, self.tag))
+                writer.write(self.wire.frame(send.messages))
                 return
             task = self._loop.create_task(self._stream_out(send))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        data = codec.encode_datagram(send.messages, self.tag)
+        data = self.wire.datagram(send.messages)
         assert self._udp is not None
         self._udp.sendto(data, send.to)
         self.counters["datagrams_out"] += 1
@@ -568,6 +618,12 @@ class Agent:
             log.debug("anti-entropy: in sync", peer=peer)
 
     def _resolve_join(self, event: JoinCompleted) -> None:
+        if not event.ok:
+            hint = ("a peer that answers others but not us does not hold our primary key"
+                    if self.wire.sealing else "if that cluster encrypts, this agent needs "
+                    "its key (encryption.key or --encrypt)")  # fmt: skip
+            log.warning("join failed: no answer", peer=f"{event.addr[0]}:{event.addr[1]}",
+                        hint=hint)  # fmt: skip
         for pending, results, fut in list(self._join_waiters):
             if event.addr in pending:
                 pending.discard(event.addr)
@@ -577,13 +633,17 @@ class Agent:
                     if not fut.done():
                         fut.set_result(None)
 
-    def _dropped(self, reason: str, addr: Address) -> None:
-        """Count a rejected datagram; log the first per (reason, host) at info."""
+    def _dropped(self, reason: str, addr: Address, detail: str = "") -> None:
+        """Count a rejected packet; log the first per (reason, host) at info
+        (a key or clock problem at warning, with what to check)."""
         self.counters["dropped_" + reason] += 1
         key = (reason, addr[0])
         if key not in self._drop_seen and len(self._drop_seen) < _MAX_DROP_KEYS:
             self._drop_seen.add(key)
-            log.info("dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}")
+            hint = _DROP_HINTS.get(reason)
+            (log.warning if hint else log.info)(
+                "dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}", detail=detail,
+                **({"hint": hint} if hint else {}))  # fmt: skip
         else:
             log.debug("dropped a packet", reason=reason, peer=f"{addr[0]}:{addr[1]}")
 

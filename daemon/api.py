@@ -9,10 +9,13 @@
     GET  /v1/kv/<key>              the value and its version (404 if absent)
     DELETE /v1/kv/<key>            delete <key> (a tombstone that replicates)
     GET  /v1/kv/?prefix=&after=&limit=   list keys and values in key order
+    GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
+    POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
 Writes return once durable on this node (group commit, see daemon/commit.py).
 
-Errors are JSON too, `{"error": "..."}`, with a 4xx status for a bad request.
+Errors are JSON too, `{"error": "..."}`, with a 4xx status for a bad request
+(401 without the API token where one is needed, see daemon/access.py).
 The HTTP layer is daemon/http.py (httptools); this module only routes. The
 API listens on loopback by default; see docs/operations.md.
 """
@@ -59,17 +62,26 @@ class ApiServer:
             ("GET", "/v1/controller"): self.controller,
             ("POST", "/v1/force-leave"): self.force_leave,
             ("GET", "/metrics"): self.metrics,
+            ("GET", "/v1/keys"): self.keys,
         }
+        for op in ("install", "use", "remove"):
+            self._routes[("POST", f"/v1/keys/{op}")] = self.keys
         if agent.debug_api:
             self._routes[("POST", "/v1/debug/block")] = self.debug_block
 
     async def start(self, addr: Address) -> None:
-        """Listen on `addr`."""
+        """Listen on `addr`, and on the unix socket if one is configured."""
         try:
             await self._http.start(addr[0], addr[1])
         except OSError as exc:
             where = f"{addr[0]}:{addr[1]}"
             raise ConfigError(f"api: cannot listen on {where}: {exc.strerror}") from None
+        path = self.agent.config.access.socket
+        if path:
+            try:
+                await self._http.start_unix(path)
+            except OSError as exc:
+                raise ConfigError(f"api_socket: cannot listen on {path}: {exc.strerror}") from None
 
     async def stop(self) -> None:
         """Close the listener and every open connection."""
@@ -84,6 +96,11 @@ class ApiServer:
 
     def handle(self, request: Request) -> Any:
         """Route one request (see the module docstring)."""
+        if not self.agent.config.access.allows(request.method, request.path,
+                                               request.authorization):  # fmt: skip
+            self.agent.counters["api_unauthorized"] += 1
+            raise HttpError(401, "this call needs the API token (Authorization: Bearer ...; "
+                            "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
         if request.path.startswith(KV_PREFIX):
             return self.kv(request)
         handler = self._routes.get((request.method, request.path))
@@ -281,3 +298,28 @@ class ApiServer:
                 self.agent.watchers.discard(watcher)
 
         return Stream(lines())
+
+    async def keys(self, request: Request) -> Result:
+        """`shoal keys`: list, or change the keyring here and on every member."""
+        from membership.keyring import KeyCommand, KeyringError, parse_key
+
+        op = request.path.rpartition("/")[2]
+        if op == "keys":
+            local = request.query.get("local", ["0"])[0] in ("1", "true")
+            outcome = await self.agent.keys.run(KeyCommand("list", None), local)
+            return 200, outcome.to_json()
+        try:
+            body = json.loads(request.body)
+            key = parse_key(body["key"])
+            local = body.get("local", False)
+            if not isinstance(local, bool):
+                raise ValueError
+        except KeyringError as exc:
+            raise HttpError(400, str(exc)) from None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise HttpError(400, 'body must be JSON: {"key": "BASE64", "local": false}') from None
+        outcome = await self.agent.keys.run(KeyCommand(op, key), local)
+        me = self.agent.node.swim.ident.name
+        if me in outcome.errors:  # refused here: nothing was sent to the others
+            raise HttpError(409, outcome.errors[me])
+        return 200, outcome.to_json()

@@ -22,8 +22,28 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--api",
         default=os.environ.get("SHOAL_API", DEFAULT_API),
-        help="the agent's API address ADDR:PORT (default %(default)s, or $SHOAL_API)",
+        help="the agent's API: ADDR:PORT or unix:PATH (default %(default)s, or $SHOAL_API)",
     )
+    p.add_argument("--token-file", dest="token_file",
+                   default=os.environ.get("SHOAL_API_TOKEN_FILE", ""),
+                   help="file holding the API token (or $SHOAL_API_TOKEN_FILE, "
+                   "or the token in $SHOAL_API_TOKEN)")  # fmt: skip
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from daemon.client import ApiClient
+    from daemon.config import parse_address
+
+    token = os.environ.get("SHOAL_API_TOKEN", "")
+    if args.token_file:
+        from pathlib import Path
+
+        from daemon.access import read_token_file
+
+        token = read_token_file(Path(args.token_file), "--token-file")
+    where = args.api[len("unix:"):] if args.api.startswith("unix:") else \
+        parse_address("--api", args.api)  # fmt: skip
+    return ApiClient(where, token=token)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     agent.add_argument("--event-handler", dest="event_handlers", action="append",
                        help="[EVENT=]COMMAND run on membership events (repeatable)")  # fmt: skip
+    agent.add_argument("--encrypt", help="the cluster key, base64 (shoal keys generate); "
+                       "seeds the keyring file")  # fmt: skip
+    agent.add_argument("--api-socket", dest="api_socket", help="also serve the API on this "
+                       "unix socket")  # fmt: skip
+    agent.add_argument("--api-token-file", dest="api_token_file",
+                       help="file holding the API token (docs/security.md)")
 
     members = sub.add_parser("members", help="list the members an agent knows")
     _api_arg(members)
@@ -114,8 +140,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
     from daemon.history_cli import add_parsers
+    from daemon.keys_cli import add_parsers as add_keys_parsers
 
     add_parsers(sub)
+    add_keys_parsers(sub, _api_arg)
 
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
     sim.add_argument("--nodes", type=int, default=200)
@@ -167,10 +195,15 @@ def _run(args: argparse.Namespace) -> int:
         from sim.report import simulate_command
 
         return simulate_command(args)
-    from daemon.client import ApiClient
-    from daemon.config import parse_address
+    if command == "keys" and args.keys_command == "generate":
+        from daemon.keys_cli import generate
 
-    client = ApiClient(parse_address("--api", args.api))
+        return generate()
+    client = _client(args)
+    if command == "keys":
+        from daemon.keys_cli import keys_command
+
+        return keys_command(client, args)
     if command == "members":
         return _members(client, args)
     if command == "join":
@@ -222,6 +255,9 @@ def _agent(args: argparse.Namespace) -> int:
             "bootstrap_expect",
             "controller_handler",
             "event_handlers",
+            "encrypt",
+            "api_socket",
+            "api_token_file",
         )  # fmt: skip
     }
     cfg = config_mod.load(flags)

@@ -1,65 +1,111 @@
 """A small client of the agent's HTTP API, for the CLI (stdlib only, so that
-client commands start fast)."""
+client commands start fast). It speaks TCP, or a unix socket given as
+`unix:/path`, and sends the API token when it has one."""
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 from daemon.errors import ApiError
-from membership.output import Address
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix stream socket (the agent's `api_socket`)."""
+
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 class ApiClient:
-    """Talks to one agent at `addr`."""
+    """Talks to one agent.
 
-    def __init__(self, addr: Address, timeout_s: float = 15.0) -> None:
-        self.base = f"http://{addr[0]}:{addr[1]}"
+    Args:
+        where: "ADDR:PORT" as (host, port), or a unix socket path as a str.
+        timeout_s: per request; None for a stream.
+        token: the API token, sent as `Authorization: Bearer`.
+    """
+
+    def __init__(self, where: tuple[str, int] | str, timeout_s: float = 15.0,
+                 token: str = "") -> None:  # fmt: skip
+        self.where = where
+        self.base = f"unix:{where}" if isinstance(where, str) else f"http://{where[0]}:{where[1]}"
         self.timeout_s = timeout_s
+        self.token = token
 
     def get(self, path: str) -> Any:
         """GET `path` and return its JSON body."""
-        return self._call(urllib.request.Request(self.base + path))
-
-    def request(self, method: str, path: str, data: bytes | None = None) -> Any:
-        """`method` on `path` with a raw body; the JSON answer."""
-        return self._call(urllib.request.Request(self.base + path, data=data, method=method))
+        return self.request("GET", path)
 
     def post(self, path: str, body: Any = None) -> Any:
         """POST `body` as JSON to `path` and return the JSON answer."""
-        data = json.dumps(body if body is not None else {}).encode()
-        req = urllib.request.Request(
-            self.base + path, data=data, headers={"Content-Type": "application/json"}
-        )
-        return self._call(req)
+        return self.request("POST", path, json.dumps(body if body is not None else {}).encode())
+
+    def request(self, method: str, path: str, data: bytes | None = None) -> Any:
+        """`method` on `path` with a raw body; the JSON answer.
+
+        Raises:
+            NotFoundError: a 404. ApiError: any other refusal, or no agent.
+        """
+        conn = self._connect(self.timeout_s)
+        try:
+            conn.request(method, path, body=data, headers=self._headers(data))
+            resp = conn.getresponse()
+            body = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiError(f"cannot reach the agent at {self.base}: {_reason(exc)}") from None
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            try:
+                message = json.loads(body).get("error", resp.reason)
+            except (ValueError, AttributeError):
+                message = resp.reason
+            if resp.status == 404:
+                raise NotFoundError(message)
+            raise ApiError(f"the agent refused: {message}")
+        return json.loads(body)
 
     def stream(self, path: str) -> Iterator[dict[str, Any]]:
         """Follow a newline-delimited JSON stream until the agent ends it."""
+        conn = self._connect(None)
         try:
-            with urllib.request.urlopen(self.base + path) as resp:
-                for line in resp:
-                    if line.strip():
-                        yield json.loads(line)
-        except (urllib.error.URLError, ConnectionError) as exc:
+            conn.request("GET", path, headers=self._headers(None))
+            resp = conn.getresponse()
+            if resp.status >= 400:
+                raise ApiError(f"the agent refused: {resp.status} {resp.reason}")
+            for line in resp:
+                if line.strip():
+                    yield json.loads(line)
+        except (OSError, http.client.HTTPException) as exc:
             raise ApiError(f"cannot reach the agent at {self.base}: {_reason(exc)}") from None
+        finally:
+            conn.close()
 
-    def _call(self, req: urllib.request.Request) -> Any:
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                message = json.loads(exc.read()).get("error", exc.reason)
-            except (ValueError, AttributeError):
-                message = exc.reason
-            if exc.code == 404:
-                raise NotFoundError(message) from None
-            raise ApiError(f"the agent refused: {message}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            raise ApiError(f"cannot reach the agent at {self.base}: {_reason(exc)}") from None
+    def _connect(self, timeout_s: float | None) -> http.client.HTTPConnection:
+        if isinstance(self.where, str):
+            return _UnixConnection(self.where, timeout_s)
+        return http.client.HTTPConnection(self.where[0], self.where[1], timeout=timeout_s)
+
+    def _headers(self, data: bytes | None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
 
 
 class NotFoundError(ApiError):
@@ -67,5 +113,4 @@ class NotFoundError(ApiError):
 
 
 def _reason(exc: Exception) -> str:
-    reason = getattr(exc, "reason", exc)
-    return getattr(reason, "strerror", None) or str(reason)
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

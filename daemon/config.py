@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.access import ApiAccess, parse_access
 from daemon.errors import ConfigError
+from daemon.keys import EncryptionConfig, parse_encryption
 from election.config import LeaseConfig
 from membership.member import Tags, make_tags
 from membership.output import Address
@@ -74,6 +76,8 @@ class AgentConfig:
     discovery: bool = True
     discovery_interfaces: tuple[str, ...] = ()
     discovery_service: str = "_shoal._udp.local."
+    encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
+    access: ApiAccess = field(default_factory=ApiAccess)
 
 
 # -- parsing single values ------------------------------------------------------
@@ -155,7 +159,8 @@ _TOP_KEYS = {
     "node_name", "cluster", "bind", "advertise", "join", "data_dir", "api", "tags",
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
-    "controller_handler", "event_handlers", "history",
+    "controller_handler", "event_handlers", "history", "encryption", "encrypt", "api_token",
+    "api_token_file", "api_socket",
 }  # fmt: skip
 
 _ENV = {
@@ -173,6 +178,9 @@ _ENV = {
     "SHOAL_DISCOVERY": "discovery",
     "SHOAL_DISCOVERY_INTERFACES": "discovery_interfaces",
     "SHOAL_BOOTSTRAP_EXPECT": "bootstrap_expect",
+    "SHOAL_ENCRYPT": "encrypt",
+    "SHOAL_API_TOKEN_FILE": "api_token_file",
+    "SHOAL_API_SOCKET": "api_socket",
 }
 
 
@@ -216,7 +224,7 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            sections = ("swim", "store", "election", "faults", "history")
+            sections = ("swim", "store", "election", "faults", "history", "encryption")
             if key in sections and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
@@ -257,6 +265,11 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         raise ConfigError(f"leave_timeout_s: expected seconds, got {leave_timeout!r}")
     if not 0 <= leave_timeout <= 300:
         raise ConfigError("leave_timeout_s: expected 0 to 300 seconds")
+    api = parse_address("api", raw.get("api", f"127.0.0.1:{DEFAULT_API_PORT}"))
+    encryption = raw.get("encryption", {})
+    if raw.get("encrypt"):  # --encrypt KEY / $SHOAL_ENCRYPT, as serf agent -encrypt
+        encryption = {**encryption, "key": raw["encrypt"]} if isinstance(encryption, Mapping) \
+            else encryption  # fmt: skip
     return AgentConfig(
         node_name=name,
         cluster=_text(raw, "cluster", "shoal"),
@@ -264,7 +277,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         advertise=parse_address("advertise", advertise, bind[1]) if advertise else None,
         join=tuple(parse_address("join", j, DEFAULT_GOSSIP_PORT) for j in join),
         data_dir=Path(_text(raw, "data_dir", DEFAULT_DATA_DIR)),
-        api=parse_address("api", raw.get("api", f"127.0.0.1:{DEFAULT_API_PORT}")),
+        api=api,
         tags=parse_tags("tags", raw.get("tags", [])),
         profile=profile,
         swim=_swim(profile, swim_overrides),
@@ -281,6 +294,8 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         discovery=_flag(raw.get("discovery", True), "discovery"),
         discovery_interfaces=_interfaces(raw.get("discovery_interfaces", [])),
         discovery_service=_service(raw.get("discovery_service", "_shoal._udp.local.")),
+        encryption=parse_encryption(encryption),
+        access=parse_access(dict(raw), api),
     )
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ MAX_HEADER_BYTES = 16 * 1024
 DISCARD_MAX_BYTES = 8 * 1024 * 1024
 REQUEST_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 120.0
-_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
+_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 405: b"Method Not Allowed",
             408: b"Request Timeout", 409: b"Conflict", 413: b"Payload Too Large",
             431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
             504: b"Gateway Timeout"}  # fmt: skip
@@ -62,6 +64,7 @@ class Request:
     path: str  # still percent-encoded
     query: dict[str, list[str]]
     body: bytes
+    authorization: str = ""  # the Authorization header, if any
 
 
 @dataclass(slots=True)
@@ -163,6 +166,7 @@ class HttpProtocol(asyncio.Protocol):
         self._limit = 0
         self._rejected: HttpError | None = None
         self._in_message = False
+        self._authorization = ""
 
     def on_message_begin(self) -> None:
         self._reset_message()
@@ -175,8 +179,11 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count_header(len(name) + len(value))
-        if name.lower() == b"content-length" and value.isdigit():
+        lower = name.lower()
+        if lower == b"content-length" and value.isdigit():
             self._content_length = int(value)
+        elif lower == b"authorization":
+            self._authorization = value.decode("latin-1")
 
     def _count_header(self, n: int) -> None:
         self._header_bytes += n
@@ -211,7 +218,8 @@ class HttpProtocol(asyncio.Protocol):
                 query = parse_qs(self._query, max_num_fields=64) if self._query else {}
             except ValueError:
                 query = {}
-            request = Request(self._method, self._path, query, b"".join(self._body))
+            request = Request(self._method, self._path, query, b"".join(self._body),
+                              self._authorization)
             self._queue.append((request, keep_alive))
         self._deadline_at = self._loop.time() + IDLE_TIMEOUT_S
         if not self._busy:
@@ -350,19 +358,33 @@ class HttpServer:
     def __init__(self, handler: Handler, body_limit: Callable[[str, str], int]) -> None:
         self._handler = handler
         self._body_limit = body_limit
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self.connections: set[HttpProtocol] = set()
 
     async def start(self, host: str, port: int) -> None:
         """Listen. Raises OSError if the address cannot be bound."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: HttpProtocol(self._handler, self._body_limit, self.connections), host, port
-        )
+        self._servers.append(await loop.create_server(self._protocol, host, port))
+
+    async def start_unix(self, path: str, mode: int = 0o660) -> None:
+        """Also listen on a unix socket at `path` with file mode `mode`
+        (a stale socket file from a crash is replaced). Raises OSError."""
+        loop = asyncio.get_running_loop()
+        if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)
+        old_umask = os.umask(0o777 & ~mode)  # never world-accessible, not even briefly
+        try:
+            self._servers.append(await loop.create_unix_server(self._protocol, path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, mode)
+
+    def _protocol(self) -> HttpProtocol:
+        return HttpProtocol(self._handler, self._body_limit, self.connections)
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             conn._close()

@@ -13,7 +13,8 @@ The decoder is the trust boundary. It accepts only the exact shapes below,
 with bounded sizes, and raises `DecodeError` (with a short reason used as a
 counter label) for anything else: callers count and drop, never crash. The
 type-tag table is shared by all cores; tags 1-19 are membership, 20-39 are
-reserved for election and 40-59 for anti-entropy.
+reserved for election, 40-59 for anti-entropy and 60-69 for the keyring
+(membership/keyring.py, which also seals payloads when encryption is on).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ FRAME_PREFIX_BYTES = 4
 FLAG_ENCRYPTED = 0x01
 
 MAX_U64 = 2**64 - 1
+# Incarnations and epochs only ever grow by one, so no honest node gets
+# near 2**63; a larger claim is hostile (someone holding the key trying to
+# make a node outbid itself past 64 bits) and is refused here ("absurd").
+MAX_COUNTER = 2**63 - 1
 MAX_NAME_CHARS = 128
 MAX_HOST_CHARS = 255
 MAX_TAGS = 32
@@ -82,6 +87,14 @@ def _u64(v: object) -> int:
     if type(v) is not int or not 0 <= v <= MAX_U64:
         raise DecodeError("shape", "expected an unsigned 64-bit int")
     return v
+
+
+def _counter(v: object) -> int:
+    """An incarnation or epoch: a u64 below MAX_COUNTER."""
+    n = _u64(v)
+    if n > MAX_COUNTER:
+        raise DecodeError("absurd", "incarnation or epoch beyond 2**63")
+    return n
 
 
 def _bool(v: object) -> bool:
@@ -141,7 +154,7 @@ def _state(v: object) -> MemberState:
 def _record(v: object) -> MemberRecord:
     if type(v) is not list or len(v) != 6:
         raise DecodeError("shape", "bad member record")
-    return MemberRecord(_identity(v[0], v[1], v[2], v[3]), _u64(v[4]), _state(v[5]))
+    return MemberRecord(_identity(v[0], v[1], v[2], v[3]), _counter(v[4]), _state(v[5]))
 
 
 def _records(v: object) -> tuple[MemberRecord, ...]:
@@ -188,10 +201,10 @@ _DECODERS: dict[int, tuple[int, Decoder]] = {
     2: (5, lambda f: PingReq(_u64(f[1]), _name(f[2]), _addr(f[3]), _bool(f[4]))),
     3: (2, lambda f: Ack(_u64(f[1]))),
     4: (2, lambda f: Nack(_u64(f[1]))),
-    5: (6, lambda f: Alive(_u64(f[1]), _identity(f[2], f[3], f[4], f[5]))),
-    6: (4, lambda f: Suspect(_u64(f[1]), _name(f[2]), _name(f[3]))),
-    7: (4, lambda f: Dead(_u64(f[1]), _name(f[2]), _name(f[3]))),
-    8: (3, lambda f: Leave(_u64(f[1]), _name(f[2]))),
+    5: (6, lambda f: Alive(_counter(f[1]), _identity(f[2], f[3], f[4], f[5]))),
+    6: (4, lambda f: Suspect(_counter(f[1]), _name(f[2]), _name(f[3]))),
+    7: (4, lambda f: Dead(_counter(f[1]), _name(f[2]), _name(f[3]))),
+    8: (3, lambda f: Leave(_counter(f[1]), _name(f[2]))),
     9: (5, lambda f: PushPull(_name(f[1]), _bool(f[2]), _bool(f[3]), _records(f[4]))),
 }
 

@@ -4,12 +4,17 @@ Each agent registers `<node name>._shoal._udp.local.` with TXT records
 
     cluster=<cluster name>  node=<node name>  id=<node id, hex>
     port=<gossip port>      proto=<wire protocol version>
+    enc=1 when a peer needs the cluster key to talk to this agent, else 0
 
 and browses for the same service type. A resolved peer of the same cluster
 and protocol version, other than ourselves, is handed to the agent, which
 decides whether to join it (it joins a few; push-pull and gossip do the
 rest). Peers of another cluster or protocol version are ignored and logged
-once. Nothing secret goes into the advertisement.
+once, and so are peers we cannot talk to: one that needs a key when we have
+none, or one that sends plaintext when we require encryption (the agent
+logs that at warning, with what to set, instead of failing joins silently).
+Nothing secret goes into the advertisement: `enc` says only whether a key
+is needed, never anything derived from it.
 
 Browsing starts at once, and registration skips RFC 6762 probing (about
 0.75 s plus a random delay) and announces immediately: probing exists to
@@ -53,6 +58,15 @@ class DiscoveredPeer:
 
 
 @dataclass(frozen=True, slots=True)
+class Sealing:
+    """This agent's encryption, as discovery needs it."""
+
+    has_key: bool = False  # we hold a keyring
+    needs_key: bool = False  # a peer without the key cannot talk to us (advertised)
+    refuses_plaintext: bool = False  # we drop plaintext packets
+
+
+@dataclass(frozen=True, slots=True)
 class IgnoredPeer:
     """An advertisement we will not join, and why."""
 
@@ -64,7 +78,8 @@ Found = Callable[[DiscoveredPeer | IgnoredPeer], None]
 
 
 def parse_advertisement(
-    properties: dict[bytes, bytes | None], addresses: list[str], own_id: str, cluster: str
+    properties: dict[bytes, bytes | None], addresses: list[str], own_id: str, cluster: str,
+    sealing: Sealing = Sealing(),
 ) -> DiscoveredPeer | IgnoredPeer:
     """Judge one resolved advertisement (pure, so it is unit-tested).
 
@@ -73,6 +88,7 @@ def parse_advertisement(
         addresses: the IPv4 addresses the service resolved to.
         own_id: our node id in hex, to ignore our own advertisement.
         cluster: our cluster name.
+        sealing: our encryption settings.
     """
     txt = {k.decode(errors="replace"): (v or b"").decode(errors="replace")
            for k, v in properties.items()}  # fmt: skip
@@ -83,6 +99,13 @@ def parse_advertisement(
         return IgnoredPeer(name, f"another cluster ({txt.get('cluster', '?')!r})")
     if txt.get("proto") != str(PROTOCOL_VERSION):
         return IgnoredPeer(name, f"protocol version {txt.get('proto', '?')}")
+    peer_needs_key = txt.get("enc") == "1"
+    if peer_needs_key and not sealing.has_key:
+        return IgnoredPeer(name, "encryption: it needs the cluster key and this agent has "
+                           "none (set encryption.key or --encrypt)")  # fmt: skip
+    if not peer_needs_key and sealing.refuses_plaintext:
+        return IgnoredPeer(name, "encryption: it sends plaintext and this agent requires "
+                           "encryption (give it the cluster key)")  # fmt: skip
     try:
         port = int(txt.get("port", ""))
     except ValueError:
@@ -104,6 +127,7 @@ class Discovery:
         cluster: str,
         found: Found,
         service_type: str = SERVICE_TYPE,
+        sealing: Sealing = Sealing(),
     ) -> None:
         self.interfaces = interfaces
         self.advertise = advertise
@@ -112,6 +136,7 @@ class Discovery:
         self.cluster = cluster
         self.found = found
         self.service_type = service_type
+        self.sealing = sealing
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._info: AsyncServiceInfo | None = None
@@ -124,7 +149,8 @@ class Discovery:
 
     def _service_info(self) -> AsyncServiceInfo:
         props = {"cluster": self.cluster, "node": self.name, "id": self.node_id,
-                 "port": str(self.advertise[1]), "proto": str(PROTOCOL_VERSION)}  # fmt: skip
+                 "port": str(self.advertise[1]), "proto": str(PROTOCOL_VERSION),
+                 "enc": "1" if self.sealing.needs_key else "0"}  # fmt: skip
         # DNS labels are at most 63 bytes; the node name is in the TXT anyway.
         label = f"{self.name[:40]}-{self.node_id[:8]}"
         return AsyncServiceInfo(
@@ -209,7 +235,8 @@ class Discovery:
         if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
             return
         addresses = info.parsed_addresses(IPVersion.V4Only)
-        self.found(parse_advertisement(info.properties, addresses, self.node_id, self.cluster))
+        self.found(parse_advertisement(info.properties, addresses, self.node_id, self.cluster,
+                                       self.sealing))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

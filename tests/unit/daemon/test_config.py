@@ -108,14 +108,18 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     assert cfg.swim == SwimConfig()
     text = path.read_text()
     for f in dataclasses.fields(AgentConfig):
-        if f.name in ("swim", "store", "election", "history"):
+        if f.name in ("swim", "store", "election", "history", "encryption"):
             assert f"[{f.name}]" in text
+        elif f.name == "access":
+            assert all(f"{k} =" in text for k in ("api_socket", "api_token_file"))
         elif f.name != "faults":  # test-only fault injection is not advertised
             assert f"{f.name} =" in text, f.name
+    from daemon.keys import EncryptionConfig
     from election.config import LeaseConfig
     from storage.history import HistoryConfig
 
     fields = dataclasses.fields(SwimConfig) + dataclasses.fields(SyncConfig)
+    fields += dataclasses.fields(EncryptionConfig)
     for f in fields + dataclasses.fields(LeaseConfig) + dataclasses.fields(HistoryConfig):
         assert f"{f.name} =" in text, f.name
     assert cfg.store == SyncConfig()

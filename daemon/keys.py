@@ -1,0 +1,152 @@
+"""Encryption settings and the keyring file.
+
+    [encryption]
+    key = "base64…"          # seeds the keyring file when there is none (serf's encrypt_key)
+    keyring_file = ""        # default <data_dir>/keyring
+    verify_incoming = true   # refuse plaintext packets
+    verify_outgoing = true   # seal what we send
+    replay_window_s = 30     # accepted distance between a packet's stamp and our clock
+
+The keyring file is a JSON array of base64 keys, the primary first (the
+shape of Serf's keyring file). The agent rewrites it on every `shoal keys`
+change, so a restarted agent keeps the rotated keys; it must be private to
+the agent's user (no group or other permission bits), like an SSH key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from daemon.errors import ConfigError
+from membership.keyring import KEY_BYTES, Keyring, KeyringError, format_key, parse_key
+
+log = structlog.get_logger("shoal")
+KEYRING_NAME = "keyring"
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptionConfig:
+    """The `[encryption]` table, validated."""
+
+    key: str = ""
+    keyring_file: str = ""
+    verify_incoming: bool = True
+    verify_outgoing: bool = True
+    # 30 s: NTP keeps LAN clocks within milliseconds; a node far outside
+    # this is named in the log (drop reason `stale`) rather than accepted.
+    replay_window_s: float = 30.0
+
+    def keyring_path(self, data_dir: Path) -> Path:
+        """Where the keyring file lives."""
+        return Path(self.keyring_file) if self.keyring_file else data_dir / KEYRING_NAME
+
+
+def parse_encryption(raw: Any) -> EncryptionConfig:
+    """`[encryption]` from the merged config layers.
+
+    Raises:
+        ConfigError: naming the setting.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError("encryption: expected a table of settings")
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        setting = f"encryption.{name}"
+        if name == "key":
+            if value == "":
+                continue
+            try:
+                parse_key(value if isinstance(value, str) else "")
+            except KeyringError as exc:
+                raise ConfigError(f"{setting}: {exc}") from None
+        elif name == "keyring_file":
+            if not isinstance(value, str):
+                raise ConfigError(f"{setting}: expected a path")
+        elif name in ("verify_incoming", "verify_outgoing"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{setting}: expected true or false, got {value!r}")
+        elif name == "replay_window_s":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 1 <= value <= 3600:  # fmt: skip
+                raise ConfigError(f"{setting}: expected 1 to 3600 seconds, got {value!r}")
+            value = float(value)
+        else:
+            raise ConfigError(f"{setting}: unknown setting")
+        out[name] = value
+    return EncryptionConfig(**out)
+
+
+def generate_key() -> str:
+    """A new random key, base64 (`shoal keys generate`)."""
+    return format_key(secrets.token_bytes(KEY_BYTES))
+
+
+def load_keyring(cfg: EncryptionConfig, data_dir: Path, cluster: str) -> Keyring | None:
+    """The keyring for the agent: from the file, else seeded from `key`.
+
+    Returns None when encryption is off (no file and no key).
+
+    Raises:
+        ConfigError: the file is readable by others, unreadable or malformed.
+    """
+    path = cfg.keyring_path(data_dir)
+    if path.exists():
+        keys = read_keyring_file(path)
+        if cfg.key and parse_key(cfg.key) not in keys:
+            log.warning("encryption.key is ignored: the keyring file exists and wins",
+                        keyring=str(path))  # fmt: skip
+        return Keyring(keys, cluster)
+    if not cfg.key:
+        return None
+    ring = Keyring([parse_key(cfg.key)], cluster)
+    save_keyring(path, ring)
+    return ring
+
+
+def read_keyring_file(path: Path) -> list[bytes]:
+    """The keys in a keyring file, primary first.
+
+    Raises:
+        ConfigError: as for `load_keyring`.
+    """
+    try:
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(f"encryption.keyring_file: {path} is accessible by other users "
+                              f"(mode {stat.S_IMODE(mode):04o}); chmod 600 it")  # fmt: skip
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"encryption.keyring_file: cannot read {path}: {exc.strerror}") from None
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list) or not items:
+            raise ValueError("expected a JSON array of base64 keys")
+        return [parse_key(item if isinstance(item, str) else "") for item in items]
+    except ValueError as exc:  # KeyringError and JSONDecodeError are ValueErrors
+        raise ConfigError(f"encryption.keyring_file: {path}: {exc}") from None
+
+
+def save_keyring(path: Path, ring: Keyring) -> None:
+    """Write the keyring file atomically, mode 0600.
+
+    Raises:
+        OSError: the directory is not writable.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump([format_key(k) for k in ring.keys], f)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
