@@ -42,7 +42,8 @@ MAX_HEADER_BYTES = 16 * 1024
 DISCARD_MAX_BYTES = 8 * 1024 * 1024
 REQUEST_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 120.0
-_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 405: b"Method Not Allowed",
+_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
+            405: b"Method Not Allowed",
             408: b"Request Timeout", 409: b"Conflict", 413: b"Payload Too Large",
             431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
             504: b"Gateway Timeout"}  # fmt: skip

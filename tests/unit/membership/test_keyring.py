@@ -9,9 +9,9 @@ from membership import codec
 from membership.keyring import (
     OVERHEAD_BYTES,
     KeyCommand,
+    KeyReply,
     Keyring,
     KeyringError,
-    KeyReply,
     ReplayGuard,
     format_key,
     parse_key,
