@@ -32,8 +32,9 @@ FIRST_HOST = 11
 class DemoAgent:
     """One agent of the demo."""
 
-    def __init__(self, index: int, root: Path, cluster_size: int = 3) -> None:
+    def __init__(self, index: int, root: Path, cluster_size: int = 3, key: str = "") -> None:
         self.name = f"demo-{index}"
+        self.key = key
         self.ip = f"127.0.0.{FIRST_HOST + index}"
         self.root = root
         self.cluster_size = cluster_size
@@ -48,6 +49,8 @@ class DemoAgent:
                 "--bind", f"{self.ip}:7946", "--api", f"{self.ip}:7947",
                 "--cluster", "demo", "--data-dir", str(self.root / self.name),
                 "--log-format", "json", "--bootstrap-expect", str(self.cluster_size)]  # fmt: skip
+        if self.key:
+            args += ["--encrypt", self.key]
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
 
@@ -132,11 +135,15 @@ def run_demo(nodes: int, keep: bool = False) -> int:
     if not 2 <= nodes <= 100:
         raise ConfigError("--nodes: expected 2 to 100")
     root = Path(tempfile.mkdtemp(prefix="shoal-demo-"))
-    agents = [DemoAgent(i, root, nodes) for i in range(nodes)]
+    from daemon.keys import generate_key
+
+    key = generate_key()  # a fresh cluster key: the demo's gossip is encrypted
+    agents = [DemoAgent(i, root, nodes, key) for i in range(nodes)]
     names = [a.name for a in agents]
     stop = threading.Event()
     print(f"Starting {nodes} shoal agents on loopback {agents[0].ip}..{agents[-1].ip} "
-          f"(UDP/TCP 7946, API 7947); logs in {root}")  # fmt: skip
+          f"(UDP/TCP 7946, API 7947), gossip encrypted with a key made for this run "
+          f"(AES-256-GCM); logs in {root}")  # fmt: skip
     try:
         t0 = time.monotonic()
         for agent in agents:

@@ -11,6 +11,7 @@ def test_the_demo_forms_loses_a_member_heals_and_stops():
     out = result.stdout
     assert result.returncode == 0, result.stderr
     assert "The cluster formed with no address configured" in out
+    assert "gossip encrypted with a key made for this run" in out
     assert "Controller: demo-" in out and "agreed by all 3 agents" in out
     assert "readable on demo-2" in out
     assert "is controller with epoch" in out
