@@ -173,14 +173,7 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
     out: dict = {}
     try:
         seed_ip = a.ip(0)
-        a.launch("n000", None)
-        # Both systems accept TCP on the gossip port once the seed is up.
-        wait_for(lambda: _listening(seed_ip, 7946), 10)
-        for i in range(1, n):
-            a.launch(f"n{i:03d}", seed_ip)
-            if args.launch_gap_s and i < n - 1:
-                time.sleep(args.launch_gap_s)  # a rollout pace, not a wait for a condition
-        last_launch = time.monotonic()
+        last_launch = launch_cluster(a, n, args.launch_gap_s)
         ok = wait_for(lambda: all_joined(a), 60)
         out["join_s"] = (time.monotonic() - last_launch) if ok else None
         if ok:  # the moment the last join was logged, not when we noticed
@@ -193,6 +186,19 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
         a.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
     return out
+
+
+def launch_cluster(a: Agents, n: int, gap_s: float = 0.0) -> float:
+    """Launch n agents joining through the first; the last launch's time."""
+    seed_ip = a.ip(0)
+    a.launch("n000", None)
+    # Both systems accept TCP on the gossip port once the seed is up.
+    wait_for(lambda: _listening(seed_ip, 7946), 10)
+    for i in range(1, n):
+        a.launch(f"n{i:03d}", seed_ip)
+        if gap_s and i < n - 1:
+            time.sleep(gap_s)  # a rollout pace, not a wait for a condition
+    return time.monotonic()
 
 
 def steady_state(a: Agents, n: int, window_s: float) -> dict:

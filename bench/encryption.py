@@ -30,7 +30,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detect_vs_serf import SerfAgents, ShoalAgents, _listening, all_joined, fmt, steady_state, wait_for  # noqa: E402, I001
+from detect_vs_serf import (  # noqa: E402
+    SerfAgents,
+    ShoalAgents,
+    all_joined,
+    fmt,
+    launch_cluster,
+    steady_state,
+    wait_for,
+)
 
 from daemon.keys import generate_key  # noqa: E402
 from membership import codec  # noqa: E402
@@ -58,11 +66,7 @@ def measure(cls: type, n: int, steady_s: float, subnet: int) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-enc-"))
     a = cls(workdir, subnet)
     try:
-        seed_ip = a.ip(0)
-        a.launch("n000", None)
-        wait_for(lambda: _listening(seed_ip, 7946), 10)
-        for i in range(1, n):
-            a.launch(f"n{i:03d}", seed_ip)
+        launch_cluster(a, n)
         if not wait_for(lambda: all_joined(a), 60):
             raise SystemExit(f"bench: {cls.__name__} did not converge")
         return steady_state(a, n, steady_s)

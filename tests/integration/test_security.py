@@ -11,8 +11,8 @@ from daemon.errors import ApiError
 from daemon.keys import generate_key
 from daemon.wire import Wire
 from membership.keyring import Keyring, parse_key
-from membership.messages import Alive, Leave
 from membership.member import NodeIdentity
+from membership.messages import Alive, Leave
 from storage.history import read_history
 from storage.messages import RecordPush
 from storage.records import Record
