@@ -160,3 +160,23 @@ def test_a_node_that_left_is_no_longer_advertised(make_lan):
     assert not resolved("host-3")
     assert newcomer.members().get("host-3") in (None, "left")
     assert "discovered peer, joining" not in leaver.log().split('"member-left"')[-1]
+
+
+def test_an_encrypted_cluster_is_found_only_by_agents_with_its_key(make_lan):
+    """Encrypted agents find each other by multicast; one without the key
+    stays out and logs why, instead of retrying silently."""
+    from daemon.keys import generate_key
+
+    key = generate_key()
+    lan = make_lan(4)
+    ours = lan.hosts[:3]
+    for host in ours:
+        host.start_agent(extra=("--encrypt", key))
+    keyless = lan.hosts[3].start_agent()
+    wait_all_see(ours, names_of(ours), 20)
+    poll_until(lambda: "it needs the cluster key and this agent has none" in keyless.log(), 15)
+    poll_until(lambda: "it sends plaintext and this agent requires encryption" in ours[0].log(),
+               15)  # fmt: skip
+    for host in ours:
+        assert "host-4" not in host.members()
+    assert set(keyless.members()) == {"host-4"}
