@@ -36,7 +36,7 @@ SERF_JOIN = re.compile(r"EventMemberJoin: (\S+)")
 
 def shoal_cmd(host, name: str, workdir: Path) -> list[str]:  # noqa: ANN001
     return [sys.executable, "-m", "daemon.cli", "agent", "--node-name", name,
-            "--bind", f"{host.ip}:7946", "--api", f"{host.ip}:7947",
+            "--bind", f"{host.ip}:7946", "--api", "127.0.0.1:7947",
             "--data-dir", str(workdir / name), "--log-format", "json"]  # fmt: skip
 
 

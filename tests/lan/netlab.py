@@ -111,7 +111,7 @@ class Host:
     def start_agent(self, name: str | None = None, extra: tuple[str, ...] = ()) -> Host:
         args = ["ip", "netns", "exec", self.ns, sys.executable, "-m", "daemon.cli", "agent",
                 "--node-name", name or f"host-{self.index}", "--bind", f"{self.ip}:7946",
-                "--api", f"{self.ip}:7947", "--data-dir", str(self.lan.workdir / self.ns),
+                "--api", "127.0.0.1:7947", "--data-dir", str(self.lan.workdir / self.ns),
                 "--log-format", "json", *extra]  # fmt: skip
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
@@ -126,11 +126,11 @@ class Host:
         sock = socket_in(self.ns)
         sock.settimeout(timeout_s)
         try:
-            sock.connect((self.ip, 7947))
+            sock.connect(("127.0.0.1", 7947))  # the API on this machine's own loopback
         except OSError:
             sock.close()
             raise
-        conn = http.client.HTTPConnection(self.ip, 7947, timeout=timeout_s)
+        conn = http.client.HTTPConnection("127.0.0.1", 7947, timeout=timeout_s)
         conn.sock = sock
         try:
             conn.request(method, path, body=b"{}" if method == "POST" else None)
