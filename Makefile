@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) bench/sim_scale.py
 	$(PY) bench/detect_vs_serf.py
+	$(PY) bench/encryption.py
 	$(PY) bench/storage.py
 	$(PY) bench/election.py
 	$(PY) bench/churn.py
