@@ -53,6 +53,7 @@ from membership.keyring import OVERHEAD_BYTES, KeyCommand, KeyReply
 from membership.member import MemberState, MemberView, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
+from membership.profiles import SwimConfig
 from membership.transport import FaultInjector, PacketProtocol, read_frame
 from storage.antientropy import SyncCompleted
 from storage.history import HistoryWriter, Observer, history_row, member_row
@@ -194,7 +195,7 @@ class Agent:
         log.info("agent stopped", node=cfg.node_name)
         return 0
 
-    def _open_wire(self) -> Any:
+    def _open_wire(self) -> SwimConfig:
         """Load the keyring (if any) into the wire; the SWIM config with the
         MTU budget left after sealing."""
         cfg = self.config

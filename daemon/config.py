@@ -267,9 +267,8 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         raise ConfigError("leave_timeout_s: expected 0 to 300 seconds")
     api = parse_address("api", raw.get("api", f"127.0.0.1:{DEFAULT_API_PORT}"))
     encryption = raw.get("encryption", {})
-    if raw.get("encrypt"):  # --encrypt KEY / $SHOAL_ENCRYPT, as serf agent -encrypt
-        encryption = {**encryption, "key": raw["encrypt"]} if isinstance(encryption, Mapping) \
-            else encryption  # fmt: skip
+    if raw.get("encrypt") and isinstance(encryption, Mapping):  # --encrypt KEY, $SHOAL_ENCRYPT
+        encryption = {**encryption, "key": raw["encrypt"]}
     return AgentConfig(
         node_name=name,
         cluster=_text(raw, "cluster", "shoal"),

@@ -64,8 +64,7 @@ class KeyService:
         try:
             if command.op != "list":
                 assert command.key is not None
-                getattr(ring, command.op)(command.key)
-                assert self.agent.data_dir is not None
+                getattr(ring, command.op)(command.key)  # install, use or remove
                 cfg = self.agent.config
                 save_keyring(cfg.encryption.keyring_path(cfg.data_dir), ring)
                 log.info("keyring changed", op=command.op, keys=len(ring.keys))
