@@ -160,7 +160,16 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     steps.next("reading and checking rows")
     marked = raw.withColumn("_ok", T.is_valid())
     marked = T.in_window(marked, parse_time(args.since), parse_time(args.until))
-    marked = marked.persist(StorageLevel.MEMORY_AND_DISK)
+    # Only the columns the steps use are kept (addresses, ids and tags are
+    # most of a row's bytes and nothing here reads them).
+    # Rows are spread by subject node once, here: every later grouping and
+    # window is by node (or by node and more), so none of them shuffles
+    # again; only the dissemination step re-sorts by observer.
+    marked = (
+        marked.select(*T.USED_COLUMNS, "_ok")
+        .repartition("node")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     counts = marked.agg(
         F.sum(F.when(F.col("_ok"), 1).otherwise(0)).alias("good"),
         F.sum(F.when(F.col("_ok"), 0).otherwise(1)).alias("bad"),
@@ -172,12 +181,13 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     if not counts["good"]:
         raise ValueError(f"no usable history rows in {args.history} "
                          f"({bad_in_window} bad lines)")  # fmt: skip
-    rows = marked.where(F.col("_ok")).drop("_ok", "_corrupt_record")
+    rows = marked.where(F.col("_ok")).drop("_ok")
     start_ms = parse_time(args.since) or int(counts["start"])
     end_ms = parse_time(args.until) or int(counts["end"])
 
     steps.next("reconciling observations into one timeline per node")
-    chg = T.changes(rows).persist(StorageLevel.MEMORY_AND_DISK)
+    obs = T.observations(rows).persist(StorageLevel.MEMORY_AND_DISK)
+    chg = T.changes(obs).persist(StorageLevel.MEMORY_AND_DISK)
     trans = T.transitions(chg).persist(StorageLevel.MEMORY_AND_DISK)
     iv = T.intervals(trans, end_ms).persist(StorageLevel.MEMORY_AND_DISK)
 
@@ -200,7 +210,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
                        F.count(F.lit(1)).alias("nodes")).first()  # fmt: skip
 
     steps.next("dissemination delay")
-    spread = T.dissemination(rows, chg, trans).persist(StorageLevel.MEMORY_AND_DISK)
+    spread = T.dissemination(obs, iv).persist(StorageLevel.MEMORY_AND_DISK)
     sp = spread.agg(F.percentile_approx("delay_s", pct, 100000).alias("p"),
                     F.count(F.lit(1)).alias("n")).first()  # fmt: skip
 
@@ -235,7 +245,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
         "nodes": nodes,
         "false_suspicions": T.false_suspicions(chg),
         "dissemination": spread,
-        "cluster_size": T.size_over_time(trans, start_ms, bucket_ms),
+        "cluster_size": T.size_over_time(trans, start_ms, bucket_ms).orderBy("bucket_ms"),
         "controller_tenures": tenures_df,
     }
     return results, tables
@@ -306,29 +316,26 @@ def choose_bucket_ms(span_ms: int) -> int:
 
 
 def write_tables(tables: dict[str, Any], out: Path, steps: progress.Steps) -> None:
-    """Each table as Parquet (Spark's directory layout) and as one CSV file."""
-    import csv
+    """Each table as Parquet (Spark's directory layout) and as one CSV file.
 
+    The CSV is written by Spark's executors (no row passes through Python),
+    then its parts are joined, in order, under one header.
+    """
+    import shutil
+
+    (out / "csv").mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():
         steps.next(f"writing table {name}")
-        df.write.mode("overwrite").parquet(str(out / "parquet" / name))
-        (out / "csv").mkdir(parents=True, exist_ok=True)
-        with open(out / "csv" / f"{name}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(df.columns)
-            for row in df.toLocalIterator():
-                writer.writerow([_csv_value(v) for v in row])
-
-
-def _csv_value(v: Any) -> Any:
-    """As Spark's CSV writer spells them: empty for null, true/false."""
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, dict):
-        return json.dumps(v, sort_keys=True)
-    return v
+        parquet = out / "parquet" / name
+        df.write.mode("overwrite").parquet(str(parquet))
+        parts = out / "csv" / f".{name}.parts"
+        df.write.mode("overwrite").csv(str(parts))
+        with open(out / "csv" / f"{name}.csv", "wb") as f:
+            f.write((",".join(df.columns) + "\n").encode())
+            for part in sorted(parts.glob("part-*")):
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, f)
+        shutil.rmtree(parts)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from churn.schema import CORRUPT, EVENTS, SCHEMA_VERSION
 
 CHANGE_EVENTS = ("join", "alive", "suspect", "dead", "left")
 STATUS_EVENTS = ("join", "dead", "left")
+USED_COLUMNS = ("ts_ms", "observer", "event", "node", "incarnation", "source", "epoch")
 HOUR_MS = 3_600_000
 
 
@@ -46,19 +47,25 @@ def in_window(rows: DataFrame, since_ms: int | None, until_ms: int | None) -> Da
     return rows
 
 
-def changes(rows: DataFrame) -> DataFrame:
-    """One row per change: first and last observation, distinct observers,
-    and who raised it (the source named by the first observation)."""
+def observations(rows: DataFrame) -> DataFrame:
+    """One row per change and observer: (node, event, incarnation, observer,
+    ts_ms, source), dated by that observer's first row of it, so an observer
+    that logged a change twice counts once everywhere after this."""
     return (
         rows.where(F.col("event").isin(*CHANGE_EVENTS))
-        .groupBy("node", "event", "incarnation")
-        .agg(
-            F.min("ts_ms").alias("first_ms"),
-            F.max("ts_ms").alias("last_ms"),
-            F.countDistinct("observer").alias("observers"),
-            F.min_by("source", "ts_ms").alias("source"),
-            F.max(F.col("observer") == F.col("node")).alias("self_seen"),
-        )
+        .groupBy("node", "event", "incarnation", "observer")
+        .agg(F.min("ts_ms").alias("ts_ms"), F.min_by("source", "ts_ms").alias("source"))
+    )
+
+
+def changes(obs: DataFrame) -> DataFrame:
+    """One row per change (from `observations`): its first observation, who
+    raised it (the source named by the first observation), and whether the
+    node logged it itself."""
+    return obs.groupBy("node", "event", "incarnation").agg(
+        F.min("ts_ms").alias("first_ms"),
+        F.min_by("source", "ts_ms").alias("source"),
+        F.max(F.col("observer") == F.col("node")).alias("self_seen"),
     )
 
 
@@ -71,17 +78,22 @@ def transitions(chg: DataFrame) -> DataFrame:
     still up: a down is put before it, dated by the unconfirmed suspicion
     of the previous incarnation when there was one, else at the restart.
     """
-    suspected = chg.where(F.col("event") == "suspect").select(
-        "node", "incarnation", F.col("first_ms").alias("suspect_ms")
-    )
+    # The first suspicion of the same incarnation, and of the one before,
+    # read off a window of each node's changes by incarnation (every step
+    # here is a window by node, so nothing shuffles: see job.compute).
+    by_inc = Window.partitionBy("node").orderBy("incarnation")
+    suspect_ms = F.min(F.when(F.col("event") == "suspect", F.col("first_ms")))
     status = (
-        chg.where(F.col("event").isin(*STATUS_EVENTS))
-        .join(suspected, ["node", "incarnation"], "left")
+        chg.where(F.col("event").isin("suspect", *STATUS_EVENTS))
+        .withColumn("suspect_ms", suspect_ms.over(by_inc.rangeBetween(0, 0)))
+        .withColumn("earlier_suspect_ms", suspect_ms.over(by_inc.rangeBetween(-1, -1)))
+        .where(F.col("event").isin(*STATUS_EVENTS))
         .select(
             "node",
             "incarnation",
             "event",
             "self_seen",
+            "earlier_suspect_ms",
             F.when(F.col("event") == "join", "up").otherwise("down").alias("status"),
             F.when(
                 (F.col("event") == "dead") & F.col("suspect_ms").isNotNull(),
@@ -95,25 +107,19 @@ def transitions(chg: DataFrame) -> DataFrame:
     lagged = status.withColumn("prev", F.lag("status").over(order)).withColumn(
         "prev_ms", F.lag("at_ms").over(order)
     )
-    earlier = suspected.select(
-        "node", (F.col("incarnation") + 1).alias("incarnation"), "suspect_ms"
+    earlier = F.col("earlier_suspect_ms")
+    unseen_deaths = lagged.where(
+        (F.col("event") == "join") & F.col("self_seen") & (F.col("prev") == "up")
+    ).select(
+        "node",
+        (F.col("incarnation") - 1).alias("incarnation"),
+        F.lit("dead").alias("event"),
+        F.lit("down").alias("status"),
+        F.when(earlier.between(F.col("prev_ms"), F.col("at_ms")), earlier)
+        .otherwise(F.col("at_ms"))
+        .alias("at_ms"),
     )
-    unseen_deaths = (
-        lagged.where((F.col("event") == "join") & F.col("self_seen") & (F.col("prev") == "up"))
-        .join(earlier, ["node", "incarnation"], "left")
-        .select(
-            "node",
-            (F.col("incarnation") - 1).alias("incarnation"),
-            F.lit("dead").alias("event"),
-            F.lit("down").alias("status"),
-            F.when(
-                F.col("suspect_ms").between(F.col("prev_ms"), F.col("at_ms")), F.col("suspect_ms")
-            )
-            .otherwise(F.col("at_ms"))
-            .alias("at_ms"),
-        )
-    )
-    merged = status.drop("self_seen").unionByName(unseen_deaths)
+    merged = status.drop("self_seen", "earlier_suspect_ms").unionByName(unseen_deaths)
     prev = F.col("prev")
     # Repeats go; so does a leading "down": a node first heard of as dead
     # or gone was never seen up in the window, and its downtime has no start.
@@ -191,46 +197,48 @@ def false_suspicions(chg: DataFrame) -> DataFrame:
     )
 
 
-def dissemination(rows: DataFrame, chg: DataFrame, trans: DataFrame) -> DataFrame:
+def dissemination(obs: DataFrame, iv: DataFrame) -> DataFrame:
     """How long each change took to reach every observer that was up when it
-    happened: (node, event, incarnation, first_ms, observers, delay_s).
+    happened: (node, event, incarnation, first_ms, last_ms, observers, delay_s).
 
     Observers that joined later learn old news by push-pull; they are left
-    out, by looking up each observer's own status at the change's time in
-    its timeline (one sort by observer, no range join). The node the change
-    is about always counts: its own join or leave row is where news starts.
+    out. Each observation is dated by its change's first observation (a
+    window per change), then sorted in with the observer's own intervals
+    (one sort by observer, no range join): the last interval that started
+    before the change says whether the observer was up then and until when.
+    Only running frames are used, so the cost is linear in the rows per
+    observer (a frame over the *following* rows would be quadratic). The
+    node a change is about always counts: its own join or leave row is
+    where news starts.
     """
-    obs = (
-        rows.where(F.col("event").isin(*CHANGE_EVENTS))
-        .select("node", "event", "incarnation", "observer", "ts_ms")
-        .join(chg.select("node", "event", "incarnation", "first_ms"),
-              ["node", "event", "incarnation"])  # fmt: skip
-        .select("observer", F.col("first_ms").alias("t"), F.lit(1).alias("kind"),
-                F.lit(None).cast("string").alias("status"), "node", "event",
-                "incarnation", "ts_ms", "first_ms")  # fmt: skip
-    )
-    own = trans.select(
-        F.col("node").alias("observer"), F.col("at_ms").alias("t"), F.lit(0).alias("kind"),
-        "status", F.lit(None).cast("string").alias("node"),
-        F.lit(None).cast("string").alias("event"), F.lit(None).cast("long").alias("incarnation"),
-        F.lit(None).cast("long").alias("ts_ms"), F.lit(None).cast("long").alias("first_ms"),
+    per_change = Window.partitionBy("node", "event", "incarnation")
+    none = {"string": F.lit(None).cast("string"), "long": F.lit(None).cast("long")}
+    heard_at = obs.select(
+        "observer", F.min("ts_ms").over(per_change).alias("t"), F.lit(1).alias("kind"),
+        none["string"].alias("status"), none["long"].alias("until"),
+        "node", "event", "incarnation", "ts_ms",
     )  # fmt: skip
-    by_time = Window.partitionBy("observer").orderBy("t", "kind")
-    before = by_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    after = by_time.rowsBetween(1, Window.unboundedFollowing)
+    forever = F.lit(2**62)
+    own = iv.select(
+        F.col("node").alias("observer"), F.col("start_ms").alias("t"), F.lit(0).alias("kind"),
+        "status", F.when(F.col("complete"), F.col("end_ms")).otherwise(forever).alias("until"),
+        none["string"].alias("node"), none["string"].alias("event"),
+        none["long"].alias("incarnation"), none["long"].alias("ts_ms"),
+    )  # fmt: skip
+    so_far = (
+        Window.partitionBy("observer")
+        .orderBy("t", "kind", "until")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     with_status = (
-        obs.unionByName(own)
-        .withColumn("observer_status", F.last("status", ignorenulls=True).over(before))
-        .withColumn("observer_next_ms", F.first(
-            F.when(F.col("kind") == 0, F.col("t")), ignorenulls=True).over(after))  # fmt: skip
+        heard_at.unionByName(own)
+        .withColumn("observer_status", F.last("status", ignorenulls=True).over(so_far))
+        .withColumn("observer_until", F.last("until", ignorenulls=True).over(so_far))
     )
-    # The node a change is about is its origin (its own join or leave row)
-    # whatever its status; everyone else counts only if it was up when the
-    # change happened and stayed up until it heard (a restarted observer
-    # learns old news by push-pull, which is no measure of gossip).
-    stayed_up = (F.col("observer_status") == "up") & (
-        F.col("observer_next_ms").isNull() | (F.col("ts_ms") < F.col("observer_next_ms"))
-    )
+    # Everyone but the origin counts only if it was up when the change
+    # happened and stayed up until it heard (a restarted observer learns old
+    # news by push-pull, which is no measure of gossip).
+    stayed_up = (F.col("observer_status") == "up") & (F.col("ts_ms") < F.col("observer_until"))
     heard = with_status.where(
         (F.col("kind") == 1) & (stayed_up | (F.col("observer") == F.col("node")))
     )
@@ -239,7 +247,7 @@ def dissemination(rows: DataFrame, chg: DataFrame, trans: DataFrame) -> DataFram
         .agg(
             F.min("ts_ms").alias("first_ms"),
             F.max("ts_ms").alias("last_ms"),
-            F.countDistinct("observer").alias("observers"),
+            F.count(F.lit(1)).alias("observers"),  # one row per observer
         )
         .where(F.col("observers") >= 2)
         .withColumn("delay_s", (F.col("last_ms") - F.col("first_ms")) / 1000.0)
