@@ -24,7 +24,7 @@ import socket
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -47,7 +47,6 @@ from election.events import (
     election_fields,
 )
 from membership import codec
-from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer, Sealing
 from membership.events import JoinCompleted, event_fields
 from membership.keyring import OVERHEAD_BYTES, KeyCommand, KeyReply
 from membership.member import MemberState, MemberView, NodeIdentity, Tags
@@ -66,6 +65,9 @@ UDP_RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024
 _MAX_DROP_KEYS = 1024
 _WATCHER_QUEUE = 1024
 MAX_DISCOVERY_JOINS = 3
+
+if TYPE_CHECKING:  # zeroconf is loaded when discovery starts, after the join is sent
+    from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 
 log = structlog.get_logger("shoal")
 # Messages that answer with a large state transfer: accepted on streams only,
@@ -242,8 +244,11 @@ class Agent:
         self.flush()
         deadline = self._loop.time() + self.config.leave_timeout_s
         # Keep answering pings until the leave has been gossiped out, so that
-        # nobody suspects us while the news spreads.
-        while self._loop.time() < deadline and node.swim.broadcasts.pending(node.name):
+        # nobody suspects us while the news spreads (an agent alone has
+        # nobody to tell, and exits at once).
+        swim = node.swim
+        while (self._loop.time() < deadline and swim.broadcasts.pending(node.name)
+               and len(swim.table.live)):  # fmt: skip
             await asyncio.sleep(0.05)
 
     def _close(self) -> None:
@@ -265,6 +270,8 @@ class Agent:
         cfg = self.config
         if not cfg.discovery:
             return
+        from membership.discovery import Discovery, Sealing
+
         interfaces = list(cfg.discovery_interfaces) or [advertise[0]]
         self.discovery = Discovery(
             interfaces,
@@ -287,6 +294,8 @@ class Agent:
         log.info("discovery started", interfaces=interfaces, service=cfg.discovery_service)
 
     def _on_discovered(self, found: DiscoveredPeer | IgnoredPeer) -> None:
+        from membership.discovery import IgnoredPeer
+
         if isinstance(found, IgnoredPeer):
             key = (found.name, found.reason)
             if found.reason != "ourselves" and key not in self._ignored_seen:

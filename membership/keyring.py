@@ -31,13 +31,13 @@ import binascii
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from membership import codec
 from membership.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, _bool, _text
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # GCM's native nonce size (NIST SP 800-38D §8.2.2, random construction)
@@ -85,6 +85,14 @@ class Keyring:
     def __init__(self, keys: Sequence[bytes], cluster: str) -> None:
         if not keys:
             raise KeyringError("a keyring needs at least one key")
+        # cryptography's Rust bindings take 10-20 ms of CPU to load; they are
+        # loaded with the first keyring, so an agent without a key starts
+        # without them.
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._aesgcm = AESGCM
+        self._invalid_tag = InvalidTag
         self._aad_suffix = cluster.encode()
         self._keys: list[bytes] = []
         self._ciphers: dict[bytes, AESGCM] = {}
@@ -110,7 +118,7 @@ class Keyring:
         if len(self._keys) >= MAX_KEYS:
             raise KeyringError(f"at most {MAX_KEYS} keys; remove one first")
         self._keys.append(key)
-        self._ciphers[key] = AESGCM(key)
+        self._ciphers[key] = self._aesgcm(key)
         return True
 
     def use(self, key: bytes) -> None:
@@ -155,7 +163,7 @@ class Keyring:
         for key in self._keys:
             try:
                 payload = self._ciphers[key].decrypt(nonce, sealed, aad)
-            except InvalidTag:
+            except self._invalid_tag:
                 continue
             (stamp_ms,) = struct.unpack(">Q", data[HEADER_BYTES:nonce_at])
             return stamp_ms, nonce, payload
