@@ -161,10 +161,9 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     marked = raw.withColumn("_ok", T.is_valid())
     marked = T.in_window(marked, parse_time(args.since), parse_time(args.until))
     # Only the columns the steps use are kept (addresses, ids and tags are
-    # most of a row's bytes and nothing here reads them).
-    # Rows are spread by subject node once, here: every later grouping and
-    # window is by node (or by node and more), so none of them shuffles
-    # again; only the dissemination step re-sorts by observer.
+    # most of a row's bytes), and rows are spread by subject node once, here:
+    # every later grouping and window is by node (or by node and more), so
+    # none shuffles again; only the dissemination step re-sorts by observer.
     marked = (
         marked.select(*T.USED_COLUMNS, "_ok")
         .repartition("node")

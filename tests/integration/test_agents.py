@@ -75,6 +75,15 @@ def test_sigterm_leaves_gracefully_and_exits_0(agents):
         assert not [e for e in failed if e.get("name") == stopping.name]
 
 
+def test_an_agent_alone_stops_without_waiting_out_the_leave_timeout(agents):
+    """With no member to tell, `systemctl stop` does not hang for the 5 s
+    leave timeout waiting for gossip that has nowhere to go."""
+    (alone,) = agents.start(1)
+    poll_until(lambda: shoal_cli("members", "--api", f"{alone.ip}:7947").returncode == 0, 15)
+    alone.signal(signal.SIGTERM)
+    assert alone.wait_exit(3) == 0  # under leave_timeout_s (5 s)
+
+
 def test_a_restarted_agent_comes_back_alive_with_a_higher_incarnation(agents):
     """Restarting (even at a new address) is recognised as the same node."""
     started = agents.start(4)
