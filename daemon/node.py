@@ -14,18 +14,21 @@ at the same places.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from election.config import LeaseConfig
 from election.lease import LeaseElection
 from election.voters import VoterConfig
-from membership.member import MemberView, NodeIdentity, Tags
+from membership.member import MemberState, MemberView, NodeIdentity, Tags
 from membership.output import Address, Output
 from membership.profiles import SwimConfig
 from membership.swim import SwimNode
 from storage.antientropy import AntiEntropy, SyncConfig
 from storage.records import Record
 from storage.store import MemoryStore, RecordStore, Replica
+
+_LABELS = tuple(state.label for state in MemberState)  # indexed by state
 
 
 class ShoalNode:
@@ -151,6 +154,10 @@ class ShoalNode:
             self.election.rejoin(now)
         self.swim.join(addrs, now, retry)
 
+    def adopt(self, members: list[tuple[NodeIdentity, int]], now: float) -> None:
+        """Know `members` as alive from the start (the simulator's formed start)."""
+        self.swim.adopt(members, now)
+
     def leave(self, now: float) -> None:
         """Leave the cluster gracefully (releasing the controller lease first)."""
         self.election.leave(now)
@@ -180,9 +187,11 @@ class ShoalNode:
         out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
         return out
 
-    def _view(self) -> list[tuple[str, Tags, str]]:
-        return [(m.ident.name, m.ident.tags, m.state.label)
-                for m in self.swim.table.members.values()]  # fmt: skip
+    def _view(self) -> Iterator[tuple[str, Tags, str]]:
+        # A generator: the election's scans often stop after a few rows.
+        labels = _LABELS
+        return ((m.ident.name, m.ident.tags, labels[m.state])
+                for m in self.swim.table.members.values())  # fmt: skip
 
     def _addr_of(self, name: str) -> Address | None:
         m = self.swim.table.members.get(name)

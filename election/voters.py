@@ -12,6 +12,7 @@ other's members adopt it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -54,6 +55,9 @@ class VoterConfig:
         return VoterConfig(self.lineage, self.version + 1, voters)
 
 
+# Tags are hashable tuples shared by every row of one member, and a cluster
+# has few distinct tag sets: parse each once, not once per member per scan.
+@functools.lru_cache(maxsize=4096)
 def eligible(tags: Tags) -> bool:
     """Whether a member with `tags` may be a voter and controller."""
     return dict(tags).get(ELIGIBLE_TAG, "true").lower() not in ("false", "0", "no")
@@ -61,8 +65,12 @@ def eligible(tags: Tags) -> bool:
 
 def rank_key(name: str, tags: Tags) -> tuple[int, str]:
     """Sort key of candidates: higher priority tag first, then name."""
+    return (-_priority(tags), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _priority(tags: Tags) -> int:
     try:
-        priority = int(dict(tags).get(PRIORITY_TAG, "0"))
+        return int(dict(tags).get(PRIORITY_TAG, "0"))
     except ValueError:
-        priority = 0
-    return (-priority, name)
+        return 0

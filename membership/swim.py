@@ -186,7 +186,10 @@ class SwimNode:
         self._bump_incarnation(self.incarnation, now)
         cfg = self.config
         self._arm_probe(now + self.rng.uniform(0, cfg.probe_interval_s))
-        self._push(now + self.rng.uniform(0, cfg.push_pull_interval_s), "push_pull")
+        # Staggered over the interval for the size known at start: one
+        # member for an agent, the whole cluster for a formed simulation.
+        first = self.rng.uniform(0, cfg.push_pull_scaled_s(self.table.num_live()))
+        self._push(now + first, "push_pull")
         self._push(now + cfg.reconnect_interval_s, "reconnect")
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
@@ -254,6 +257,18 @@ class SwimNode:
                 continue
             self._joining.add(addr)
             self._stream_push_pull(addr, join=True)
+
+    def adopt(self, members: list[tuple[NodeIdentity, int]], now: float) -> None:
+        """Take `members` (identity, incarnation) as alive without gossiping.
+
+        The simulator's formed start, before `start`: every node already holds
+        the view that formation would have given it, so there is no news to
+        spread and no event to report; probing picks the members up at its
+        first pass.
+        """
+        for ident, inc in members:
+            if ident.name != self.ident.name:
+                self.table.apply_alive(ident, inc, now)
 
     def leave(self, now: float) -> None:
         """Leave the cluster: tell members directly and by gossip."""

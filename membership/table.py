@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections.abc import Callable
 
 from membership.member import Member, MemberState, NodeIdentity
 
@@ -37,6 +38,7 @@ ALIVE, SUSPECT, DEAD, LEFT = (
     MemberState.DEAD,
     MemberState.LEFT,
 )
+_LIVE = (ALIVE, SUSPECT)
 
 
 class Transition(enum.Enum):
@@ -59,6 +61,30 @@ class Ignored(enum.Enum):
     NAME_CONFLICT = "name_conflict"
     GHOST = "ghost"
     ALREADY = "already"
+
+
+def _sample(
+    items: list[str],
+    has: Callable[[str], bool],
+    rng: random.Random,
+    k: int,
+    exclude: tuple[str, ...],
+) -> list[str]:
+    """Up to `k` distinct random names of `items`, none of them in `exclude`."""
+    n = len(items)
+    available = n - sum(1 for e in exclude if has(e))
+    k = min(k, available)
+    if k <= 0:
+        return []
+    if k * 3 > n:  # dense: shuffle a filtered copy
+        pool = [x for x in items if x not in exclude]
+        return rng.sample(pool, k)
+    chosen: list[str] = []
+    while len(chosen) < k:  # sparse: rejection sampling, O(k) expected
+        name = items[rng.randrange(n)]
+        if name not in exclude and name not in chosen:
+            chosen.append(name)
+    return chosen
 
 
 class IndexedSet:
@@ -94,23 +120,52 @@ class IndexedSet:
 
     def sample(self, rng: random.Random, k: int, exclude: tuple[str, ...] = ()) -> list[str]:
         """Up to `k` distinct random names, none of them in `exclude`."""
-        n = len(self._items)
-        available = n - sum(1 for e in exclude if e in self._pos)
-        k = min(k, available)
-        if k <= 0:
-            return []
-        if k * 3 > n:  # dense: shuffle a filtered copy
-            pool = [x for x in self._items if x not in exclude]
-            return rng.sample(pool, k)
-        chosen: list[str] = []
-        while len(chosen) < k:  # sparse: rejection sampling, O(k) expected
-            name = self._items[rng.randrange(n)]
-            if name not in exclude and name not in chosen:
-                chosen.append(name)
-        return chosen
+        return _sample(self._items, self._pos.__contains__, rng, k, exclude)
 
     def items(self) -> list[str]:
         """The names, in no meaningful order (but deterministic)."""
+        return self._items
+
+
+class LiveList:
+    """The names of the live (alive or suspect) members other than self.
+
+    The same interface as `IndexedSet`, at a third of its memory: membership
+    is read from the member rows, and the list holds one pointer per name.
+    A removal scans the list at C speed (tens of µs at 10,000 members) and
+    happens only when a member dies or leaves. In the simulator, 10,000
+    nodes hold 10^8 view entries, and an `IndexedSet`'s position dict and
+    int objects cost about 70 B of each: 7 GB.
+    """
+
+    __slots__ = ("_items", "_members", "_self")
+
+    def __init__(self, members: dict[str, Member], self_name: str) -> None:
+        self._items: list[str] = []
+        self._members = members
+        self._self = self_name
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        m = self._members.get(name)  # type: ignore[call-overload]
+        return m is not None and m.state in _LIVE and name != self._self
+
+    def append(self, name: str) -> None:
+        """Add a name that was not live (the table knows which)."""
+        self._items.append(name)
+
+    def remove(self, name: str) -> None:
+        """Remove a name that was live."""
+        self._items.remove(name)
+
+    def sample(self, rng: random.Random, k: int, exclude: tuple[str, ...] = ()) -> list[str]:
+        """Up to `k` distinct random names, none of them in `exclude`."""
+        return _sample(self._items, self.__contains__, rng, k, exclude)
+
+    def items(self) -> list[str]:
+        """The names, in the order they became live (deterministic)."""
         return self._items
 
 
@@ -123,7 +178,7 @@ class MemberTable:
         self.members: dict[str, Member] = {}
         self._tombstones: dict[str, tuple[bytes, int]] = {}
         # Members other than self that are alive or suspect.
-        self.live = IndexedSet()
+        self.live = LiveList(self.members, self.self_name)
         # Bumped on every change of any row: other cores compare it to know
         # when the view changed, without subscribing to events.
         self.version = 0
@@ -170,7 +225,7 @@ class MemberTable:
                 return Ignored.GHOST
             self._tombstones.pop(ident.name, None)
             self.members[ident.name] = Member(ident, inc, ALIVE, now)
-            self.live.add(ident.name)
+            self.live.append(ident.name)
             self.version += 1
             return Transition.JOINED
         if m.ident.node_id != ident.node_id:
@@ -244,12 +299,13 @@ class MemberTable:
 
     def _set(self, m: Member, state: MemberState, inc: int, now: float) -> None:
         self.version += 1
+        was_live = m.state in _LIVE
         m.state = state
         m.incarnation = inc
         m.changed_at = now
-        if m.ident.name == self.self_name:
+        if m.ident.name == self.self_name or was_live == (state in _LIVE):
             return
-        if state in (ALIVE, SUSPECT):
-            self.live.add(m.ident.name)
+        if was_live:
+            self.live.remove(m.ident.name)
         else:
-            self.live.discard(m.ident.name)
+            self.live.append(m.ident.name)

@@ -25,7 +25,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     if args.history_out:
         return _churn_command(args)
     result = run_simulation(args.nodes, args.duration, args.loss, args.crash, args.seed,
-                            args.profile)  # fmt: skip
+                            args.profile, formed=args.formed)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -65,7 +65,8 @@ def format_text(r: SimResult) -> str:
     c = r.config
     lines = [
         f"simulated {c['nodes']} nodes for {c['duration_s']:g} s, profile {c['profile']}, "
-        f"loss {c['loss']:.1%}, seed {c['seed']} (wall {r.wall_s:.1f} s)",
+        f"loss {c['loss']:.1%}, seed {c['seed']}{', started formed' if c['formed'] else ''} "
+        f"(wall {r.wall_s:.1f} s)",
         f"converged (all see all alive): {_s(r.converged_s)}",
     ]
     for crash in r.crashes:

@@ -124,18 +124,25 @@ def run_simulation(
     profile: str = "lan",
     config: SwimConfig | None = None,
     wire: bool = False,
+    formed: bool = False,
 ) -> SimResult:
     """Form a cluster, crash `crash` nodes once it has converged, and report.
 
     Crashes are spread over the run, leaving time at the end for detection.
+    With `formed`, every node starts knowing every other (no formation).
     """
     started = time.perf_counter()
     swim = config or PROFILES[profile]
     cluster = SimCluster(nodes, seed, swim, LinkProfile(loss=loss), wire=wire, count_bytes=True)
     fps, incs, watch = FalsePositives(cluster), IncarnationMonotonic(), CrashWatch(cluster)
     cluster.observers += [fps, incs, watch]
-    form_cluster(cluster)
-    converged_at = run_until_converged(cluster, duration_s)
+    if formed:
+        cluster.start_formed(0.0)
+        cluster.run_until(0.0)
+        converged_at = cluster.now if converged(cluster) else None
+    else:
+        form_cluster(cluster)
+        converged_at = run_until_converged(cluster, duration_s)
     rng = random.Random(seed ^ 0x5EED)
     victims = rng.sample(range(1, nodes), min(crash, nodes - 1))
     first = (converged_at or cluster.now) + 1.0
@@ -161,6 +168,7 @@ def run_simulation(
             "crash": crash,
             "seed": seed,
             "profile": profile,
+            "formed": formed,
         },  # fmt: skip
         converged_s=converged_at,
         crashes=list(watch.records.values()),

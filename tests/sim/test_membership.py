@@ -9,7 +9,7 @@ from membership.profiles import PROFILES
 from sim.checks import FalsePositives, IncarnationMonotonic, converged, sees_dead
 from sim.cluster import SimCluster
 from sim.network import LinkProfile
-from sim.scenarios import form_cluster, run_simulation, run_until_converged
+from sim.scenarios import CrashWatch, form_cluster, run_simulation, run_until_converged
 from tests.sim.conftest import seeds
 
 LAN = PROFILES["lan"]
@@ -126,3 +126,36 @@ def test_the_codec_carries_a_whole_simulation():
     cluster.run_until(cluster.now + 30)
     assert deaths.count(cluster.idents[12].name) == 29
     assert cluster.stats.bytes > 0 and cluster.stats.mtu_drops == 0
+
+
+def test_a_cluster_started_formed_elects_and_replaces_its_controller():
+    """The formed start (how 10,000-node runs skip formation) gives a working
+    cluster: whole from the first instant, one controller known to all, and
+    when that controller crashes every survivor sees it dead and agrees on a
+    successor at a higher epoch, with no live node ever declared dead."""
+    cluster = SimCluster(1000, 1, LAN)
+    fps, watch = FalsePositives(cluster), CrashWatch(cluster)
+    cluster.observers += [fps, watch]
+    cluster.start_formed(0.0)
+    cluster.run_until(0.0)
+    assert converged(cluster)
+    cluster.run_until(10.0)
+    known = {node.election.known for node in cluster.nodes if node is not None}
+    assert len(known) == 1 and None not in known
+    ((first, epoch),) = known
+    victim = int(first.rsplit("-", 1)[1])
+
+    def crash() -> None:
+        cluster._halt(victim)
+        watch.crashed(victim, cluster.now)
+
+    cluster.at(10.0, crash)
+    cluster.run_until(60.0)
+    (record,) = watch.records.values()
+    record.settle(cluster.live_hosts())
+    assert record.all_detect_s is not None
+    known = {node.election.known for node in cluster.nodes if node is not None}
+    assert len(known) == 1 and None not in known
+    ((successor, new_epoch),) = known
+    assert successor != first and new_epoch > epoch
+    assert fps.events == []

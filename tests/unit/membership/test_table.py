@@ -81,3 +81,19 @@ def test_live_sampling_is_uniform_enough_and_excludes():
     for k in (1, 3, 20, 100):
         picks = t.live.sample(rng, k, exclude=("n5",))
         assert len(picks) == min(k, 37) and "n5" not in picks and len(set(picks)) == len(picks)
+
+
+def test_the_live_list_holds_each_live_member_once_through_death_and_return():
+    """Probing and gossip pick from the live list: a member that dies, comes
+    back, is suspected and refutes appears exactly once, and never self."""
+    t = table_with(2, inc=1)
+    t.apply_alive(ident(3), 1, 0.0)
+    t.apply_dead("n2", 1, 1.0, left=False)
+    assert sorted(t.live.items()) == ["n3"]
+    t.apply_alive(ident(2), 2, 2.0)
+    t.apply_suspect("n2", 2, 3.0)
+    t.apply_alive(ident(2), 3, 4.0)
+    assert t.apply_dead("n3", 1, 5.0, left=True) is Transition.LEFT
+    assert t.reap("n3") is not None
+    assert t.live.items() == ["n2"] and len(t.live) == 1
+    assert "n2" in t.live and "n3" not in t.live and ME.name not in t.live
