@@ -21,7 +21,7 @@ from election.config import LeaseConfig
 from election.lease import LeaseElection
 from election.voters import VoterConfig
 from membership.member import MemberState, MemberView, NodeIdentity, Tags
-from membership.output import Address, Output
+from membership.output import EMPTY, Address, Output
 from membership.profiles import SwimConfig
 from membership.swim import SwimNode
 from storage.antientropy import AntiEntropy, SyncConfig
@@ -120,14 +120,21 @@ class ShoalNode:
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
-        deadlines = [d for core in self._cores if (d := core.next_deadline()) is not None]
-        return min(deadlines) if deadlines else None
+        best = None
+        for core in self._cores:
+            d = core.next_deadline()
+            if d is not None and (best is None or d < best):
+                best = d
+        return best
 
     def drain(self) -> Output:
-        """One batch from all cores, persist before send before events."""
-        outs = [out for core in self._cores if (out := core.drain())]
+        """One batch from all cores, persist before send before events
+        (`EMPTY` itself when there is nothing)."""
+        # Every core returns the shared EMPTY when it has nothing: an
+        # identity test per core, on a path the simulator takes per message.
+        outs = [out for core in self._cores if (out := core.drain()) is not EMPTY]
         if len(outs) <= 1:
-            return outs[0] if outs else Output()
+            return outs[0] if outs else EMPTY
         return Output(
             tuple(p for o in outs for p in o.persist),
             tuple(s for o in outs for s in o.send),

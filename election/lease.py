@@ -74,7 +74,7 @@ from election.messages import (
 )
 from election.voters import VoterConfig, eligible, rank_key
 from membership.member import Tags
-from membership.output import Address, Output, Send
+from membership.output import EMPTY, Address, Output, Send
 
 # (name, tags, state) for every member this node knows, itself included;
 # state is "alive", "suspect", "dead" or "left".
@@ -230,7 +230,7 @@ class LeaseElection:
     def drain(self) -> Output:
         """Persist items, messages and events since the last drain."""
         if not (self._persist or self._send or self._events):
-            return Output()
+            return EMPTY
         out = Output(tuple(self._persist), tuple(self._send), tuple(self._events))
         self._persist, self._send, self._events = [], [], []
         return out

@@ -66,35 +66,50 @@ class BroadcastQueue:
         picked: list[_Entry] = []
         room = budget_bytes
         misses = 0
-        for bucket in self._buckets:
+        buckets = self._buckets
+        # The hottest loop of a mass join: locals only, one test per branch.
+        for bucket in buckets:
+            if not bucket:
+                continue
             for entry in reversed(bucket.values()):
-                if entry.size <= room:
+                size = entry.size
+                if size <= room:
                     picked.append(entry)
-                    room -= entry.size
+                    room -= size
+                    if room < self._MIN_MESSAGE_BYTES:
+                        break
                 else:
                     misses += 1
-                if room < self._MIN_MESSAGE_BYTES or misses >= self._MAX_MISSES:
-                    break
-            if room < self._MIN_MESSAGE_BYTES or misses >= self._MAX_MISSES:
-                break
-        buckets = self._buckets
+                    if misses >= self._MAX_MISSES:
+                        break
+            else:
+                continue
+            break
+        by_key = self._by_key
+        emptied = False
         for entry in picked:
             t = entry.transmits
-            del buckets[t][entry.key]
-            entry.transmits = t + 1
-            if t + 1 >= limit:
-                del self._by_key[entry.key]
+            key = entry.key
+            bucket = buckets[t]
+            del bucket[key]
+            emptied = emptied or not bucket
+            t += 1
+            entry.transmits = t
+            if t >= limit:
+                del by_key[key]
             else:
-                if t + 1 == len(buckets):
+                if t == len(buckets):
                     buckets.append({})
-                buckets[t + 1][entry.key] = entry
-        # A dict never gives back the table it grew to: after a mass join
-        # an empty bucket would keep hundreds of bytes per former entry.
-        for t, bucket in enumerate(buckets):
-            if not bucket:
-                buckets[t] = {}
-        if not self._by_key:
-            self._by_key = {}
+                buckets[t][key] = entry
+        if emptied:
+            # A dict never gives back the table it grew to: after a mass
+            # join an empty bucket would keep hundreds of bytes per former
+            # entry.
+            for t, bucket in enumerate(buckets):
+                if not bucket:
+                    buckets[t] = {}
+            if not by_key:
+                self._by_key = {}
         return [entry.message for entry in picked]
 
     def pending(self, key: str) -> Any | None:

@@ -70,7 +70,7 @@ from membership.messages import (
     PushPull,
     Suspect,
 )
-from membership.output import Address, Channel, Output, PersistIncarnation, Send
+from membership.output import EMPTY, Address, Channel, Output, PersistIncarnation, Send
 from membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
 from membership.profiles import SwimConfig
 from membership.suspicion import SuspicionTimer
@@ -210,7 +210,7 @@ class SwimNode:
     def drain(self) -> Output:
         """Everything produced since the last drain, in contract order."""
         if not (self._persist or self._send or self._events):
-            return Output()
+            return EMPTY
         out = Output(tuple(self._persist), tuple(self._send), tuple(self._events))
         self._persist, self._send, self._events = [], [], []
         return out

@@ -27,7 +27,7 @@ from election.events import PersistElection
 from election.voters import VoterConfig
 from membership import codec
 from membership.member import NodeIdentity
-from membership.output import Address, Channel, PersistIncarnation
+from membership.output import EMPTY, Address, Channel, PersistIncarnation
 from membership.profiles import SwimConfig
 from sim.clock import NodeClock
 from sim.network import LinkProfile, SimNetwork
@@ -245,7 +245,7 @@ class SimCluster:
         assert node is not None
         while True:
             out = node.drain()
-            if not out:
+            if out is EMPTY:
                 break
             for item in out.persist:
                 if isinstance(item, PersistIncarnation):

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from membership.output import Address, Channel, Output, Send
+from membership.output import EMPTY, Address, Channel, Output, Send
 from storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from storage.merkle import FANOUT
 from storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
@@ -174,7 +174,7 @@ class AntiEntropy:
     def drain(self) -> Output:
         """Messages and events since the last drain."""
         if not (self._send or self._events):
-            return Output()
+            return EMPTY
         out = Output((), tuple(self._send), tuple(self._events))
         self._send, self._events = [], []
         return out
