@@ -142,3 +142,12 @@ def test_uncommenting_every_setting_of_the_shipped_file_gives_the_defaults(tmp_p
     for f in AgentConfig.__dataclass_fields__:
         if f not in ("node_name", "advertise", "join", "tags", "discovery_interfaces"):  # examples
             assert getattr(cfg, f) == getattr(defaults, f), f
+
+
+def test_a_simulation_too_big_for_memory_is_refused_up_front():
+    """100,000 simulated nodes hold 10^10 view entries (about 1 TiB): the
+    user is told so at once, instead of the machine running out of memory."""
+    result = shoal("simulate", "--nodes", "100000", "--formed", "--duration", "1")
+    assert result.returncode == 2
+    message = result.stderr.strip()
+    assert message.startswith("shoal: --nodes: 100000 nodes need about"), message
