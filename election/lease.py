@@ -250,15 +250,30 @@ class LeaseElection:
                 self._wake_at = at
 
     def leave(self, now: float) -> None:
-        """Stop standing; as controller, release the lease to the voters."""
+        """Stop standing; as controller, release the lease to the voters.
+
+        A request in flight (a campaign, or a controller's renewal) is dropped
+        first, so that grants still on their way are stale when they arrive:
+        otherwise a renewal granted just before the voters saw our release
+        would make us controller again, next to the successor they elect
+        once released (the simulator's swarm found this). Its grants are
+        released too, so nobody waits for them to run out.
+        """
         self._leaving = True
-        if self.lease_epoch is not None:
-            epoch = self.lease_epoch
-            for voter in self.voters.voters if self.voters else ():
+        req, self._request = self._request, None
+        releases: dict[int, set[str]] = {}
+        if self.lease_epoch is not None and self.voters is not None:
+            releases[self.lease_epoch] = set(self.voters.voters)
+        if req is not None:
+            asked = releases.setdefault(req.epoch, set())
+            asked.update(req.config.voters, req.old.voters if req.old else ())
+        for epoch, voters in releases.items():
+            for voter in sorted(voters):
                 if voter == self.name:
                     self._on_release(LeaseRelease(epoch, self.name), ("", 0), now)
                 else:
                     self._send_to(voter, LeaseRelease(epoch, self.name))
+        if self.lease_epoch is not None:
             self._lose(now, "released")
 
     def rejoin(self, now: float) -> None:

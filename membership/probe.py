@@ -50,7 +50,10 @@ class ProbeScheduler:
 
     def insert(self, name: str) -> None:
         """Probe a new member within the current pass, at a random place."""
-        position = self._rng.randint(self._index, len(self._order))
+        # random() rather than randint(): a mass join inserts N names on
+        # every node, and randint costs ten times as much.
+        span = len(self._order) - self._index + 1
+        position = self._index + int(self._rng.random() * span)
         self._order.insert(position, name)
 
 

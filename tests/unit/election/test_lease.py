@@ -90,6 +90,34 @@ def test_a_candidate_becomes_controller_on_a_majority_and_counts_from_sending():
     assert ControllerElected(epoch) in el.drain().events
 
 
+def test_a_controller_that_leaves_mid_renewal_is_not_made_controller_by_late_grants():
+    """The swarm's find: a controller renews, then leaves. Its release frees
+    the voters, who elect a successor; the grants of the renewal, still on
+    their way, must not make the leaver controller again beside it."""
+    el = voter("a")
+    el.start(0.0)
+    el.tick(0.0)
+    el.tick(el.next_deadline())
+    (req, *_) = [s.messages[0] for s in el.drain().send if isinstance(s.messages[0], LeaseRequest)]
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.1)
+    assert el.is_controller
+    el.drain()
+    renewal = []
+    while not renewal:  # notices go out too; the renewal comes within a lease
+        now = el.next_deadline()
+        assert now < LeaseConfig().lease_s
+        el.tick(now)
+        renewal = [s.messages[0] for s in el.drain().send
+                   if isinstance(s.messages[0], LeaseRequest)]  # fmt: skip
+    (late,) = {(m.seq, m.epoch) for m in renewal}
+    el.leave(now + 0.01)
+    released = {s.to for s in el.drain().send if isinstance(s.messages[0], LeaseRelease)}
+    assert len(released) == 2 and not el.is_controller  # b and c are told
+    el.receive(LeaseGrant(*late, "b"), PEER, now + 0.02)
+    el.receive(LeaseGrant(*late, "c"), PEER, now + 0.02)
+    assert not el.is_controller
+
+
 def test_election_messages_round_trip_through_the_codec():
     tag = codec.cluster_tag("x")
     msgs = [LeaseRequest(1, 2, "a", CONFIG), LeaseGrant(1, 2, "b"),
