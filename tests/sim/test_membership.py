@@ -145,11 +145,8 @@ def test_a_cluster_started_formed_elects_and_replaces_its_controller():
     ((first, epoch),) = known
     victim = int(first.rsplit("-", 1)[1])
 
-    def crash() -> None:
-        cluster._halt(victim)
-        watch.crashed(victim, cluster.now)
-
-    cluster.at(10.0, crash)
+    cluster.crash(victim, 10.0)
+    watch.crashed(victim, 10.0)
     cluster.run_until(60.0)
     (record,) = watch.records.values()
     record.settle(cluster.live_hosts())
