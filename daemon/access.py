@@ -18,9 +18,10 @@ import hmac
 import ipaddress
 import secrets
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from daemon.errors import ConfigError
 from membership.output import Address
@@ -29,8 +30,7 @@ MIN_TOKEN_CHARS = 16
 _READ_ONLY = ("GET", "HEAD")
 
 
-@dataclass(frozen=True, slots=True)
-class ApiAccess:
+class ApiAccess(msgspec.Struct, frozen=True):
     """The validated access settings."""
 
     token: str = ""

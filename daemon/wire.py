@@ -17,15 +17,15 @@ import os
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from membership import codec
 from membership.keyring import NONCE_BYTES, Keyring, ReplayGuard
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
+class Received(msgspec.Struct, frozen=True):
     """Decoded messages, and whether they arrived sealed."""
 
     messages: list[Any]

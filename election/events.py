@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from election.voters import VoterConfig
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerElected:
+class ControllerElected(msgspec.Struct, frozen=True):
     """This node became controller with `epoch`."""
 
     epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerLost:
+class ControllerLost(msgspec.Struct, frozen=True):
     """This node stopped being controller (`reason`: expired, released, merged)."""
 
     epoch: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerChanged:
+class ControllerChanged(msgspec.Struct, frozen=True):
     """The controller this node knows of changed (`node` empty: none known)."""
 
     node: str
     epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class VotersChanged:
+class VotersChanged(msgspec.Struct, frozen=True):
     """This node adopted a new voter configuration."""
 
     config: VoterConfig
 
 
-@dataclass(frozen=True, slots=True)
-class PersistElection:
+class PersistElection(msgspec.Struct, frozen=True):
     """The highest epoch this node granted and its voter configuration must
     be durable before any grant based on them leaves the node."""
 

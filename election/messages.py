@@ -10,8 +10,9 @@ ControllerNotice controller -> members: who controls, with which epoch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from election.voters import VoterConfig
 from membership import codec
@@ -21,8 +22,7 @@ MAX_VOTERS = 64
 REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER = range(4)
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRequest:
+class LeaseRequest(msgspec.Struct, frozen=True):
     """Grant `candidate` the lease for `epoch` (a renewal when the voter
     already granted it that epoch), under `config`."""
 
@@ -32,8 +32,7 @@ class LeaseRequest:
     config: VoterConfig
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseGrant:
+class LeaseGrant(msgspec.Struct, frozen=True):
     """The voter grants request `seq`."""
 
     seq: int
@@ -41,8 +40,7 @@ class LeaseGrant:
     voter: str
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseReject:
+class LeaseReject(msgspec.Struct, frozen=True):
     """The voter refuses request `seq` (`reason`: REJECT_*)."""
 
     seq: int
@@ -54,16 +52,14 @@ class LeaseReject:
     config: VoterConfig | None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRelease:
+class LeaseRelease(msgspec.Struct, frozen=True):
     """The holder of `epoch` gives its lease up."""
 
     epoch: int
     holder: str
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerNotice:
+class ControllerNotice(msgspec.Struct, frozen=True):
     """`holder` controls with `epoch` for about `remaining_ms` more."""
 
     epoch: int

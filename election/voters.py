@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from election.config import ELIGIBLE_TAG, PRIORITY_TAG
 from membership.member import Tags
 
 
-@dataclass(frozen=True, slots=True)
-class VoterConfig:
+class VoterConfig(msgspec.Struct, frozen=True):
     """Who votes, as of which version, in which lineage."""
 
     lineage: bytes

@@ -34,9 +34,9 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
@@ -47,8 +47,7 @@ SERVICE_TYPE = "_shoal._udp.local."
 RESOLVE_TIMEOUT_MS = 3000
 
 
-@dataclass(frozen=True, slots=True)
-class DiscoveredPeer:
+class DiscoveredPeer(msgspec.Struct, frozen=True):
     """A peer seen on the LAN: where it gossips and who it says it is."""
 
     addr: Address
@@ -57,8 +56,7 @@ class DiscoveredPeer:
     cluster: str
 
 
-@dataclass(frozen=True, slots=True)
-class Sealing:
+class Sealing(msgspec.Struct, frozen=True):
     """This agent's encryption, as discovery needs it."""
 
     has_key: bool = False  # we hold a keyring
@@ -66,8 +64,7 @@ class Sealing:
     refuses_plaintext: bool = False  # we drop plaintext packets
 
 
-@dataclass(frozen=True, slots=True)
-class IgnoredPeer:
+class IgnoredPeer(msgspec.Struct, frozen=True):
     """An advertisement we will not join, and why."""
 
     name: str

@@ -3,36 +3,32 @@ them, writes them to the history log and streams them to API watchers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from membership.member import MemberView
 from membership.output import Address
 
 
-@dataclass(frozen=True, slots=True)
-class MemberJoined:
+class MemberJoined(msgspec.Struct, frozen=True):
     """A member became alive: new, or back after being dead or gone."""
 
     member: MemberView
 
 
-@dataclass(frozen=True, slots=True)
-class MemberUpdated:
+class MemberUpdated(msgspec.Struct, frozen=True):
     """An alive member changed its address or tags."""
 
     member: MemberView
 
 
-@dataclass(frozen=True, slots=True)
-class MemberSuspected:
+class MemberSuspected(msgspec.Struct, frozen=True):
     """`source` suspects `member` (the node that raised the suspicion)."""
 
     member: MemberView
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class MemberRefuted:
+class MemberRefuted(msgspec.Struct, frozen=True):
     """A suspicion about `member` was refuted. When `member` is this node,
     `source` names who suspected it."""
 
@@ -40,30 +36,26 @@ class MemberRefuted:
     source: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class MemberDied:
+class MemberDied(msgspec.Struct, frozen=True):
     """`member` was declared dead; `source` is the node that declared it."""
 
     member: MemberView
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class MemberLeft:
+class MemberLeft(msgspec.Struct, frozen=True):
     """`member` left the cluster on purpose."""
 
     member: MemberView
 
 
-@dataclass(frozen=True, slots=True)
-class MemberReaped:
+class MemberReaped(msgspec.Struct, frozen=True):
     """A dead or departed member was forgotten after its reap timeout."""
 
     member: MemberView
 
 
-@dataclass(frozen=True, slots=True)
-class NameConflicted:
+class NameConflicted(msgspec.Struct, frozen=True):
     """Another node claims our name, or a name held by a live member.
 
     Reported once per (name, claimed id); the claim is refused.
@@ -75,8 +67,7 @@ class NameConflicted:
     claimed_addr: Address
 
 
-@dataclass(frozen=True, slots=True)
-class JoinCompleted:
+class JoinCompleted(msgspec.Struct, frozen=True):
     """A join attempt through `addr` finished; `ok` if the peer answered."""
 
     addr: Address

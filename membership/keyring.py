@@ -30,8 +30,9 @@ import base64
 import binascii
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
 
 from membership import codec
 from membership.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, _bool, _text
@@ -221,8 +222,7 @@ KEY_OPS = ("list", "install", "use", "remove")
 MAX_ERROR_CHARS = 512
 
 
-@dataclass(frozen=True, slots=True)
-class KeyCommand:
+class KeyCommand(msgspec.Struct, frozen=True):
     """An operator's keyring change (or a `list`), sent by the agent where
     `shoal keys` ran to every live member, by sealed stream only."""
 
@@ -231,8 +231,7 @@ class KeyCommand:
     expects_reply: ClassVar[bool] = True
 
 
-@dataclass(frozen=True, slots=True)
-class KeyReply:
+class KeyReply(msgspec.Struct, frozen=True):
     """A member's answer: done or why not, and its keys after the change."""
 
     ok: bool

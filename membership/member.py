@@ -9,7 +9,8 @@ references and small ints.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 from membership.output import Address
 
@@ -39,8 +40,7 @@ class MemberState(enum.IntEnum):
         return self.name.lower()
 
 
-@dataclass(frozen=True, slots=True)
-class NodeIdentity:
+class NodeIdentity(msgspec.Struct, frozen=True):
     """Who a node is: a unique name, a persistent 16-byte id, where it listens.
 
     The id survives restarts (it lives in the data directory), so a node that
@@ -59,8 +59,7 @@ class NodeIdentity:
         return self.node_id.hex()
 
 
-@dataclass(frozen=True, slots=True)
-class MemberView:
+class MemberView(msgspec.Struct, frozen=True):
     """A frozen snapshot of one member, as events and the API report it."""
 
     name: str

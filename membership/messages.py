@@ -6,15 +6,13 @@ so a core that receives one may trust its types (not its truth).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+import msgspec
 
 from membership.member import MemberState, NodeIdentity
 from membership.output import Address
 
 
-@dataclass(frozen=True, slots=True)
-class Ping:
+class Ping(msgspec.Struct, frozen=True):
     """A direct probe. `target` is the name the sender believes lives here,
     so a ping that reaches a reused address is recognised and dropped."""
 
@@ -22,8 +20,7 @@ class Ping:
     target: str
 
 
-@dataclass(frozen=True, slots=True)
-class PingReq:
+class PingReq(msgspec.Struct, frozen=True):
     """Ask the receiver to probe `target` at `target_addr` for us (SWIM §3.1).
     With `nack`, the receiver answers `Nack` if the target stays silent
     (Lifeguard §IV-A), which tells us that our own link works."""
@@ -34,30 +31,26 @@ class PingReq:
     nack: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(msgspec.Struct, frozen=True):
     """The answer to a `Ping`, or a relayed answer to a `PingReq`."""
 
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class Nack:
+class Nack(msgspec.Struct, frozen=True):
     """A relay heard nothing from the target of a `PingReq`."""
 
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class Alive:
+class Alive(msgspec.Struct, frozen=True):
     """`node` is alive at `incarnation`; also carries its address and tags."""
 
     incarnation: int
     node: NodeIdentity
 
 
-@dataclass(frozen=True, slots=True)
-class Suspect:
+class Suspect(msgspec.Struct, frozen=True):
     """`source` suspects `node` at `incarnation`. `source` is kept so that
     confirmations can be counted per independent suspector (Lifeguard §IV-B)
     and so that an operator can see who raised a suspicion."""
@@ -67,8 +60,7 @@ class Suspect:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class Dead:
+class Dead(msgspec.Struct, frozen=True):
     """`source` declares `node` dead at `incarnation`."""
 
     incarnation: int
@@ -76,8 +68,7 @@ class Dead:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class Leave:
+class Leave(msgspec.Struct, frozen=True):
     """`node` leaves the cluster on purpose at `incarnation`.
 
     A separate message rather than memberlist's dead-from-self, so that a
@@ -88,22 +79,15 @@ class Leave:
     node: str
 
 
-class MemberRecord(NamedTuple):
-    """One member's state inside a `PushPull`.
-
-    A named tuple, not a frozen dataclass like the messages: a full sync
-    builds one per member, and a tuple is built in half the time (a frozen
-    dataclass sets each field through `object.__setattr__`). It is never a
-    message of its own, so tuple equality cannot confuse two message types.
-    """
+class MemberRecord(msgspec.Struct, frozen=True):
+    """One member's state inside a `PushPull`."""
 
     node: NodeIdentity
     incarnation: int
     state: MemberState
 
 
-@dataclass(frozen=True, slots=True)
-class PushPull:
+class PushPull(msgspec.Struct, frozen=True):
     """A full-state exchange over a stream (SWIM's anti-entropy, memberlist
     push/pull). `join` marks the first exchange of a joining node; `reply`
     marks the answer, which is not answered again. `source` is the sender's

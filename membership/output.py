@@ -8,8 +8,9 @@ raft's `Ready`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 Address = tuple[str, int]
 """A peer address: (IPv4 literal or simulated host name, port)."""
@@ -22,8 +23,7 @@ class Channel(enum.Enum):
     STREAM = "stream"
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(msgspec.Struct, frozen=True):
     """Messages for one peer.
 
     On `Channel.PACKET` all `messages` go out in one datagram (the core packed
@@ -36,8 +36,7 @@ class Send:
     channel: Channel = Channel.PACKET
 
 
-@dataclass(frozen=True, slots=True)
-class PersistIncarnation:
+class PersistIncarnation(msgspec.Struct, frozen=True):
     """The node's own incarnation must be durable before anyone hears it.
 
     A restarted node starts above the last value persisted, so it can never
@@ -47,8 +46,7 @@ class PersistIncarnation:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
+class Output(msgspec.Struct, frozen=True):
     """One batch of work for the driver, to be handled in this order.
 
     1. `persist`: write every item and wait until it is durable (synced).

@@ -48,6 +48,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from membership.output import EMPTY, Address, Channel, Output, Send
 from storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from storage.merkle import FANOUT
@@ -80,8 +82,7 @@ class SyncCounters:
         return asdict(self)
 
 
-@dataclass(frozen=True, slots=True)
-class SyncCompleted:
+class SyncCompleted(msgspec.Struct, frozen=True):
     """An anti-entropy session this node started has ended."""
 
     peer: Address

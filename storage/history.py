@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from election.events import ControllerElected, ControllerLost
 from membership.events import (
     MemberDied,
@@ -76,8 +78,7 @@ _MEMBER_EVENTS: dict[type, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Observer:
+class Observer(msgspec.Struct, frozen=True):
     """Who writes the rows: the agent's identity."""
 
     cluster: str

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import cbor2
+import msgspec
 
 from daemon.errors import DataDirError
 from storage.engine import Engine
@@ -32,8 +32,7 @@ _ELECTION = b"election"
 NODE_ID_BYTES = 16
 
 
-@dataclass(frozen=True, slots=True)
-class StoredIdentity:
+class StoredIdentity(msgspec.Struct, frozen=True):
     """What a previous run left: the node id and last incarnation."""
 
     node_id: bytes

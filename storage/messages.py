@@ -11,8 +11,9 @@ decoder validates every field (sizes, ranges, types) before a core sees it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import msgspec
 
 from membership import codec
 from membership.codec import DecodeError, _bool, _u64
@@ -23,8 +24,7 @@ MAX_SYNC_ITEMS = 1_000_000
 _MAX_INDEX = FANOUT**MAX_DEPTH
 
 
-@dataclass(frozen=True, slots=True)
-class SyncTree:
+class SyncTree(msgspec.Struct, frozen=True):
     """Initiator -> responder: my sums of the children of `parents` (the
     nodes at `level - 1` that differed), or of the root when `level` is 0.
     Absent children are empty on my side."""
@@ -37,8 +37,7 @@ class SyncTree:
     expects_reply: ClassVar[bool] = True
 
 
-@dataclass(frozen=True, slots=True)
-class SyncTreeDiff:
+class SyncTreeDiff(msgspec.Struct, frozen=True):
     """Responder -> initiator: the nodes at `level` whose sums differ, with
     the responder's record count under each."""
 
@@ -47,8 +46,7 @@ class SyncTreeDiff:
     differing: tuple[tuple[int, int], ...]  # (index, count)
 
 
-@dataclass(frozen=True, slots=True)
-class SyncDigests:
+class SyncDigests(msgspec.Struct, frozen=True):
     """Initiator -> responder: the versions of all my records under
     `ranges` (tree nodes as (level, index))."""
 
@@ -58,8 +56,7 @@ class SyncDigests:
     expects_reply: ClassVar[bool] = True
 
 
-@dataclass(frozen=True, slots=True)
-class SyncRecords:
+class SyncRecords(msgspec.Struct, frozen=True):
     """Records the receiver lacks, and (in the responder's answer) the keys
     it wants back because the initiator's versions are newer."""
 
@@ -69,8 +66,7 @@ class SyncRecords:
     more: bool = False  # the sender stopped at its byte budget; sync again
 
 
-@dataclass(frozen=True, slots=True)
-class RecordPush:
+class RecordPush(msgspec.Struct, frozen=True):
     """Fresh writes, pushed to a few members as soon as they are made."""
 
     records: tuple[Record, ...]

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
+
+import msgspec
 
 NODE_ID_BYTES = 16
 MAX_KEY_BYTES = 1024
@@ -29,8 +30,7 @@ _FLAG_TOMBSTONE = 0x01
 DIGEST_MASK = 2**64 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(msgspec.Struct, frozen=True):
     """One key's current state on one replica.
 
     Attributes:

@@ -1,5 +1,8 @@
 """Agents on a virtual LAN find each other by multicast, with no address configured."""
 
+import json
+from datetime import datetime
+
 import pytest
 
 from tests.conftest import poll_until
@@ -118,6 +121,35 @@ def test_a_static_seed_list_works_when_multicast_is_blocked(make_lan):
         host.start_agent(extra=("--join", seed.ip))
     wait_all_see(lan.hosts, names_of(lan.hosts), 20)
     assert not any("discovered peer" in h.log() for h in lan.hosts)
+
+
+def _logged_at(host, event):
+    """When `host`'s agent first logged `event` (seconds since the epoch)."""
+    for line in host.log().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("event") == event:
+                return datetime.fromisoformat(record["timestamp"]).timestamp()
+    return None
+
+
+def test_discovery_waits_for_an_answering_seed_and_not_for_a_dead_one(make_lan):
+    """With `--join`, discovery starts 5 s after a seed answered; with a seed
+    that never answers it starts at once, and the agent still gets in."""
+    lan = make_lan(3)
+    first, seeded, stranded = lan.hosts
+    first.start_agent()
+    seeded.start_agent(extra=("--join", first.ip))
+    stranded.start_agent(extra=("--join", "10.250.0.1"))  # nobody there
+    wait_all_see(lan.hosts, names_of(lan.hosts), 20)
+    poll_until(lambda: all(_logged_at(h, "discovery started") for h in lan.hosts), 20)
+
+    def wait_s(host):
+        return _logged_at(host, "discovery started") - _logged_at(host, "agent started")
+
+    assert wait_s(seeded) >= 5.0
+    assert wait_s(stranded) < 5.0
+    assert _logged_at(stranded, "join failed: no answer") is not None
 
 
 def test_a_partitioned_lan_heals_into_one_cluster(make_lan):
