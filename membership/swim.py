@@ -535,12 +535,6 @@ class SwimNode:
         # so that one node's stale view cannot kill a member outright.
         node, inc, state = rec.node, rec.incarnation, rec.state
         if state is ALIVE:
-            # Most of a full sync is what we already know: skip building a
-            # claim for it (a mass join merges millions of these).
-            m = self._members.get(node.name)
-            if m is not None and m.incarnation >= inc and m.ident.node_id == node.node_id:
-                self.counters.ignored_stale += 1
-                return
             self._on_alive(Alive(inc, node), _LOCAL, now)
         elif state is LEFT:
             self._on_leave(Leave(inc, node.name), _LOCAL, now)
