@@ -139,6 +139,9 @@ def test_discovery_waits_for_an_answering_seed_and_not_for_a_dead_one(make_lan):
     lan = make_lan(3)
     first, seeded, stranded = lan.hosts
     first.start_agent()
+    # The seed must be listening before the join, or the join fails and discovery
+    # starts at once, which is the other case.
+    poll_until(lambda: _logged_at(first, "agent started"), 20)
     seeded.start_agent(extra=("--join", first.ip))
     stranded.start_agent(extra=("--join", "10.250.0.1"))  # nobody there
     wait_all_see(lan.hosts, names_of(lan.hosts), 20)
