@@ -172,8 +172,8 @@ def _enc_identity(n: NodeIdentity) -> list[Any]:
 
 def _encode_fields(msg: SwimMessage) -> list[Any]:
     match msg:
-        case Ping(seq, target):
-            return [1, seq, target]
+        case Ping(seq, target, source):
+            return [1, seq, target, source]
         case PingReq(seq, target, addr, nack):
             return [2, seq, target, list(addr), nack]
         case Ack(seq):
@@ -197,7 +197,7 @@ def _encode_fields(msg: SwimMessage) -> list[Any]:
 Decoder = Callable[[list[Any]], Any]
 
 _DECODERS: dict[int, tuple[int, Decoder]] = {
-    1: (3, lambda f: Ping(_u64(f[1]), _name(f[2]))),
+    1: (4, lambda f: Ping(_u64(f[1]), _name(f[2]), _name(f[3]))),
     2: (5, lambda f: PingReq(_u64(f[1]), _name(f[2]), _addr(f[3]), _bool(f[4]))),
     3: (2, lambda f: Ack(_u64(f[1]))),
     4: (2, lambda f: Nack(_u64(f[1]))),

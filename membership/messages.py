@@ -14,10 +14,13 @@ from membership.output import Address
 
 class Ping(msgspec.Struct, frozen=True):
     """A direct probe. `target` is the name the sender believes lives here,
-    so a ping that reaches a reused address is recognised and dropped."""
+    so a ping that reaches a reused address is recognised and dropped.
+    `source` is the sender's name (as in memberlist's ping): a receiver that
+    does not know it has an incomplete view and syncs with the sender."""
 
     seq: int
     target: str
+    source: str
 
 
 class PingReq(msgspec.Struct, frozen=True):

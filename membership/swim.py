@@ -19,13 +19,15 @@ opens a socket and draws every random choice from the injected `Random`.
 - Dissemination (SWIM §4.1): state changes go into a `BroadcastQueue` and are
   piggybacked on pings and acks, and gossiped to `gossip_nodes` random members
   every gossip interval while there is news; each update is sent about
-  λ·log N times. A node with no gossip pending sends fresh news at once
-  rather than at its next tick, so in a quiet cluster news spreads at network
-  latency (100 simulated nodes: 0.25 s) instead of one interval per hop;
-  under a stream of news the interval still paces each node.
+  λ·log N times. Fresh news goes out at once, or a quarter interval after
+  the last gossip if that was more recent, rather than at the next tick: in a
+  quiet cluster news spreads at network latency (100 simulated nodes: 0.25 s)
+  and under a stream of news a hop costs a quarter interval, not a whole one.
 - Anti-entropy: a periodic `PushPull` of the full table over a stream with
   one random member, and with the seeds on join. Dead members are contacted
-  again every reconnect interval, which heals partitions.
+  again every reconnect interval, which heals partitions. A ping from a
+  member we do not know, or hold dead, starts a sync with the prober (at
+  most one per probe interval): our view is missing what it knows.
 - Leave: a `Leave` message, sent directly to many members and gossiped; the
   node keeps answering pings until its driver stops it, so nobody suspects a
   node that is only leaving.
@@ -90,6 +92,7 @@ _DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
 _MAX_CONFLICT_REPORTS = 1024
 # Retrying the configured seeds: 1 s, doubling to 30 s (Serf retry_interval 30 s).
 _REJOIN_FIRST_S = 1.0
+_FRESH_SHARE = 0.25
 _REJOIN_MAX_S = 30.0
 _COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
 # The "sender" of claims the node makes to itself (merges, its own verdicts).
@@ -110,6 +113,7 @@ class SwimCounters:
     refutations: int = 0
     deaths_declared: int = 0
     push_pulls_sent: int = 0
+    stranger_syncs: int = 0  # of which: with a prober we did not know
     stream_failures: int = 0
     gossip_datagrams: int = 0
     ignored_stale: int = 0
@@ -167,8 +171,10 @@ class SwimNode:
         self._heap: list[tuple[float, int, str, Any]] = []
         self._heap_seq = itertools.count()
         self._seq = 0
-        self._gossip_armed = False
+        self._gossip_at: float | None = None  # the pending gossip tick
+        self._gossiped_at = -1.0
         self._probe_armed = False
+        self._stranger_sync_after = 0.0
         self._persist: list[Any] = []
         self._send: list[Send] = []
         self._events: list[Any] = []
@@ -307,13 +313,28 @@ class SwimNode:
             self.counters.misdirected_pings += 1
             return
         self._send_packet(sender, [Ack(msg.seq)], piggyback=True)
+        if msg.source not in self.table.live and msg.source != self.ident.name:
+            self._sync_with_stranger(sender, now)
+
+    def _sync_with_stranger(self, sender: Address, now: float) -> None:
+        """A member we do not know (or hold dead) probes us, so our view misses
+        what it knows: a node that joined in the same instant as many others
+        got its seed's table before they were in it, and gossip may have used
+        up its retransmits before reaching it. Sync with the prober at once
+        instead of waiting up to a push-pull interval (30 s). At most one such
+        sync per probe interval."""
+        if self.leaving or now < self._stranger_sync_after:
+            return
+        self._stranger_sync_after = now + self.config.probe_interval_s
+        self.counters.stranger_syncs += 1
+        self._stream_push_pull(sender, join=False)
 
     def _on_ping_req(self, msg: PingReq, sender: Address, now: float) -> None:
         seq = self._next_seq()
         deadline = now + self.config.probe_timeout_s
         self._relays[seq] = RelayedProbe(sender, msg.seq, deadline, msg.nack)
         self._push(deadline, "relay", seq)
-        self._send_packet(msg.target_addr, [Ping(seq, msg.target)])
+        self._send_packet(msg.target_addr, [Ping(seq, msg.target, self.ident.name)])
 
     def _on_ack(self, msg: Ack, sender: Address, now: float) -> None:
         relay = self._relays.pop(msg.seq, None)
@@ -358,7 +379,7 @@ class SwimNode:
         end_at = now + self.health.scale(self.config.probe_interval_s)
         self._probe = ProbeRound(seq, name, m.ident.addr, m.incarnation, timeout_at, end_at)
         self._push(timeout_at, "probe_timeout", seq)
-        msgs: list[Any] = [Ping(seq, name)]
+        msgs: list[Any] = [Ping(seq, name, self.ident.name)]
         if m.state is SUSPECT:  # Lifeguard buddy system: tell the suspect
             msgs.append(Suspect(m.incarnation, name, self.ident.name))
         self.counters.probes_sent += 1
@@ -589,11 +610,16 @@ class SwimNode:
 
     def _broadcast(self, key: str, msg: Any, now: float) -> None:
         self.broadcasts.push(key, msg, codec.encoded_size(msg))
-        if not self._gossip_armed:
-            self._gossip_armed = True
-            self._push(now, "gossip")
+        at = self._gossip_at
+        soon = max(now, self._gossiped_at + self.config.gossip_interval_s * _FRESH_SHARE)
+        if at is None or at > soon:
+            self._gossip_at = soon
+            self._push(soon, "gossip", soon)
 
-    def _due_gossip(self, _: None, now: float) -> None:
+    def _due_gossip(self, at: float, now: float) -> None:
+        if at != self._gossip_at:
+            return  # superseded by an earlier tick for fresh news
+        self._gossiped_at = now
         live, dead = self.table.live, self._recent_dead
         pool = len(live) + len(dead)
         limit = self.config.retransmit_limit(self.table.num_live())
@@ -606,9 +632,10 @@ class SwimNode:
             self.counters.gossip_datagrams += 1
             self._send.append(Send(self._addr_of(name), tuple(msgs)))
         if len(self.broadcasts) and pool:
-            self._push(now + self.config.gossip_interval_s, "gossip")
+            self._gossip_at = at = now + self.config.gossip_interval_s
+            self._push(at, "gossip", at)
         else:
-            self._gossip_armed = False
+            self._gossip_at = None
 
     def _send_packet(self, to: Address, msgs: list[Any], piggyback: bool = False) -> None:
         if piggyback and len(self.broadcasts):

@@ -24,7 +24,7 @@ from tests.unit.membership.helpers import ident
 TAG = codec.cluster_tag("test")
 N2 = ident(2)
 ALL = [
-    Ping(1, "n2"),
+    Ping(1, "n2", "n1"),
     PingReq(2, "n3", ("10.0.0.3", 7946), True),
     Ack(3),
     Nack(4),

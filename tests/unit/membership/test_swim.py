@@ -183,7 +183,7 @@ def test_pings_for_someone_else_are_dropped_and_counted():
     node = SwimNode(ident(1), CONFIG, random.Random(1))
     node.start(0.0)
     node.drain()
-    node.receive(Ping(5, "somebody-else"), ("10.0.0.9", 7946), 0.1)
+    node.receive(Ping(5, "somebody-else", "n9"), ("10.0.0.9", 7946), 0.1)
     assert not [m for s in node.drain().send for m in s.messages if isinstance(m, Ack)]
     assert node.counters.misdirected_pings == 1
 
@@ -245,3 +245,47 @@ def _tick(node, now):
             if isinstance(msg, Ping) and send.to == ("10.0.0.2", 7946):
                 node.receive(Ack(msg.seq), send.to, now)
     return sends
+
+
+def _streams(node):
+    return [s.to for s in node.drain().send if s.channel is Channel.STREAM]
+
+
+def test_a_ping_from_a_member_we_do_not_know_starts_a_sync_with_it():
+    """A node that joined in the same instant as others may miss some of them;
+    the first ping from one of those starts a full sync with the prober, at
+    most one per probe interval, and none for pings from known members."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    node.receive(Alive(1, ident(2)), ident(2).addr, 0.0)
+    node.drain()
+    node.receive(Ping(1, "n1", "n2"), ident(2).addr, 0.1)
+    assert _streams(node) == []
+    node.receive(Ping(2, "n1", "n3"), ident(3).addr, 0.2)
+    assert _streams(node) == [ident(3).addr]
+    node.receive(Ping(3, "n1", "n4"), ident(4).addr, 0.3)
+    assert _streams(node) == []  # within the probe interval of the last one
+    later = 0.2 + CONFIG.probe_interval_s
+    node.receive(Ping(4, "n1", "n4"), ident(4).addr, later)
+    assert _streams(node) == [ident(4).addr]
+    assert node.counters.stranger_syncs == 2
+
+
+def test_news_that_arrives_while_gossip_is_paced_goes_out_within_a_quarter_interval():
+    """Fresh news does not wait out a whole gossip interval behind older news."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    node.receive(Alive(1, ident(2)), ident(2).addr, 0.0)
+    node.tick(0.0)
+    node.drain()  # the news of n2 went out at once; the next tick is paced
+    node.receive(Alive(1, ident(3)), ident(3).addr, 0.01)
+    quarter = CONFIG.gossip_interval_s / 4
+    sent_at = None
+    now = 0.01
+    while sent_at is None and now < CONFIG.gossip_interval_s:
+        now = round(now + 0.005, 3)
+        node.tick(now)
+        out = [m for s in node.drain().send if s.channel is not Channel.STREAM for m in s.messages]
+        if any(isinstance(m, Alive) and m.node.name == "n3" for m in out):
+            sent_at = now
+    assert sent_at is not None and sent_at <= quarter + 0.005
