@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import os
 import random
 import signal
@@ -192,6 +193,8 @@ class Agent:
             self._loop.add_signal_handler(sig, self._stop.set)
         self._loop.add_signal_handler(signal.SIGHUP, self._reload)
         self.notifier.notify("READY=1", f"STATUS={self._status_text()}", f"MAINPID={os.getpid()}")
+        gc.freeze()  # what start-up built lives as long as the agent: never scan it
+        gc.enable()  # (`shoal agent` starts with the collector off)
         self.notifier.start_watchdog(self._loop)
         await self._stop.wait()
         if self._discovery_task is not None:
