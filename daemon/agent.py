@@ -16,7 +16,6 @@ us (python-zeroconf's blockbuster lesson).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import os
 import random
@@ -27,6 +26,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec.structs
 import structlog
 
 from daemon.addresses import choose_advertise
@@ -71,6 +71,9 @@ DISCOVERY_AFTER_JOIN_S = 5.0
 if TYPE_CHECKING:  # zeroconf is loaded when discovery starts, after the join is sent
     from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 
+_AGENT_COUNTERS = ("datagrams_in", "datagrams_out", "bytes_in", "bytes_out", "streams_in",
+                   "streams_out", "stream_errors", "key_commands", "slow_flushes")  # fmt: skip
+
 log = structlog.get_logger("shoal")
 # Messages that answer with a large state transfer: accepted on streams only,
 # so a spoofed datagram cannot make us send one to somebody else.
@@ -113,7 +116,10 @@ class Agent:
         self._status = ""
         self.wire = Wire(config.cluster, None)
         self.keys = KeyService(self)
-        self.counters: Counter[str] = Counter()
+        # Every counter is exported from the start, at 0, so that a scraper
+        # sees the series before the first datagram ("dropped_*" by reason come
+        # as they happen).
+        self.counters: Counter[str] = Counter(dict.fromkeys(_AGENT_COUNTERS, 0))
         self.watchers: set[Watcher] = set()
         self.node: ShoalNode
         self.started_wall_ms = int(time.time() * 1000)
@@ -231,7 +237,7 @@ class Agent:
                         + ("accepted" if not enc.verify_incoming else "sent"),
                         verify_incoming=enc.verify_incoming,
                         verify_outgoing=enc.verify_outgoing)  # fmt: skip
-        return dataclasses.replace(cfg.swim, mtu_bytes=cfg.swim.mtu_bytes - OVERHEAD_BYTES)
+        return msgspec.structs.replace(cfg.swim, mtu_bytes=cfg.swim.mtu_bytes - OVERHEAD_BYTES)
 
     def request_stop(self) -> None:
         """Ask the agent to leave and exit (as SIGTERM does)."""
@@ -641,12 +647,12 @@ class Agent:
         old = self.config
         live = {"tags", "log_level", "log_format", "controller_handler", "event_handlers",
                 "history"}
-        restart = [f for f in old.__dataclass_fields__
+        restart = [f for f in old.__struct_fields__
                    if f not in live and getattr(old, f) != getattr(new, f)]  # fmt: skip
         if restart:
             log.warning("changed settings need a restart to apply", settings=restart)
         changes = {f: getattr(new, f) for f in live if getattr(old, f) != getattr(new, f)}
-        self.config = dataclasses.replace(old, **changes)
+        self.config = msgspec.structs.replace(old, **changes)
         if "tags" in changes:
             self.set_tags(new.tags)
         if "history" in changes and self.history is not None:
@@ -711,4 +717,4 @@ def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
 
 def vars_of(obj: Any) -> dict[str, Any]:
     """The fields of a slotted dataclass as a dict (for log lines)."""
-    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
+    return {name: getattr(obj, name) for name in obj.__struct_fields__}

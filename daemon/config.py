@@ -8,14 +8,15 @@ whose message names the setting and says what was expected, e.g.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from daemon.access import ApiAccess, parse_access
 from daemon.errors import ConfigError
@@ -32,8 +33,7 @@ DEFAULT_API_PORT = 7947
 DEFAULT_DATA_DIR = "/var/lib/shoal"
 
 
-@dataclass(frozen=True, slots=True)
-class FaultConfig:
+class FaultConfig(msgspec.Struct, frozen=True):
     """Fault injection in the agent's own transport, for tests and benchmarks
     only (this kernel has no netem). Off unless a probability is set."""
 
@@ -48,8 +48,7 @@ class FaultConfig:
         return bool(self.drop or self.duplicate or self.delay_s)
 
 
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
+class AgentConfig(msgspec.Struct, frozen=True):
     """Everything `shoal agent` needs, validated."""
 
     node_name: str
@@ -61,10 +60,10 @@ class AgentConfig:
     api: Address = ("127.0.0.1", DEFAULT_API_PORT)
     tags: Tags = ()
     profile: str = "lan"
-    swim: SwimConfig = field(default_factory=SwimConfig)
-    store: SyncConfig = field(default_factory=SyncConfig)
-    election: LeaseConfig = field(default_factory=LeaseConfig)
-    history: HistoryConfig = field(default_factory=HistoryConfig)
+    swim: SwimConfig = msgspec.field(default_factory=SwimConfig)
+    store: SyncConfig = msgspec.field(default_factory=SyncConfig)
+    election: LeaseConfig = msgspec.field(default_factory=LeaseConfig)
+    history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
     bootstrap_expect: int = 3
     controller_handler: str = ""
     # (event type or "" for all, shell command): Serf's event handlers.
@@ -72,12 +71,12 @@ class AgentConfig:
     log_level: str = "info"
     log_format: str = "auto"
     leave_timeout_s: float = 5.0
-    faults: FaultConfig = field(default_factory=FaultConfig)
+    faults: FaultConfig = msgspec.field(default_factory=FaultConfig)
     discovery: bool = True
     discovery_interfaces: tuple[str, ...] = ()
     discovery_service: str = "_shoal._udp.local."
-    encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
-    access: ApiAccess = field(default_factory=ApiAccess)
+    encryption: EncryptionConfig = msgspec.field(default_factory=EncryptionConfig)
+    access: ApiAccess = msgspec.field(default_factory=ApiAccess)
 
 
 # -- parsing single values ------------------------------------------------------
@@ -135,20 +134,20 @@ def _swim(profile: str, overrides: Mapping[str, Any]) -> SwimConfig:
 
 
 def _section(name: str, base: Any, overrides: Any) -> Any:
-    """`base` (a frozen dataclass of numbers) with the numeric `overrides`
+    """`base` (a frozen struct of numbers) with the numeric `overrides`
     of the config table `[name]` applied and validated."""
     if not isinstance(overrides, Mapping):
         raise ConfigError(f"{name}: expected a table of settings")
-    known = {f.name: f.type for f in dataclasses.fields(base)}
+    known = {f.name: f.type for f in msgspec.structs.fields(base)}
     for key, value in overrides.items():
         if key not in known:
             raise ConfigError(f"{name}.{key}: unknown setting")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name}.{key}: expected a number, got {value!r}")
-        if known[key] == "int" and not isinstance(value, int):
+        if known[key] is int and not isinstance(value, int):
             raise ConfigError(f"{name}.{key}: expected a whole number, got {value!r}")
     try:
-        return dataclasses.replace(base, **overrides)
+        return msgspec.structs.replace(base, **overrides)
     except ValueError as exc:
         raise ConfigError(f"{name}: {exc}") from None
 

@@ -29,11 +29,11 @@ import os
 import stat
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
 import httptools
+import msgspec
 import structlog
 
 log = structlog.get_logger("shoal.api")
@@ -57,8 +57,7 @@ class HttpError(Exception):
         self.status = status
 
 
-@dataclass(slots=True)
-class Request:
+class Request(msgspec.Struct):
     """One parsed request."""
 
     method: str
@@ -68,8 +67,7 @@ class Request:
     authorization: str = ""  # the Authorization header, if any
 
 
-@dataclass(slots=True)
-class Raw:
+class Raw(msgspec.Struct):
     """A non-JSON answer (the Prometheus text format)."""
 
     status: int
@@ -77,8 +75,7 @@ class Raw:
     body: bytes
 
 
-@dataclass(slots=True)
-class Deferred:
+class Deferred(msgspec.Struct):
     """An answer ready when `future` completes: then `answer()` builds it
     (or raises HttpError). Cheaper than a task per request: the key-value
     writes of a group commit share one future and each adds a callback."""
@@ -87,8 +84,7 @@ class Deferred:
     answer: Callable[[], tuple[int, Any]]
 
 
-@dataclass(slots=True)
-class Stream:
+class Stream(msgspec.Struct):
     """A streaming answer: each item of `lines` is sent as one JSON line."""
 
     lines: AsyncIterator[Any]

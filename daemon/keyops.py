@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import structlog
 
 from daemon.keys import save_keyring
@@ -35,14 +35,13 @@ log = structlog.get_logger("shoal")
 FANOUT_CONCURRENCY = 32
 
 
-@dataclass(slots=True)
-class KeyOutcome:
+class KeyOutcome(msgspec.Struct):
     """What `shoal keys` reports: members asked, acks, failures, keys seen."""
 
     members: int = 0
     acks: int = 0
-    errors: dict[str, str] = field(default_factory=dict)
-    keys: Counter[str] = field(default_factory=Counter)
+    errors: dict[str, str] = msgspec.field(default_factory=dict)
+    keys: Counter[str] = msgspec.field(default_factory=Counter)
 
     def to_json(self) -> dict[str, Any]:
         """The API answer."""

@@ -20,10 +20,10 @@ import os
 import secrets
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 
 from daemon.errors import ConfigError
@@ -33,8 +33,7 @@ log = structlog.get_logger("shoal")
 KEYRING_NAME = "keyring"
 
 
-@dataclass(frozen=True, slots=True)
-class EncryptionConfig:
+class EncryptionConfig(msgspec.Struct, frozen=True):
     """The `[encryption]` table, validated."""
 
     key: str = ""

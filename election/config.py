@@ -5,7 +5,7 @@ Every default carries its reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 # The tag a member sets to rank higher as a controller candidate ("10" beats
 # the default "0"), and the tag that opts a member out ("false").
@@ -13,8 +13,7 @@ PRIORITY_TAG = "controller_priority"
 ELIGIBLE_TAG = "controller_eligible"
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseConfig:
+class LeaseConfig(msgspec.Struct, frozen=True):
     """How long a lease lasts, how often it is renewed, how much clocks may drift."""
 
     # The lease: how long a controller may be silent before another can take

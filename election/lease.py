@@ -50,8 +50,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from election.config import LeaseConfig
 from election.events import (
@@ -90,8 +92,7 @@ _RETRY_HELD_S = 0.5
 AddrFn = Callable[[str], Address | None]
 
 
-@dataclass(slots=True)
-class ElectionCounters:
+class ElectionCounters(msgspec.Struct):
     """What the election did, for metrics."""
 
     campaigns: int = 0
@@ -105,18 +106,16 @@ class ElectionCounters:
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
-        return asdict(self)
+        return msgspec.structs.asdict(self)
 
 
-@dataclass(slots=True)
-class _Grant:
+class _Grant(msgspec.Struct):
     holder: str
     epoch: int
     until_at: float
 
 
-@dataclass(slots=True)
-class _Request:
+class _Request(msgspec.Struct):
     seq: int
     epoch: int
     config: VoterConfig
@@ -124,8 +123,8 @@ class _Request:
     sent_at: float
     deadline_at: float
     renewal: bool
-    granted: set[str] = field(default_factory=set)
-    retry_at: dict[str, float] = field(default_factory=dict)  # voter -> ask again
+    granted: set[str] = msgspec.field(default_factory=set)
+    retry_at: dict[str, float] = msgspec.field(default_factory=dict)  # voter -> ask again
 
 
 class LeaseElection:

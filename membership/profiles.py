@@ -8,13 +8,12 @@ agent defaults (serf/config.go) where Serf has them.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class SwimConfig:
+class SwimConfig(msgspec.Struct, frozen=True):
     """Every tunable of the membership core. Durations are seconds."""
 
     # memberlist LAN: ProbeInterval 1 s. One probe per period (SWIM §3.1).
@@ -55,10 +54,10 @@ class SwimConfig:
     leave_direct_max: int = 64
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
             if isinstance(value, (int, float)) and value <= 0:
-                raise ValueError(f"{f.name} must be positive, got {value}")
+                raise ValueError(f"{name} must be positive, got {value}")
         if self.probe_timeout_s >= self.probe_interval_s:
             raise ValueError("probe_timeout_s must be shorter than probe_interval_s")
         if self.mtu_bytes < 512:

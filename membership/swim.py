@@ -20,9 +20,9 @@ opens a socket and draws every random choice from the injected `Random`.
   piggybacked on pings and acks, and gossiped to `gossip_nodes` random members
   every gossip interval while there is news; each update is sent about
   λ·log N times. Fresh news goes out at once, or a quarter interval after
-  the last gossip if that was more recent, rather than at the next tick: in a
-  quiet cluster news spreads at network latency (100 simulated nodes: 0.25 s)
-  and under a stream of news a hop costs a quarter interval, not a whole one.
+  the last gossip datagram if that was more recent, not at the next tick: in
+  a quiet cluster news spreads at network latency (100 simulated nodes:
+  0.25 s), and under a stream of news a hop costs a quarter interval.
 - Anti-entropy: a periodic `PushPull` of the full table over a stream with
   one random member, and with the seeds on join. Dead members are contacted
   again every reconnect interval, which heals partitions. A ping from a
@@ -42,8 +42,10 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from typing import Any
+
+import msgspec
+import msgspec.structs
 
 from membership import codec
 from membership.awareness import LocalHealth
@@ -100,8 +102,7 @@ _LOCAL: Address = ("", 0)
 Handler = Callable[[Any, Address, float], None]
 
 
-@dataclass(slots=True)
-class SwimCounters:
+class SwimCounters(msgspec.Struct):
     """Counts of what the core did and dropped; exported as metrics."""
 
     probes_sent: int = 0
@@ -126,7 +127,7 @@ class SwimCounters:
 
     def as_dict(self) -> dict[str, int]:
         """All counters by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return msgspec.structs.asdict(self)
 
 
 class SwimNode:
@@ -619,7 +620,6 @@ class SwimNode:
     def _due_gossip(self, at: float, now: float) -> None:
         if at != self._gossip_at:
             return  # superseded by an earlier tick for fresh news
-        self._gossiped_at = now
         live, dead = self.table.live, self._recent_dead
         pool = len(live) + len(dead)
         limit = self.config.retransmit_limit(self.table.num_live())
@@ -630,6 +630,7 @@ class SwimNode:
             if not msgs:
                 break
             self.counters.gossip_datagrams += 1
+            self._gossiped_at = now
             self._send.append(Send(self._addr_of(name), tuple(msgs)))
         if len(self.broadcasts) and pool:
             self._gossip_at = at = now + self.config.gossip_interval_s

@@ -45,10 +45,10 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
+import msgspec.structs
 
 from membership.output import EMPTY, Address, Channel, Output, Send
 from storage.config import SESSION_BUDGET_BYTES, SyncConfig
@@ -61,8 +61,7 @@ PeerSampler = Callable[[random.Random, int], list[Address]]
 _FIRST_SYNC_RETRY_S = 1.0
 
 
-@dataclass(slots=True)
-class SyncCounters:
+class SyncCounters(msgspec.Struct):
     """What anti-entropy did, for metrics."""
 
     sessions_started: int = 0
@@ -79,7 +78,7 @@ class SyncCounters:
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
-        return asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 class SyncCompleted(msgspec.Struct, frozen=True):
@@ -92,8 +91,7 @@ class SyncCompleted(msgspec.Struct, frozen=True):
     rounds: int
 
 
-@dataclass(slots=True)
-class _Session:
+class _Session(msgspec.Struct):
     id: int
     peer: Address
     deadline_at: float
@@ -102,7 +100,7 @@ class _Session:
     sent: int = 0
     more: bool = False  # a side stopped at its byte budget: go again at once
     # Differing nodes for the digest phase, as (level, index, peer's count).
-    pending: list[tuple[int, int, int]] = field(default_factory=list)
+    pending: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
     digesting: bool = False
 
 

@@ -5,7 +5,7 @@ Every default carries the reason for its value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from storage.merkle import MAX_DEPTH
 
@@ -16,8 +16,7 @@ from storage.merkle import MAX_DEPTH
 SESSION_BUDGET_BYTES = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SyncConfig:
+class SyncConfig(msgspec.Struct, frozen=True):
     """Anti-entropy and replication settings (config file: `[store]`)."""
 
     # Seconds between anti-entropy sessions. A session between equal

@@ -13,7 +13,6 @@ is written, so a killed agent loses at most what was still queued.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gzip
 import json
 import os
@@ -22,7 +21,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +84,7 @@ class Observer(msgspec.Struct, frozen=True):
     node_id: str  # hex
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryConfig:
+class HistoryConfig(msgspec.Struct, frozen=True):
     """`[history]`: when the log rotates and how long rotated files stay."""
 
     max_file_mb: float = 64.0
@@ -95,9 +92,9 @@ class HistoryConfig:
     retention_days: float = 30.0
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            if getattr(self, f.name) <= 0:
-                raise ValueError(f"{f.name} must be positive, got {getattr(self, f.name)}")
+        for name in self.__struct_fields__:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 def _row(observer: Observer, ts_ms: int, event: str, **fields: Any) -> dict[str, Any]:
@@ -272,8 +269,7 @@ def _first_ts_ms(path: Path) -> int | None:
 # -- reading (for `shoal history`) --------------------------------------------------------
 
 
-@dataclass(slots=True)
-class ReadStats:
+class ReadStats(msgspec.Struct):
     """What `read_history` skipped."""
 
     bad_lines: int = 0

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
 from typing import Protocol
+
+import msgspec
+import msgspec.structs
 
 from storage import hlc as hlc_mod
 from storage.hlc import HybridClock
@@ -103,8 +105,7 @@ class MemoryStore:
         """Nothing to do."""
 
 
-@dataclass(slots=True)
-class ReplicaCounters:
+class ReplicaCounters(msgspec.Struct):
     """What happened to records, for metrics."""
 
     local_writes: int = 0
@@ -116,7 +117,7 @@ class ReplicaCounters:
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
-        return asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 class Replica:

@@ -1,8 +1,7 @@
 """Membership properties at scale, in the deterministic simulator."""
 
-from dataclasses import replace
-
 import pytest
+from msgspec.structs import replace
 
 from membership.events import MemberDied
 from membership.profiles import PROFILES
@@ -24,19 +23,20 @@ def test_200_nodes_converge_quickly(seed):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_20_nodes_started_in_the_same_instant_see_each_other_within_a_second(seed):
-    """19 agents launched together, all joining one seed, converge in about
-    three gossip hops. Each got the seed's table before the others were in it,
-    so the rest comes by gossip, and by a sync with any prober it does not
-    know. Before that sync, one seed in 30 left one node blind to 11 others
-    for 14 s (until push-pull); over these 40 seeds the slowest took 0.5 s."""
+def test_20_nodes_started_in_the_same_instant_see_each_other_within_2_s(seed):
+    """19 agents launched together, all joining one seed. Each got the seed's
+    table before the others were in it, so the rest comes by gossip, and by a
+    sync with any prober it does not know (probes come about once a second).
+    Without that sync, one seed in 30 left one node blind to 11 others for
+    14 s (until push-pull). Measured over 200 seeds: median 0.12 s after the
+    launch, two over 0.5 s, the slowest 1.4 s."""
     cluster = SimCluster(20, seed, LAN)
     cluster.start(0, 0.0, [])
     for i in range(1, 20):
         cluster.start(i, 1.0, [0])
     cluster.run_until(1.0)
     while not converged(cluster):
-        assert cluster.now < 2.0, f"not converged 1 s after the launch (seed {seed})"
+        assert cluster.now < 3.0, f"not converged 2 s after the launch (seed {seed})"
         cluster.run_until(round(cluster.now + 0.01, 3))
 
 

@@ -97,7 +97,7 @@ def test_advertise_is_predictable_and_ambiguity_is_an_error():
 
 def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     """systemd/shoal.toml loads, and names every setting the agent has."""
-    import dataclasses
+    import msgspec.structs
 
     from daemon.config import AgentConfig
     from membership.profiles import SwimConfig
@@ -107,7 +107,7 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     cfg = config.load({"config": str(path), "node_name": "x"}, {})
     assert cfg.swim == SwimConfig()
     text = path.read_text()
-    for f in dataclasses.fields(AgentConfig):
+    for f in msgspec.structs.fields(AgentConfig):
         if f.name in ("swim", "store", "election", "history", "encryption"):
             assert f"[{f.name}]" in text
         elif f.name == "access":
@@ -118,9 +118,9 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     from election.config import LeaseConfig
     from storage.history import HistoryConfig
 
-    fields = dataclasses.fields(SwimConfig) + dataclasses.fields(SyncConfig)
-    fields += dataclasses.fields(EncryptionConfig)
-    for f in fields + dataclasses.fields(LeaseConfig) + dataclasses.fields(HistoryConfig):
+    fields = msgspec.structs.fields(SwimConfig) + msgspec.structs.fields(SyncConfig)
+    fields += msgspec.structs.fields(EncryptionConfig)
+    for f in fields + msgspec.structs.fields(LeaseConfig) + msgspec.structs.fields(HistoryConfig):
         assert f"{f.name} =" in text, f.name
     assert cfg.store == SyncConfig()
 
@@ -139,7 +139,7 @@ def test_uncommenting_every_setting_of_the_shipped_file_gives_the_defaults(tmp_p
     active.write_text("\n".join(lines) + "\n")
     cfg = config.load({"config": str(active), "node_name": "x"}, {})
     defaults = config.load({"node_name": "x"}, {})
-    for f in AgentConfig.__dataclass_fields__:
+    for f in AgentConfig.__struct_fields__:
         if f not in ("node_name", "advertise", "join", "tags", "discovery_interfaces"):  # examples
             assert getattr(cfg, f) == getattr(defaults, f), f
 

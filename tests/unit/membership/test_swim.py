@@ -153,7 +153,7 @@ def test_a_second_node_with_a_taken_name_is_refused_and_reported():
 
 def test_stale_full_state_cannot_bring_back_a_reaped_member():
     """A removed node stays removed even if an old view still lists it."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     config = replace(CONFIG, left_reap_s=5.0)
     net = Net(3, config=config)
