@@ -716,5 +716,5 @@ def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
 
 
 def vars_of(obj: Any) -> dict[str, Any]:
-    """The fields of a slotted dataclass as a dict (for log lines)."""
+    """The fields of a struct as a dict (for log lines)."""
     return {name: getattr(obj, name) for name in obj.__struct_fields__}

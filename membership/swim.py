@@ -94,8 +94,10 @@ _DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
 _MAX_CONFLICT_REPORTS = 1024
 # Retrying the configured seeds: 1 s, doubling to 30 s (Serf retry_interval 30 s).
 _REJOIN_FIRST_S = 1.0
-_FRESH_SHARE = 0.25
 _REJOIN_MAX_S = 30.0
+# Ours: news that arrives while gossip is paced goes out this share of the
+# gossip interval after the last gossip datagram (see the module docstring).
+_FRESH_SHARE = 0.25
 _COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
 # The "sender" of claims the node makes to itself (merges, its own verdicts).
 _LOCAL: Address = ("", 0)
@@ -318,7 +320,7 @@ class SwimNode:
             self._sync_with_stranger(sender, now)
 
     def _sync_with_stranger(self, sender: Address, now: float) -> None:
-        """A member we do not know (or hold dead) probes us, so our view misses
+        """A member we do not know (or hold dead or left) probes us, so our view misses
         what it knows: a node that joined in the same instant as many others
         got its seed's table before they were in it, and gossip may have used
         up its retransmits before reaching it. Sync with the prober at once
