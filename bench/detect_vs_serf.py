@@ -6,7 +6,13 @@ For each cluster size N (default 5, 20, 50), for each system:
     launch until every agent has recorded every other as joined;
   - crash: kill -9 of one agent (a replacement joins afterwards so N holds);
     delay until the first and until the last survivor record it failed;
-    median over the trials;
+    median over the trials. The host runs on, so its kernel answers the
+    dead agent's datagrams with ICMP port unreachable; shoal uses that
+    (docs/architecture.md), memberlist does not;
+  - hang: SIGSTOP of one agent (killed once detected), the same figures. A
+    stopped process keeps its sockets, so nothing answers: this is what a
+    host that lost power or its link looks like, and neither system gets a
+    hint;
   - leave: graceful stop (shoal: SIGTERM; Serf: SIGINT, its graceful signal);
     delay until every survivor records it left, and whether any recorded it
     failed first;
@@ -180,7 +186,8 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
             with a.lock:
                 out["join_s"] = max(t for t, *_ in a.events) - last_launch
         out.update(steady_state(a, n, args.steady_s))
-        out.update(crash_trials(a, args.crash_trials, seed_ip))
+        out.update(crash_trials(a, args.crash_trials, seed_ip, "crash"))
+        out.update(crash_trials(a, args.crash_trials, seed_ip, "hang"))
         out.update(leave_trials(a, args.leave_trials, seed_ip))
     finally:
         a.stop_all()
@@ -218,22 +225,28 @@ def steady_state(a: Agents, n: int, window_s: float) -> dict:
     }
 
 
-def crash_trials(a: Agents, trials: int, seed_ip: str) -> dict:
+def crash_trials(a: Agents, trials: int, seed_ip: str, kind: str) -> dict:
+    """kill -9 ("crash") or SIGSTOP ("hang") of one agent per trial."""
     firsts, lasts = [], []
     for k in range(trials):
         victim = _pick(a)
         survivors = [s for s in a.procs if s != victim]
         killed_at = time.monotonic()
-        a.stop(victim, graceful=False)
+        if kind == "hang":
+            a.procs[victim].send_signal(signal.SIGSTOP)
+        else:
+            a.stop(victim, graceful=False)
         wait_for(lambda: all(a.seen(s, "failed", victim) for s in survivors), 90)
+        if kind == "hang":
+            a.stop(victim, graceful=False)
         times = [a.seen(s, "failed", victim) for s in survivors]
         if all(times):
             firsts.append(min(times) - killed_at)
             lasts.append(max(times) - killed_at)
-        a.launch(f"c{k:03d}", seed_ip)  # keep N
+        a.launch(f"{kind[0]}{k:03d}", seed_ip)  # keep N
         wait_for(lambda: all_joined(a), 30)
-    return {"crash_first_s": _median(firsts), "crash_last_s": _median(lasts),
-            "crash_trials_ok": len(lasts)}  # fmt: skip
+    return {f"{kind}_first_s": _median(firsts), f"{kind}_last_s": _median(lasts),
+            f"{kind}_trials_ok": len(lasts)}  # fmt: skip
 
 
 def leave_trials(a: Agents, trials: int, seed_ip: str) -> dict:
@@ -281,6 +294,8 @@ ROWS = [
     ("join_s", "join, all see all after last launch (s)"),
     ("crash_first_s", "crash detection, first observer (s, median)"),
     ("crash_last_s", "crash detection, last observer (s, median)"),
+    ("hang_first_s", "hang detection, first observer (s, median)"),
+    ("hang_last_s", "hang detection, last observer (s, median)"),
     ("leave_s", "graceful leave, all record left (s, median)"),
     ("leave_clean", "leaves recorded as left, never failed"),
     ("leave_within_1s", "leaves complete within 1 s"),

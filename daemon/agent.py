@@ -54,7 +54,7 @@ from membership.member import MemberState, MemberView, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.profiles import SwimConfig
-from membership.transport import FaultInjector, PacketProtocol, read_frame
+from membership.transport import FaultInjector, PacketProtocol, open_udp_socket, read_frame
 from storage.antientropy import SyncCompleted
 from storage.history import HistoryWriter, Observer, history_row, member_row
 from storage.identity import DataDir
@@ -125,6 +125,7 @@ class Agent:
         self.started_wall_ms = int(time.time() * 1000)
         self._loop: asyncio.AbstractEventLoop
         self._udp: asyncio.DatagramTransport | None = None
+        self._packets: PacketProtocol | None = None
         self._inbound: dict[Address, asyncio.StreamWriter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -251,8 +252,10 @@ class Agent:
             self.faults = FaultInjector(self._loop, f.drop, f.duplicate, f.delay_s, f.seed)
             handler = self.faults.wrap(handler)
         try:
+            sock = open_udp_socket(cfg.bind[0], cfg.bind[1])
+            self._packets = PacketProtocol(handler, sock, self._on_unreachable)
             self._udp, _ = await self._loop.create_datagram_endpoint(
-                lambda: PacketProtocol(handler), local_addr=cfg.bind
+                lambda: self._packets, sock=sock
             )
             _grow_receive_buffer(self._udp)
             self._server = await asyncio.start_server(self._on_stream, cfg.bind[0], cfg.bind[1])
@@ -396,6 +399,10 @@ class Agent:
             self._dropped("stream_only_datagram", addr)  # state exchanges only over streams
             return
         self.node.receive_all(messages, addr, self._loop.time())
+        self.flush()
+
+    def _on_unreachable(self, addr: Address) -> None:
+        self.node.unreachable(addr, self._loop.time())
         self.flush()
 
     async def _on_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -565,8 +572,8 @@ class Agent:
             task.add_done_callback(self._tasks.discard)
             return
         data = self.wire.datagram(send.messages)
-        assert self._udp is not None
-        self._udp.sendto(data, send.to)
+        assert self._packets is not None
+        self._packets.send(data, send.to)
         self.counters["datagrams_out"] += 1
         self.counters["bytes_out"] += len(data)
 

@@ -156,6 +156,13 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     sim.add_argument("--duration", type=float, default=120.0, help="simulated seconds")
     sim.add_argument("--loss", type=float, default=0.0, help="datagram loss, 0..1")
     sim.add_argument("--crash", type=int, default=0, help="nodes to crash during the run")
+    sim.add_argument(
+        "--crash-mode",
+        dest="crash_mode",
+        default="host",
+        help="host: a crashed node's host goes silent (the worst case); "
+        "process: only the agent dies, its host answers port unreachable",
+    )
     sim.add_argument("--seed", type=int, default=1)
     sim.add_argument("--profile", default="lan", help="timing profile: lan, local or wan")
     sim.add_argument("--formed", action="store_true",

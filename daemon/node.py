@@ -146,6 +146,10 @@ class ShoalNode:
         self.swim.stream_failed(peer, now)
         self.sync.stream_failed(peer, now)
 
+    def unreachable(self, addr: Address, now: float) -> None:
+        """Nothing listens at `addr` (ICMP port unreachable); see SwimNode."""
+        self.swim.unreachable(addr, now)
+
     def _check_view(self, now: float) -> None:
         version = self.swim.table.version
         if version != self._view_version:

@@ -8,8 +8,10 @@ memberlist does.
 
 `ProbeRound` is one probe: a direct `Ping`, then after `probe_timeout` the
 indirect `PingReq`s through k relays, then at the end of the probe interval
-the verdict. `RelayedProbe` is the other side: a ping we send on behalf of a
-`PingReq`, answered with a forwarded `Ack` or, on timeout, a `Nack`.
+the verdict. Ours: when the target's host answers the ping with "port
+unreachable" (`refused`), the relays are asked at once, and the verdict
+comes as soon as every relay has nacked. `RelayedProbe` is the other side:
+a ping we send on behalf of a `PingReq`, answered with a forwarded `Ack` or, on timeout, a `Nack`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ class ProbeScheduler:
             self._index = 0
         return None
 
+    def prioritize(self, name: str) -> None:
+        """Probe `name` next: the network said nothing listens at its address."""
+        try:
+            del self._order[self._order.index(name, self._index)]
+        except ValueError:
+            pass  # probed already in this pass, or new: probe it once more
+        self._order.insert(self._index, name)
+
     def insert(self, name: str) -> None:
         """Probe a new member within the current pass, at a random place."""
         # random() rather than randint(): a mass join inserts N names on
@@ -71,6 +81,7 @@ class ProbeRound:
         "expected_nacks",
         "nacks",
         "indirect_sent",
+        "refused",
     )
 
     def __init__(
@@ -92,6 +103,7 @@ class ProbeRound:
         self.expected_nacks = 0
         self.nacks = 0
         self.indirect_sent = False
+        self.refused = False  # the target's host said nothing listens there
 
     def health_delta(self) -> int:
         """Lifeguard's LHM change for a round that ended without an ack.
@@ -107,10 +119,18 @@ class ProbeRound:
 class RelayedProbe:
     """A ping we sent on behalf of someone's `PingReq`."""
 
-    __slots__ = ("requester", "requester_seq", "deadline_at", "nack")
+    __slots__ = ("requester", "requester_seq", "target_addr", "deadline_at", "nack")
 
-    def __init__(self, requester: Address, requester_seq: int, deadline_at: float, nack: bool):
+    def __init__(
+        self,
+        requester: Address,
+        requester_seq: int,
+        target_addr: Address,
+        deadline_at: float,
+        nack: bool,
+    ) -> None:
         self.requester = requester
+        self.target_addr = target_addr
         self.requester_seq = requester_seq
         self.deadline_at = deadline_at
         self.nack = nack

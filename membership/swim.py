@@ -9,6 +9,10 @@ opens a socket and draws every random choice from the injected `Random`.
   of a shuffled round-robin gets a `Ping`; without an `Ack` within the probe
   timeout, k relays get a `PingReq` (with nack, Lifeguard §IV-A); without any
   ack by the end of the interval the member becomes SUSPECT.
+- Refused probes (ours): when the host of a probed member answers with
+  ICMP port unreachable (its agent crashed, the host runs on), the relays
+  are asked at once and the verdict comes when they have all nacked, about
+  a probe interval sooner; see `unreachable`.
 - Suspicion (SWIM §4.2, Lifeguard §IV-B): a `SuspicionTimer` starts long and
   shrinks with independent confirmations; at its deadline the member is
   declared DEAD. A suspect that hears of it raises its incarnation and
@@ -117,6 +121,8 @@ class SwimCounters(msgspec.Struct):
     deaths_declared: int = 0
     push_pulls_sent: int = 0
     stranger_syncs: int = 0  # of which: with a prober we did not know
+    unreachable_reports: int = 0  # ICMP port unreachable for our datagrams
+    probes_refused: int = 0  # of which: for the target of our probe
     stream_failures: int = 0
     gossip_datagrams: int = 0
     ignored_stale: int = 0
@@ -244,6 +250,35 @@ class SwimNode:
                 self._push(now + self._rejoin_backoff_s, "rejoin")
                 self._rejoin_backoff_s = min(self._rejoin_backoff_s * 2, _REJOIN_MAX_S)
 
+    def unreachable(self, addr: Address, now: float) -> None:
+        """Nothing listens at `addr`: its host answered a datagram of ours
+        with ICMP port unreachable, which is what a crashed agent on a
+        running host leaves behind. memberlist ignores this and waits out
+        the probe; we use it to reach the same verdict sooner:
+
+        - the target of our probe: the relays are asked at once, and the
+          member is suspected as soon as they all nack;
+        - the target of a ping we relay: the requester gets its nack now;
+        - any other alive member: it is probed next.
+
+        A suspicion still runs its full timeout and can be refuted, so a
+        forged or stray report costs at most an early probe.
+        """
+        self.counters.unreachable_reports += 1
+        for seq, relay in list(self._relays.items()):  # a few in flight at most
+            if relay.target_addr == addr:
+                self._due_relay(seq, now)
+        probe = self._probe
+        if probe is not None and probe.target_addr == addr:
+            self._on_unreachable_probe(probe, now)
+            return
+        for name in self.table.live.items():
+            m = self._members[name]
+            if m.ident.addr == addr:
+                if m.state is ALIVE:  # a suspect is being dealt with already
+                    self._scheduler.prioritize(name)
+                return
+
     def _due_rejoin(self, _: None, now: float) -> None:
         self._rejoin_armed = False
         if self.leaving or len(self.table.live) > 0:
@@ -335,7 +370,7 @@ class SwimNode:
     def _on_ping_req(self, msg: PingReq, sender: Address, now: float) -> None:
         seq = self._next_seq()
         deadline = now + self.config.probe_timeout_s
-        self._relays[seq] = RelayedProbe(sender, msg.seq, deadline, msg.nack)
+        self._relays[seq] = RelayedProbe(sender, msg.seq, msg.target_addr, deadline, msg.nack)
         self._push(deadline, "relay", seq)
         self._send_packet(msg.target_addr, [Ping(seq, msg.target, self.ident.name)])
 
@@ -354,16 +389,17 @@ class SwimNode:
             self.health.apply(-1)
 
     def _on_nack(self, msg: Nack, sender: Address, now: float) -> None:
-        if self._probe is not None and self._probe.seq == msg.seq:
-            self._probe.nacks += 1
+        probe = self._probe
+        if probe is not None and probe.seq == msg.seq:
+            probe.nacks += 1
+            if probe.refused and probe.nacks >= probe.expected_nacks and not probe.acked:
+                self._fail_probe(probe, now)
 
     def _due_probe(self, _: None, now: float) -> None:
         self._probe_armed = False
         probe = self._probe
         if probe is not None and not probe.acked:
-            self.counters.probes_failed += 1
-            self.health.apply(probe.health_delta())
-            self._on_suspect(Suspect(probe.incarnation, probe.target, self.ident.name), _LOCAL, now)
+            self._fail_probe(probe, now)
         self._probe = None
         if self.leaving:
             return
@@ -388,10 +424,18 @@ class SwimNode:
         self.counters.probes_sent += 1
         self._send_packet(m.ident.addr, msgs, piggyback=True)
 
+    def _fail_probe(self, probe: ProbeRound, now: float) -> None:
+        """The verdict on a round without an ack: suspect the target."""
+        self._probe = None
+        self.counters.probes_failed += 1
+        self.health.apply(probe.health_delta())
+        self._on_suspect(Suspect(probe.incarnation, probe.target, self.ident.name), _LOCAL, now)
+
     def _due_probe_timeout(self, seq: int, now: float) -> None:
         probe = self._probe
-        if probe is None or probe.seq != seq or probe.acked:
+        if probe is None or probe.seq != seq or probe.acked or probe.indirect_sent:
             return
+        probe.indirect_sent = True
         relays = self.table.live.sample(self.rng, self.config.indirect_checks, (probe.target,))
         req = PingReq(seq, probe.target, probe.target_addr, True)
         for name in relays:
@@ -400,6 +444,19 @@ class SwimNode:
             self._send_packet(relay.ident.addr, [req])
         probe.expected_nacks = len(relays)
         self.counters.indirect_probes_sent += len(relays)
+
+    def _on_unreachable_probe(self, probe: ProbeRound, now: float) -> None:
+        """Our ping's target refused it: ask the relays now, not at the probe
+        timeout, and give the verdict once they all nack (they get refused
+        too), not at the end of the interval. A path that only we lack still
+        gets its indirect acks, so this suspects no one that SWIM would not."""
+        if probe.acked or probe.refused:
+            return
+        probe.refused = True
+        self.counters.probes_refused += 1
+        self._due_probe_timeout(probe.seq, now)
+        if probe.nacks >= probe.expected_nacks:  # nobody to ask
+            self._fail_probe(probe, now)
 
     def _due_relay(self, seq: int, now: float) -> None:
         relay = self._relays.pop(seq, None)

@@ -5,27 +5,102 @@ handed to a callback as bytes; frames are read with a size limit and a
 deadline. `FaultInjector` drops, delays and duplicates incoming datagrams
 from a seeded `Random`: this kernel has no netem, and tests and benchmarks
 need loss. It is off unless configured, and the agent logs a warning when on.
+
+The UDP socket asks the kernel for ICMP errors (IP_RECVERR, ip(7)): when a
+peer's agent has died but its host runs on, the host answers our datagrams
+with "port unreachable", and the protocol hears of it in microseconds rather
+than at a probe timeout (see `SwimNode.unreachable`). Without IP_RECVERR,
+Linux reports ICMP errors only on connected sockets. Two kernel behaviours
+come with it, and `PacketProtocol` handles both:
+
+- each report also sets the socket's pending error, and the next send on
+  the socket fails with it *without sending* (sock_error() in
+  sock_alloc_send_pskb): `send` tries such a datagram again;
+- the reports queue up until read with MSG_ERRQUEUE, and while the queue is
+  not empty the socket polls as in error: libuv then spins, and uvloop 0.23
+  was seen to crash. `error_received` empties the queue every time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
+import socket
+import struct
 from collections.abc import Callable
 
 from membership import codec
 from membership.output import Address
 
 DatagramHandler = Callable[[bytes, Address], None]
+UnreachableHandler = Callable[[Address], None]
+
+# linux/in.h, linux/in6.h and linux/errqueue.h; Python's socket module does
+# not export them.
+IP_RECVERR = 11
+IPV6_RECVERR = 25
+_SO_EE_ORIGIN_ICMP = 2
+_SO_EE_ORIGIN_ICMP6 = 3
+# struct sock_extended_err: ee_errno (u32), ee_origin, ee_type, ee_code (u8).
+_EXTENDED_ERR = struct.Struct("=IBBB")
+# A send that fails on a pending ICMP error is tried again, this many times
+# in all (each failure clears the error; only another report can fail it).
+_SEND_ATTEMPTS = 3
+
+
+def open_udp_socket(host: str, port: int) -> socket.socket:
+    """A bound, non-blocking UDP socket that queues ICMP errors for us.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        level, option = ((socket.IPPROTO_IPV6, IPV6_RECVERR) if family == socket.AF_INET6
+                         else (socket.IPPROTO_IP, IP_RECVERR))  # fmt: skip
+        try:
+            sock.setsockopt(level, option, 1)
+        except OSError:
+            pass  # not Linux: probes time out as in memberlist
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def port_unreachable(ancdata: list[tuple[int, int, bytes]]) -> bool:
+    """Whether an error-queue entry is an ICMP (or ICMPv6) port unreachable."""
+    for level, kind, data in ancdata:
+        if (level, kind) in ((socket.IPPROTO_IP, IP_RECVERR), (socket.IPPROTO_IPV6, IPV6_RECVERR)):
+            if len(data) >= _EXTENDED_ERR.size:
+                err, origin, _, _ = _EXTENDED_ERR.unpack_from(data)
+                icmp = origin in (_SO_EE_ORIGIN_ICMP, _SO_EE_ORIGIN_ICMP6)
+                if icmp and err == errno.ECONNREFUSED:
+                    return True
+    return False
 
 
 class PacketProtocol(asyncio.DatagramProtocol):
-    """Feeds every datagram to `handler`; counts socket errors."""
+    """Feeds every datagram to `handler`, and every "port unreachable" for a
+    datagram we sent to `on_unreachable`; counts socket errors."""
 
-    def __init__(self, handler: DatagramHandler) -> None:
+    def __init__(
+        self,
+        handler: DatagramHandler,
+        sock: socket.socket | None = None,
+        on_unreachable: UnreachableHandler | None = None,
+    ) -> None:
         self.handler = handler
+        self.sock = sock
+        self.on_unreachable = on_unreachable
         self.transport: asyncio.DatagramTransport | None = None
         self.errors = 0
+        self.resent = 0  # datagrams sent again after a pending error failed them
+        self._refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's UDPTransport does not subclass asyncio.DatagramTransport.
@@ -34,9 +109,36 @@ class PacketProtocol(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
         self.handler(data, (str(addr[0]), int(addr[1])))  # type: ignore[call-overload]
 
+    def send(self, data: bytes, addr: Address) -> None:
+        """`transport.sendto`, and again if a pending ICMP error failed it
+        (see the module docstring). The transports report a failed send
+        through `error_received` before `sendto` returns."""
+        assert self.transport is not None
+        for _ in range(_SEND_ATTEMPTS):
+            self._refused = False
+            self.transport.sendto(data, addr)
+            if not self._refused:
+                return
+            self.resent += 1
+
     def error_received(self, exc: Exception) -> None:
-        # ICMP port unreachable from a dead peer surfaces here; it is normal.
+        # ICMP port unreachable from a dead peer surfaces here, from a
+        # receive or from a send that it failed; it is normal.
         self.errors += 1
+        self._refused = isinstance(exc, ConnectionRefusedError)
+        if self.sock is not None:
+            self._read_error_queue(self.sock)
+
+    def _read_error_queue(self, sock: socket.socket) -> None:
+        # All of it: the queue is bounded by the receive buffer, and one
+        # left behind keeps the socket polling as in error.
+        while True:
+            try:
+                _, ancdata, _, addr = sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
+            except OSError:
+                return  # empty (EAGAIN), or closed
+            if self.on_unreachable is not None and port_unreachable(ancdata):
+                self.on_unreachable((str(addr[0]), int(addr[1])))
 
 
 class FaultInjector:

@@ -55,7 +55,10 @@ class FalsePositives:
 
 
 def converged(cluster: SimCluster) -> bool:
-    """Every running node sees exactly the running nodes as alive."""
+    """Every node due to start has, and every running node sees exactly the
+    running nodes as alive."""
+    if cluster.pending_boots:
+        return False
     live = cluster.live_hosts()
     n = len(live)
     for i in live:

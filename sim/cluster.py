@@ -2,14 +2,20 @@
 
 The event loop is one heap of (true_time, seq, kind, payload); `seq` makes the
 order total, so the same seed gives the same run byte for byte. Kinds:
-datagram delivery, stream delivery, stream failure, node deadline and fault
-action. After every input a node is drained exactly as the agent drains it
-(persist, then send, then events) and its next deadline re-armed; a deadline
-that moved is superseded by generation number, never scanned for.
+datagram delivery, stream delivery, stream failure, port unreachable, node
+deadline and fault action. After every input a node is drained exactly as
+the agent drains it (persist, then send, then events) and its next deadline
+re-armed; a deadline that moved is superseded by generation number, never
+scanned for.
 
 Messages travel as objects by default (fast); with `wire=True` every datagram
 and frame is encoded and decoded by the real codec, and an oversized datagram
 is dropped as the MTU would drop it.
+
+A crash is an agent that died on a running host, by default: its host
+answers datagrams with ICMP port unreachable and refuses streams, as a
+kernel does. With `host_down`, the host is gone: datagrams vanish and
+streams time out.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from sim.network import LinkProfile, SimNetwork
 from storage.config import SyncConfig
 from storage.store import MemoryStore
 
-_DATAGRAM, _STREAM, _STREAM_FAILED, _DEADLINE, _ACTION = range(5)
+_DATAGRAM, _STREAM, _STREAM_FAILED, _UNREACHABLE, _DEADLINE, _ACTION = range(6)
 BYTES_SAMPLE = 16
 GOSSIP_PORT = 7946
 # The simulated wall clock at true time 0 (2027-01-15), for HLC versions.
@@ -126,6 +132,8 @@ class SimCluster:
         self._seq = itertools.count()
         self._armed: list[float | None] = [None] * n
         self._gen = [0] * n
+        self._host_down = [False] * n
+        self.pending_boots = 0  # starts and restarts scheduled, not yet run
         self._addr_gen = [0] * n
         self._tag = codec.cluster_tag("sim")
         for i in range(n):
@@ -138,7 +146,13 @@ class SimCluster:
 
     def start(self, i: int, at: float, join: list[int]) -> None:
         """Schedule host `i` to start at `at` and join through hosts `join`."""
-        self.at(at, lambda: self._boot(i, join))
+        self.pending_boots += 1
+
+        def action() -> None:
+            self.pending_boots -= 1
+            self._boot(i, join)
+
+        self.at(at, action)
 
     def start_formed(self, at: float = 0.0) -> None:
         """Schedule every host to start at `at` already knowing all others.
@@ -151,14 +165,17 @@ class SimCluster:
 
         def action() -> None:
             known = [(self.idents[i], self.disk[i] + 1) for i in range(self.n)]
+            self.pending_boots -= self.n
             for i in range(self.n):
                 self._boot(i, [], known)
 
+        self.pending_boots += self.n
         self.at(at, action)
 
-    def crash(self, i: int, at: float) -> None:
-        """Schedule host `i` to stop dead (no leave) at `at`."""
-        self.at(at, lambda: self._halt(i))
+    def crash(self, i: int, at: float, host_down: bool = False) -> None:
+        """Schedule the agent of host `i` to stop dead (no leave) at `at`;
+        with `host_down`, the whole host (see the module docstring)."""
+        self.at(at, lambda: self._halt(i, host_down))
 
     def restart(self, i: int, at: float, join: list[int], new_address: bool = False) -> None:
         """Schedule host `i` to come back with its persisted state."""
@@ -170,8 +187,10 @@ class SimCluster:
                 addr = sim_address(i, self._addr_gen[i])
                 self.idents[i] = NodeIdentity(old.name, old.node_id, addr, old.tags)
                 self._host_of[addr] = i
+            self.pending_boots -= 1
             self._boot(i, join)
 
+        self.pending_boots += 1
         self.at(at, action)
 
     def leave(self, i: int, at: float) -> None:
@@ -189,6 +208,7 @@ class SimCluster:
     def _boot(
         self, i: int, join: list[int], known: list[tuple[NodeIdentity, int]] | None = None
     ) -> None:
+        self._host_down[i] = False
         rng = random.Random((self.seed * 1_000_003 + i) ^ (self._gen[i] << 32))
         node = ShoalNode(self.idents[i], self.config, rng, self.disk[i], self.stores[i],
                          self.sync_config, SIM_WALL_BASE_MS, self.lease_config,
@@ -205,8 +225,9 @@ class SimCluster:
             node.join(addrs, local, retry=True)
         self._flush(i)
 
-    def _halt(self, i: int) -> None:
+    def _halt(self, i: int, host_down: bool = False) -> None:
         self.nodes[i] = None
+        self._host_down[i] = host_down
         self._gen[i] += 1
         self._armed[i] = None
 
@@ -247,11 +268,16 @@ class SimCluster:
             dst, src_addr, messages = payload
             node = self.nodes[dst]
             if node is None:
-                if kind == _STREAM:
-                    self._stream_failed_later(src_addr, self.idents[dst].addr)
+                self._refuse(kind, dst, src_addr)
                 return
             node.receive_all(messages, src_addr, self.clocks[dst].local(self.now))
             self._flush(dst)
+        elif kind == _UNREACHABLE:
+            src, addr = payload
+            node = self.nodes[src]
+            if node is not None:
+                node.unreachable(addr, self.clocks[src].local(self.now))
+                self._flush(src)
         elif kind == _STREAM_FAILED:
             src, peer = payload
             node = self.nodes[src]
@@ -320,6 +346,21 @@ class SimCluster:
             heapq.heappush(
                 self._heap, (when, next(self._seq), _DATAGRAM, (dst, src_addr, messages))
             )
+
+    def _refuse(self, kind: int, dst: int, src_addr: Address) -> None:
+        """What the host of a crashed agent answers (nothing, when it is down)."""
+        addr = self.idents[dst].addr
+        if self._host_down[dst]:
+            if kind == _STREAM:
+                self._stream_failed_later(src_addr, addr, self.config.stream_timeout_s)
+            return
+        if kind == _STREAM:
+            self._stream_failed_later(src_addr, addr)
+            return
+        src = self._host_of.get(src_addr)
+        if src is not None and self.net.datagram_copies(dst, src):
+            when = self.now + self.net.latency_s()
+            heapq.heappush(self._heap, (when, next(self._seq), _UNREACHABLE, (src, addr)))
 
     def _stream_failed_later(self, src_addr: Address, peer: Address, after: float = 0.001) -> None:
         src = self._host_of.get(src_addr)

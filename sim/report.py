@@ -7,7 +7,7 @@ import json
 
 from daemon.errors import ConfigError
 from membership.profiles import PROFILES
-from sim.scenarios import SimResult, run_simulation
+from sim.scenarios import CRASH_MODES, SimResult, run_simulation
 
 
 def simulate_command(args: argparse.Namespace) -> int:
@@ -25,8 +25,11 @@ def simulate_command(args: argparse.Namespace) -> int:
     _check_memory(args.nodes)
     if args.history_out:
         return _churn_command(args)
+    if args.crash_mode not in CRASH_MODES:
+        raise ConfigError(f"--crash-mode: expected one of {', '.join(CRASH_MODES)}")
     result = run_simulation(args.nodes, args.duration, args.loss, args.crash, args.seed,
-                            args.profile, formed=args.formed)  # fmt: skip
+                            args.profile, formed=args.formed,
+                            crash_mode=args.crash_mode)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -98,7 +101,8 @@ def format_text(r: SimResult) -> str:
     ]
     for crash in r.crashes:
         lines.append(
-            f"crash of {crash.node} at {crash.crashed_at_s:.1f} s: first saw it dead after "
+            f"crash ({c['crash_mode']}) of {crash.node} at {crash.crashed_at_s:.1f} s: "
+            f"first saw it dead after "
             f"{_s(crash.first_detect_s)}, all after {_s(crash.all_detect_s)}"
         )
     lines.append(

@@ -115,6 +115,9 @@ def run_until_converged(cluster: SimCluster, deadline_s: float) -> float | None:
     return None
 
 
+CRASH_MODES = ("host", "process")
+
+
 def run_simulation(
     nodes: int,
     duration_s: float,
@@ -125,12 +128,18 @@ def run_simulation(
     config: SwimConfig | None = None,
     wire: bool = False,
     formed: bool = False,
+    crash_mode: str = "host",
 ) -> SimResult:
     """Form a cluster, crash `crash` nodes once it has converged, and report.
 
     Crashes are spread over the run, leaving time at the end for detection.
     With `formed`, every node starts knowing every other (no formation).
+    `crash_mode` is "host" (the host goes silent: the worst case, and what
+    memberlist's figures assume) or "process" (the agent dies, its host
+    answers "port unreachable").
     """
+    if crash_mode not in CRASH_MODES:
+        raise ValueError(f"crash_mode: expected one of {', '.join(CRASH_MODES)}")
     started = time.perf_counter()
     swim = config or PROFILES[profile]
     cluster = SimCluster(nodes, seed, swim, LinkProfile(loss=loss), wire=wire, count_bytes=True)
@@ -151,7 +160,7 @@ def run_simulation(
         at = first + k * gap
 
         def crash_now(v: int = victim, when: float = at) -> None:
-            cluster._halt(v)
+            cluster._halt(v, host_down=crash_mode == "host")
             watch.crashed(v, when)
 
         cluster.at(at, crash_now)
@@ -166,6 +175,7 @@ def run_simulation(
             "duration_s": duration_s,
             "loss": loss,
             "crash": crash,
+            "crash_mode": crash_mode,
             "seed": seed,
             "profile": profile,
             "formed": formed,

@@ -1,5 +1,7 @@
 """Membership properties at scale, in the deterministic simulator."""
 
+import statistics
+
 import pytest
 from msgspec.structs import replace
 
@@ -173,3 +175,17 @@ def test_a_cluster_started_formed_elects_and_replaces_its_controller():
     ((successor, new_epoch),) = known
     assert successor != first and new_epoch > epoch
     assert fps.events == []
+
+
+def test_a_crashed_agent_on_a_running_host_is_detected_a_probe_interval_sooner():
+    """When only the agent dies, its host answers "port unreachable" and the
+    survivors skip the wait for acks; when the host goes silent they wait as
+    memberlist does. Same seeds, 20 nodes, 12 crashes each; no false positive."""
+    medians = {}
+    for mode in ("host", "process"):
+        runs = [run_simulation(20, 120, crash=3, seed=s, crash_mode=mode) for s in range(4)]
+        assert all(r.false_positive_events == 0 for r in runs)
+        detect = [c.all_detect_s for r in runs for c in r.crashes]
+        assert None not in detect
+        medians[mode] = statistics.median(detect)
+    assert medians["process"] <= medians["host"] - 0.7

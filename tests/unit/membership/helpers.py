@@ -24,7 +24,12 @@ class Net:
     def __init__(self, n: int, config: SwimConfig = CONFIG, seed: int = 1) -> None:
         self.nodes: dict[Address, SwimNode] = {}
         self.down: set[Address] = set()
+        # Agents that crashed on a running host: their host answers every
+        # datagram with ICMP port unreachable. A (sender, receiver) pair
+        # refuses only on that path (a host firewall, say).
+        self.refused: set[Address | tuple[Address, Address]] = set()
         self.events: list[tuple[str, Any]] = []
+        self.timed: list[tuple[float, str, Any]] = []  # events and datagram messages
         self.persisted: dict[str, int] = {}
         for i in range(1, n + 1):
             self.add(SwimNode(ident(i), config, random.Random(seed * 100 + i)))
@@ -48,8 +53,17 @@ class Net:
                 for p in out.persist:
                     self.persisted[node.ident.name] = p.incarnation
                 self.events += [(node.ident.name, e) for e in out.events]
+                self.timed += [(now, node.ident.name, e) for e in out.events]
                 for send in out.send:
                     moved = True
+                    if send.channel is not Channel.STREAM:
+                        self.timed += [(now, node.ident.name, (send.to, m)) for m in send.messages]
+                    if send.to in self.refused or (addr, send.to) in self.refused:
+                        if send.channel is Channel.STREAM:
+                            node.stream_failed(send.to, now)
+                        else:
+                            node.unreachable(send.to, now)
+                        continue
                     peer = self.nodes.get(send.to)
                     if peer is None or send.to in self.down:
                         if send.channel is Channel.STREAM:

@@ -11,7 +11,7 @@ from membership.events import (
     NameConflicted,
 )  # fmt: skip
 from membership.member import NodeIdentity
-from membership.messages import Ack, Alive, MemberRecord, Ping, PushPull, Suspect
+from membership.messages import Ack, Alive, MemberRecord, Nack, Ping, PingReq, PushPull, Suspect
 from membership.output import Channel
 from membership.swim import SwimNode
 from tests.unit.membership.helpers import CONFIG, Net, ident
@@ -289,3 +289,89 @@ def test_news_that_arrives_while_gossip_is_paced_goes_out_within_a_quarter_inter
         if any(isinstance(m, Alive) and m.node.name == "n3" for m in out):
             sent_at = now
     assert sent_at is not None and sent_at <= quarter + 0.005
+
+
+def _crash_and_time_suspicion(refused: bool) -> tuple[float, float, float]:
+    """Crash n5 of a formed 5-node net at 2 s; the time of the first ping to
+    it after the crash, of the first suspicion of it, and of its first death."""
+    net = Net(5)
+    net.form()
+    net.run(0.0, 2.0)
+    addr = net.node(5).ident.addr
+    (net.refused if refused else net.down).add(addr)
+    net.run(2.0, 40.0)
+    after = [(t, who, x) for t, who, x in net.timed if t > 2.0]
+    pinged = min(t for t, _, x in after if isinstance(x, tuple) and x[0] == addr
+                 and isinstance(x[1], Ping))  # fmt: skip
+    about_n5 = [(t, x) for t, _, x in after if getattr(x, "member", None) and x.member.name == "n5"]
+    suspected = min(t for t, x in about_n5 if isinstance(x, MemberSuspected))
+    died = min(t for t, x in about_n5 if isinstance(x, MemberDied))
+    return pinged, suspected, died
+
+
+def test_a_crashed_agent_whose_host_refuses_the_probe_is_suspected_without_waiting():
+    """When the host of a crashed agent answers "port unreachable", the prober
+    asks its relays at once, they are refused too and nack, and the member is
+    suspected in the same instant; a silent member is suspected only at the
+    end of the probe interval. The suspicion timeout is the same either way."""
+    pinged, suspected, died = _crash_and_time_suspicion(refused=True)
+    assert suspected == pinged
+    assert died - suspected >= CONFIG.suspicion_min_s(5) - 0.05
+    pinged, suspected, _ = _crash_and_time_suspicion(refused=False)
+    assert suspected - pinged >= CONFIG.probe_interval_s - 0.05
+
+
+def test_a_probe_refused_on_one_path_only_is_answered_through_the_relays():
+    """A refusal on our path alone (a host firewall) suspects nobody: the
+    relays still reach the member and forward its ack."""
+    net = Net(5)
+    net.form()
+    net.run(0.0, 2.0)
+    net.refused.add((net.node(1).ident.addr, net.node(5).ident.addr))
+    net.run(2.0, 30.0)
+    assert net.node(1).counters.probes_refused >= 1
+    assert not [e for _, e in net.of_type(MemberSuspected) if e.member.name == "n5"]
+    assert net.state_of(1, 5) == "alive"
+
+
+def test_a_relay_whose_ping_is_refused_nacks_at_once():
+    """A relayed ping that the target's host refuses is nacked to the
+    requester at once, not at the relay's timeout."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    node.receive(Alive(1, ident(2)), ident(2).addr, 0.0)
+    node.drain()
+    node.receive(PingReq(7, "n9", ident(9).addr, True), ident(2).addr, 0.1)
+    node.drain()
+    node.unreachable(ident(9).addr, 0.1)
+    sent = [(s.to, m) for s in node.drain().send for m in s.messages]
+    assert (ident(2).addr, Nack(7)) in sent
+
+
+def _next_probe(node: SwimNode, now: float) -> tuple[str, float]:
+    """Tick `node` deadline by deadline until it sends a probe; its target and time."""
+    while True:
+        for send in node.drain().send:
+            for m in send.messages:
+                if isinstance(m, Ping):
+                    return m.target, now
+        now = node.next_deadline()
+        assert now is not None
+        node.tick(now)
+
+
+def test_a_live_member_whose_host_refuses_a_datagram_is_probed_next():
+    """A refusal for a member we are not probing moves it to the front of the
+    probe order."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, 12):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    node.drain()
+    targets = []
+    now = 0.0
+    for subject in (7, 3, 10):
+        node.unreachable(ident(subject).addr, now)
+        target, now = _next_probe(node, now)
+        targets.append(target)
+    assert targets == ["n7", "n3", "n10"]
