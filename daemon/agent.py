@@ -330,6 +330,7 @@ class Agent:
             cfg.discovery_service,
             Sealing(self.wire.keyring is not None, self.wire.sealing or self.wire.requires_key,
                     self.wire.requires_key),
+            known=self._is_member_label,
         )
         try:
             await self.discovery.start()
@@ -339,6 +340,18 @@ class Agent:
                 f"multicast: {exc.strerror}"
             ) from None
         log.info("discovery started", interfaces=interfaces, service=cfg.discovery_service)
+
+    def _is_member_label(self, label: str) -> bool:
+        """Whether a discovery label is a live member's (no need to resolve it)."""
+        from membership.discovery import service_label
+
+        members = self.node.swim.table.members
+        for name in self.node.swim.table.live.items():
+            ident = members[name].ident
+            if service_label(ident.name, ident.node_id.hex()) == label:
+                log.debug("discovered peer, a member already", label=label)
+                return True
+        return False
 
     def _on_discovered(self, found: DiscoveredPeer | IgnoredPeer) -> None:
         from membership.discovery import IgnoredPeer

@@ -112,8 +112,19 @@ def parse_advertisement(
     return DiscoveredPeer((addresses[0], port), name, txt.get("id", ""), cluster)
 
 
+def service_label(name: str, node_id_hex: str) -> str:
+    """The DNS-SD instance label an agent advertises under."""
+    # DNS labels are at most 63 bytes; the node name is in the TXT anyway.
+    return f"{name[:40]}-{node_id_hex[:8]}"
+
+
 class Discovery:
-    """Registers this agent and reports peers, on explicit interfaces."""
+    """Registers this agent and reports peers, on explicit interfaces.
+
+    A peer whose label `known` recognizes (a live member already) is not
+    resolved: in a formed cluster every agent that starts would otherwise
+    query for every other one, N queries and N answers per start.
+    """
 
     def __init__(
         self,
@@ -125,6 +136,7 @@ class Discovery:
         found: Found,
         service_type: str = SERVICE_TYPE,
         sealing: Sealing = Sealing(),
+        known: Callable[[str], bool] = lambda label: False,
     ) -> None:
         self.interfaces = interfaces
         self.advertise = advertise
@@ -134,6 +146,8 @@ class Discovery:
         self.found = found
         self.service_type = service_type
         self.sealing = sealing
+        self.known = known
+        self.skipped = 0  # peers not resolved: members already
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._info: AsyncServiceInfo | None = None
@@ -148,8 +162,7 @@ class Discovery:
         props = {"cluster": self.cluster, "node": self.name, "id": self.node_id,
                  "port": str(self.advertise[1]), "proto": str(PROTOCOL_VERSION),
                  "enc": "1" if self.sealing.needs_key else "0"}  # fmt: skip
-        # DNS labels are at most 63 bytes; the node name is in the TXT anyway.
-        label = f"{self.name[:40]}-{self.node_id[:8]}"
+        label = service_label(self.name, self.node_id)
         return AsyncServiceInfo(
             self.service_type,
             f"{label}.{self.service_type}",
@@ -224,6 +237,10 @@ class Discovery:
         self, zeroconf: Any, service_type: str, name: str, state_change: ServiceStateChange
     ) -> None:
         if state_change in (ServiceStateChange.Added, ServiceStateChange.Updated):
+            suffix = "." + service_type
+            if name.endswith(suffix) and self.known(name[: -len(suffix)]):
+                self.skipped += 1
+                return
             self._spawn(self._resolve(service_type, name))
 
     async def _resolve(self, service_type: str, name: str) -> None:
