@@ -147,7 +147,6 @@ class Discovery:
         self.service_type = service_type
         self.sealing = sealing
         self.known = known
-        self.skipped = 0  # peers not resolved: members already
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._info: AsyncServiceInfo | None = None
@@ -239,7 +238,6 @@ class Discovery:
         if state_change in (ServiceStateChange.Added, ServiceStateChange.Updated):
             suffix = "." + service_type
             if name.endswith(suffix) and self.known(name[: -len(suffix)]):
-                self.skipped += 1
                 return
             self._spawn(self._resolve(service_type, name))
 

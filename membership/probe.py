@@ -11,7 +11,8 @@ indirect `PingReq`s through k relays, then at the end of the probe interval
 the verdict. Ours: when the target's host answers the ping with "port
 unreachable" (`refused`), the relays are asked at once, and the verdict
 comes as soon as every relay has nacked. `RelayedProbe` is the other side:
-a ping we send on behalf of a `PingReq`, answered with a forwarded `Ack` or, on timeout, a `Nack`.
+a ping we send on behalf of a `PingReq`, answered with a forwarded `Ack`
+or, on timeout or refusal, a `Nack`.
 """
 
 from __future__ import annotations

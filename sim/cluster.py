@@ -272,17 +272,12 @@ class SimCluster:
                 return
             node.receive_all(messages, src_addr, self.clocks[dst].local(self.now))
             self._flush(dst)
-        elif kind == _UNREACHABLE:
-            src, addr = payload
-            node = self.nodes[src]
-            if node is not None:
-                node.unreachable(addr, self.clocks[src].local(self.now))
-                self._flush(src)
-        elif kind == _STREAM_FAILED:
+        elif kind == _STREAM_FAILED or kind == _UNREACHABLE:
             src, peer = payload
             node = self.nodes[src]
             if node is not None:
-                node.stream_failed(peer, self.clocks[src].local(self.now))
+                report = node.stream_failed if kind == _STREAM_FAILED else node.unreachable
+                report(peer, self.clocks[src].local(self.now))
                 self._flush(src)
         else:
             payload()
