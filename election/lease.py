@@ -89,6 +89,16 @@ _LIVE = ("alive", "suspect")
 _REAPED_GUARD_S = 60.0
 # A campaign re-asks a voter whose grant to someone else ends within this.
 _RETRY_HELD_S = 0.5
+# A new controller's notice goes out this many more times, one renewal
+# interval apart, before the slow `notice_interval_s` pace: notices are not
+# acknowledged, and one lost would leave a member without a controller (and
+# `shoal controller` without an answer) until the next, 5 s later. With 1 %
+# loss the simulator showed 2 % of failovers taking 6.5 s instead of 2 s.
+_NOTICE_REPEATS = 2
+# A request is sent again, once, to the voters that have not answered by this
+# fraction of its timeout: one lost datagram (or answer) then costs a
+# fraction of the timeout, not a failed campaign and a back-off.
+_RESEND_AFTER = 0.5
 AddrFn = Callable[[str], Address | None]
 
 
@@ -103,6 +113,7 @@ class ElectionCounters(msgspec.Struct):
     rejects: int = 0
     voter_changes: int = 0
     stale_messages: int = 0
+    resends: int = 0  # requests asked again of voters that had not answered
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
@@ -123,7 +134,9 @@ class _Request(msgspec.Struct):
     sent_at: float
     deadline_at: float
     renewal: bool
+    resend_at: float  # ask the voters that have not answered again, once
     granted: set[str] = msgspec.field(default_factory=set)
+    answered: set[str] = msgspec.field(default_factory=set)
     retry_at: dict[str, float] = msgspec.field(default_factory=dict)  # voter -> ask again
 
 
@@ -175,6 +188,7 @@ class LeaseElection:
         self._stand_at: float | None = None
         self._renew_at = 0.0
         self._notice_at = 0.0
+        self._notices_left = 0  # fast repeats of a new controller's notice
         self._view_changed_at = 0.0
         self._fresh_epoch = False
         self._leaving = False
@@ -301,11 +315,20 @@ class LeaseElection:
         req = self._request
         if req is not None and now >= req.deadline_at:
             self._request_failed(req, now)
-        elif req is not None and req.retry_at:
+        elif req is not None:
             msg = LeaseRequest(req.seq, req.epoch, self.name, req.config)
+            if now >= req.resend_at:
+                req.resend_at = float("inf")
+                for voter in self._targets(req):
+                    if voter not in req.answered and voter not in req.retry_at:
+                        self.counters.resends += 1
+                        self._send_to(voter, msg)
             for voter, at in list(req.retry_at.items()):
                 if now >= at:
                     del req.retry_at[voter]
+                    req.answered.discard(voter)  # the resend covers the retry too
+                    resend_at = now + self.config.request_timeout_s * _RESEND_AFTER
+                    req.resend_at = min(req.resend_at, resend_at)
                     self._send_to(voter, msg)
         if self.known is not None and now >= self.known_until and not self.is_controller:
             self._set_known(None, self.known[1])
@@ -323,7 +346,7 @@ class LeaseElection:
         if self.is_controller:
             times += [self.lease_end_at, self._renew_at, self._notice_at]
         if self._request is not None:
-            times.append(self._request.deadline_at)
+            times += [self._request.deadline_at, self._request.resend_at]
             times += self._request.retry_at.values()
         if self._stand_at is not None:
             times.append(self._stand_at)
@@ -441,16 +464,21 @@ class LeaseElection:
     def _issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
                renewal: bool) -> None:  # fmt: skip
         self._seq += 1
-        req = _Request(self._seq, epoch, config, old, now, now + self.config.request_timeout_s,
-                       renewal)  # fmt: skip
+        timeout = self.config.request_timeout_s
+        req = _Request(self._seq, epoch, config, old, now, now + timeout, renewal,
+                       now + timeout * _RESEND_AFTER)  # fmt: skip
         self._request = req
         msg = LeaseRequest(req.seq, epoch, self.name, config)
-        targets = sorted(set(config.voters) | set(old.voters if old else ()))
-        for voter in targets:
+        for voter in self._targets(req):
             if voter == self.name:
                 self._answer(self._vote(msg, now), ("", 0), now)
             else:
                 self._send_to(voter, msg)
+
+    @staticmethod
+    def _targets(req: _Request) -> list[str]:
+        """The voters a request asks: of its configuration, and of the old one."""
+        return sorted(set(req.config.voters) | set(req.old.voters if req.old else ()))
 
     # -- voter ----------------------------------------------------------------------------
 
@@ -548,6 +576,7 @@ class LeaseElection:
         if req is None or msg.seq != req.seq:
             self.counters.stale_messages += 1
             return
+        req.answered.add(msg.voter)
         if isinstance(msg, LeaseGrant):
             req.granted.add(msg.voter)
             if req.config.has_quorum(req.granted) and (
@@ -592,6 +621,7 @@ class LeaseElection:
         self._events.append(ControllerElected(req.epoch))
         self._set_known((self.name, req.epoch), req.epoch)
         self.known_until = self.lease_end_at
+        self._notices_left = _NOTICE_REPEATS
         self._notify_all(now)
         self._wake(now)
 
@@ -622,7 +652,11 @@ class LeaseElection:
 
     def _notify_all(self, now: float) -> None:
         assert self.lease_epoch is not None and self.voters is not None
-        self._notice_at = now + self.config.notice_interval_s
+        if self._notices_left > 0:
+            self._notices_left -= 1
+            self._notice_at = now + self.config.renew_interval_s
+        else:
+            self._notice_at = now + self.config.notice_interval_s
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
         notice = ControllerNotice(self.lease_epoch, self.name, remaining_ms, self.voters)
         for name, _, state in self._view():

@@ -124,3 +124,59 @@ def test_election_messages_round_trip_through_the_codec():
             LeaseReject(1, "b", 0, 2, "a", 1500, CONFIG), LeaseReject(1, "b", 3, 0, "", 0, None),
             LeaseRelease(2, "a"), ControllerNotice(2, "a", 1999, CONFIG)]  # fmt: skip
     assert codec.decode_datagram(codec.encode_datagram(msgs, tag), tag) == msgs
+
+
+def stand(el: LeaseElection) -> list[LeaseRequest]:
+    """Let the best-ranked `el` stand; the requests it sends."""
+    el.start(0.0)
+    el.tick(0.0)
+    el.tick(el.next_deadline())
+    return [s.messages[0] for s in el.drain().send if isinstance(s.messages[0], LeaseRequest)]
+
+
+def sent_until(el: LeaseElection, until: float) -> list[tuple[float, object, object]]:
+    """(time, to, message) of everything `el` sends, ticking to `until`."""
+    sent = []
+    while (now := el.next_deadline()) is not None and now <= until:
+        el.tick(now)
+        sent += [(now, s.to, m) for s in el.drain().send for m in s.messages]
+    return sent
+
+
+def test_a_request_that_got_no_answer_is_sent_again_before_the_campaign_gives_up():
+    """One lost datagram must not fail a campaign (and start a back-off)."""
+    el = voter("a")
+    first = stand(el)
+    assert len(first) == 2
+    timeout = LeaseConfig().request_timeout_s
+    again = [(t, m) for t, _, m in sent_until(el, el._request.deadline_at - 0.001)
+             if isinstance(m, LeaseRequest)]  # fmt: skip
+    assert len(again) == 2 and all(m == first[0] for _, m in again)
+    assert all(t < el._request.sent_at + timeout for t, _ in again)
+    el.receive(LeaseGrant(first[0].seq, first[0].epoch, "c"), PEER, again[0][0] + 0.01)
+    assert el.is_controller and el.counters.resends == 2
+
+
+def test_a_voter_that_answered_is_not_asked_again():
+    el = voter("a")
+    (req, _) = stand(el)
+    el.receive(LeaseReject(req.seq, "b", REJECT_EPOCH, 9, "", 0, CONFIG), PEER, 0.05)
+    again = [to for _, to, m in sent_until(el, el._request.deadline_at - 0.001)
+             if isinstance(m, LeaseRequest)]  # fmt: skip
+    assert again == [(f"10.0.0.{ord('c')}", 7946)]
+
+
+def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
+    """A member whose notice was lost would not know the controller until the
+    next one (5 s); the first notices go out one renewal interval apart."""
+    el = voter("a")
+    (req, _) = stand(el)
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
+    won = el.drain()
+    first = [s.to for s in won.send if isinstance(s.messages[0], ControllerNotice)]
+    assert len(first) == 2  # b and c
+    cfg = LeaseConfig()
+    repeats = [t for t, to, m in sent_until(el, 0.05 + cfg.lease_s)
+               if isinstance(m, ControllerNotice) and to == first[1]]  # fmt: skip
+    assert len(repeats) == 2 and repeats[-1] <= 0.05 + 2 * cfg.renew_interval_s + 0.01
+    assert el._notice_at == repeats[-1] + cfg.notice_interval_s  # then the slow pace
