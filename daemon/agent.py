@@ -3,7 +3,7 @@
 Shape (aioquic's QuicConnectionProtocol): every input — a datagram, a stream
 frame, an API command, the timer — becomes one `node.<input>(..., now)` call
 followed by `flush()`. `flush()` drains the node until it is empty: persist
-(synced) first, then send, then publish events; then it re-arms the single
+first, then send, then publish events; then it re-arms the single
 `loop.call_at` timer on `node.next_deadline()`. There are no protocol
 coroutines and no other timers; `asyncio.sleep` appears only in lifecycle
 code (the leave grace period).
@@ -11,6 +11,13 @@ code (the leave grace period).
 Every flush is timed: one over 50 ms is counted and logged, because a
 blocking call in the loop delays every probe answer and makes peers suspect
 us (python-zeroconf's blockbuster lesson).
+
+So the election's state is not fsynced in the loop: a grant must be durable
+before it is sent, and an fsync can take hundreds of milliseconds on a busy
+disk, long enough for every peer to suspect us. The state is written
+unsynced, the group-commit thread syncs it, and meanwhile the election's
+messages wait (in order) while SWIM's go out at once. The incarnation,
+persisted once per refutation, is still synced in place.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import signal
 import socket
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +54,13 @@ from election.events import (
     PersistElection,
     VotersChanged,
     election_fields,
+)
+from election.messages import (
+    ControllerNotice,
+    LeaseGrant,
+    LeaseReject,
+    LeaseRelease,
+    LeaseRequest,
 )
 from membership import codec
 from membership.events import JoinCompleted, event_fields
@@ -72,7 +87,8 @@ if TYPE_CHECKING:  # zeroconf is loaded when discovery starts, after the join is
     from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 
 _AGENT_COUNTERS = ("datagrams_in", "datagrams_out", "bytes_in", "bytes_out", "streams_in",
-                   "streams_out", "stream_errors", "key_commands", "slow_flushes")  # fmt: skip
+                   "streams_out", "stream_errors", "key_commands", "slow_flushes",
+                   "election_sends_dropped")  # fmt: skip
 
 log = structlog.get_logger("shoal")
 # Messages that answer with a large state transfer: accepted on streams only,
@@ -85,6 +101,7 @@ _DROP_HINTS = {
     "stale": "its stamp is too far from our clock: check NTP on both machines",
 }
 ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
+ELECTION_MESSAGES = (LeaseRequest, LeaseGrant, LeaseReject, LeaseRelease, ControllerNotice)
 
 
 class Watcher:
@@ -149,6 +166,10 @@ class Agent:
         self.controller_watch = ControllerWatch()
         self.history: HistoryWriter | None = None
         self.observer: Observer
+        # Election messages waiting for their state to be durable (see the
+        # module docstring), and the sync they wait for.
+        self._held: list[Send] = []
+        self._held_for: asyncio.Future[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -161,7 +182,7 @@ class Agent:
         stored = self.data_dir.load_identity()
         swim_cfg = self._open_wire()
         engine = self.data_dir.engine
-        self.commits = GroupCommit(self._loop, engine.sync)
+        self.commits = GroupCommit(self._loop, _slowed(engine.sync, cfg.faults.fsync_delay_s))
         self.observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
         self.history = HistoryWriter(
             Path(cfg.data_dir) / "history", cfg.history,
@@ -568,11 +589,37 @@ class Agent:
             if isinstance(item, PersistIncarnation):
                 self.data_dir.save_incarnation(item.incarnation)
             elif isinstance(item, PersistElection):
-                self.data_dir.save_election(item.granted_epoch, item.config)
+                self.data_dir.save_election(item.granted_epoch, item.config, sync=False)
+                self._hold_election()
         for send in out.send:
-            self._send(send)
+            if self._held_for is not None and isinstance(send.messages[0], ELECTION_MESSAGES):
+                self._held.append(send)
+            else:
+                self._send(send)
         for event in out.events:
             self._publish(event)
+
+    def _hold_election(self) -> None:
+        """Hold election messages until the sync of what was just written."""
+        assert self.commits is not None
+        fut = self.commits.waiter()
+        if fut is not self._held_for:
+            self._held_for = fut
+            fut.add_done_callback(self._release_election)
+
+    def _release_election(self, fut: asyncio.Future[None]) -> None:
+        if fut is not self._held_for:
+            return  # a later write waits for a later sync
+        held, self._held, self._held_for = self._held, [], None
+        if fut.cancelled() or fut.exception() is not None or self._udp is None:
+            self.counters["election_sends_dropped"] += len(held)
+            log.error("election state could not be made durable: its messages are not sent",
+                      messages=len(held))  # fmt: skip
+            return
+        if self._udp.is_closing():
+            return
+        for send in held:
+            self._send(send)
 
     def _send(self, send: Send) -> None:
         if send.channel is Channel.STREAM:
@@ -733,6 +780,18 @@ def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RECEIVE_BUFFER_BYTES)
         except OSError:
             pass
+
+
+def _slowed(sync: Callable[[], None], delay_s: float) -> Callable[[], None]:
+    """`sync`, then a pause of `delay_s` (fault injection: a slow disk)."""
+    if not delay_s:
+        return sync
+
+    def slow_sync() -> None:
+        sync()
+        time.sleep(delay_s)  # on the group-commit thread, never the loop
+
+    return slow_sync
 
 
 def vars_of(obj: Any) -> dict[str, Any]:

@@ -17,11 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import structlog
 
 log = structlog.get_logger("shoal")
+
+# A sync slower than this is counted and logged (at most once a minute): the
+# election waits for one before every grant, and needs two of them well
+# within `election.request_timeout_s` (docs/operations.md, "Slow disks").
+SLOW_SYNC_S = 0.1
+_SLOW_LOG_EVERY_S = 60.0
 
 
 class GroupCommit:
@@ -39,6 +46,9 @@ class GroupCommit:
         self._thread.start()
         self.syncs = 0
         self.waits = 0
+        self.slow_syncs = 0
+        self.slowest_s = 0.0  # the longest sync so far
+        self._slow_logged_at = -_SLOW_LOG_EVERY_S
 
     def waiter(self) -> asyncio.Future[None]:
         """A future that completes once every write made so far is durable
@@ -84,18 +94,28 @@ class GroupCommit:
             if self._stopped:
                 return
             error: OSError | None = None
+            started = time.monotonic()
             try:
                 self._sync()
             except OSError as exc:
                 error = exc
             except Exception as exc:  # rocksdict raises plain Exceptions on IO errors
                 error = OSError(str(exc))
+            took = time.monotonic() - started
             try:
-                self._loop.call_soon_threadsafe(self._finished, error)
+                self._loop.call_soon_threadsafe(self._finished, error, took)
             except RuntimeError:  # the loop closed under us: shutting down
                 return
 
-    def _finished(self, error: OSError | None) -> None:
+    def _finished(self, error: OSError | None, took: float) -> None:
+        self.slowest_s = max(self.slowest_s, took)
+        if took > SLOW_SYNC_S:
+            self.slow_syncs += 1
+            now = time.monotonic()
+            if now - self._slow_logged_at >= _SLOW_LOG_EVERY_S:
+                self._slow_logged_at = now
+                log.warning("slow disk: a write-ahead log sync took over 100 ms",
+                            ms=round(took * 1000, 1), slow_syncs=self.slow_syncs)  # fmt: skip
         fut, self._running = self._running, None
         assert fut is not None
         if error is None:

@@ -41,11 +41,13 @@ class FaultConfig(msgspec.Struct, frozen=True):
     duplicate: float = 0.0
     delay_s: float = 0.0
     seed: int = 0
+    # Each group-commit fsync takes this much longer: a slow or busy disk.
+    fsync_delay_s: float = 0.0
 
     @property
     def enabled(self) -> bool:
         """Whether any fault is switched on."""
-        return bool(self.drop or self.duplicate or self.delay_s)
+        return bool(self.drop or self.duplicate or self.delay_s or self.fsync_delay_s)
 
 
 class AgentConfig(msgspec.Struct, frozen=True):
@@ -377,7 +379,7 @@ def _faults(raw: Any) -> FaultConfig:
         raise ConfigError("faults: expected a table")
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in ("drop", "duplicate", "delay_s", "seed"):
+        if key not in ("drop", "duplicate", "delay_s", "seed", "fsync_delay_s"):
             raise ConfigError(f"faults.{key}: unknown setting")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"faults.{key}: expected a number")
@@ -385,8 +387,9 @@ def _faults(raw: Any) -> FaultConfig:
     for key in ("drop", "duplicate"):
         if not 0 <= values.get(key, 0) < 1:
             raise ConfigError(f"faults.{key}: expected a probability in [0, 1)")
-    if values.get("delay_s", 0) < 0:
-        raise ConfigError("faults.delay_s: expected seconds >= 0")
+    for key in ("delay_s", "fsync_delay_s"):
+        if values.get(key, 0) < 0:
+            raise ConfigError(f"faults.{key}: expected seconds >= 0")
     return FaultConfig(**values)
 
 

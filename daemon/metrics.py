@@ -56,6 +56,10 @@ class AgentCollector:
         if agent.commits is not None:
             yield CounterMetricFamily("shoal_store_fsyncs", "Group-commit syncs",
                                       value=agent.commits.syncs)  # fmt: skip
+            yield CounterMetricFamily("shoal_store_slow_fsyncs", "Group-commit syncs over 100 ms",
+                                      value=agent.commits.slow_syncs)  # fmt: skip
+            yield GaugeMetricFamily("shoal_store_fsync_max_seconds", "The longest sync so far",
+                                    value=agent.commits.slowest_s)  # fmt: skip
 
 
 def render(agent: Agent) -> bytes:

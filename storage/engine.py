@@ -79,9 +79,10 @@ class Engine:
         value = self._local.get(name)
         return None if value is None else bytes(value)
 
-    def local_put(self, name: bytes, value: bytes) -> None:
-        """Store and fsync a value of this node's own state."""
-        self._local.put(name, value, self._synced)
+    def local_put(self, name: bytes, value: bytes, sync: bool = True) -> None:
+        """Store a value of this node's own state; fsync it unless `sync` is
+        False (then the next `sync()` makes it durable)."""
+        self._local.put(name, value, self._synced if sync else self._unsynced)
 
     def sync(self) -> None:
         """Make every write so far durable: fsync the write-ahead log."""

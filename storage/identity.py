@@ -104,10 +104,11 @@ class DataDir:
             raise DataDirError(f"data_dir: the election state in {self.path} is damaged; "
                                "move the directory away") from None  # fmt: skip
 
-    def save_election(self, granted_epoch: int, config: Any) -> None:
-        """Make the granted epoch and voter configuration durable (fsync)."""
+    def save_election(self, granted_epoch: int, config: Any, sync: bool = True) -> None:
+        """Store the granted epoch and voter configuration; durable (fsync)
+        on return unless `sync` is False, then at the engine's next sync."""
         enc = None if config is None else [config.lineage, config.version, list(config.voters)]
-        self.engine.local_put(_ELECTION, cbor2.dumps([granted_epoch, enc]))
+        self.engine.local_put(_ELECTION, cbor2.dumps([granted_epoch, enc]), sync)
 
     def close(self) -> None:
         """Close the database and release the directory."""

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,14 @@ class AgentProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def metric(self, name: str) -> float:
+        """One sample of `GET /metrics`, by its full name."""
+        with urllib.request.urlopen(f"http://{self.ip}:7947/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[-1])
+        raise AssertionError(f"{name} missing from {self.name}'s /metrics")
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

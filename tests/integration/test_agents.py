@@ -45,16 +45,8 @@ def test_kill_9_is_seen_as_dead_by_all_others(agents):
     assert set(dead[0]) >= {"name", "address", "status", "incarnation", "tags"}
     # The victim's host (this one) answered with port unreachable, and the
     # survivors' probes used it (docs/architecture.md).
-    refused = sum(_metric(a, "shoal_swim_probes_refused_total") for a in survivors)
+    refused = sum(a.metric("shoal_swim_probes_refused_total") for a in survivors)
     assert refused >= 1
-
-
-def _metric(agent, name: str) -> float:
-    with urllib.request.urlopen(f"http://{agent.ip}:7947/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-    raise AssertionError(f"{name} missing from {agent.name}'s /metrics")
 
 
 def test_shoal_leave_shows_as_left_and_join_brings_it_back(agents):

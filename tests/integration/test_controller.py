@@ -109,3 +109,19 @@ def test_force_leave_is_answered_by_the_controller_only(agents):
     other = next(a for a in started if a.name != name)
     refused = shoal_cli("force-leave", "--api", f"{other.ip}:7947", started[0].name)
     assert refused.returncode == 1 and f"ask {name}" in refused.stderr
+
+
+def test_a_slow_disk_neither_stalls_the_agents_nor_makes_peers_suspect_them(agents, tmp_path):
+    """Every grant waits for an fsync; here each takes 0.6 s longer (the
+    agent's fault layer), above the 0.5 s probe timeout. The sync runs off
+    the event loop, so probes are answered meanwhile; with the request
+    timeout raised as docs/operations.md says, a controller is elected."""
+    config = tmp_path / "slow-disk.toml"
+    config.write_text("[faults]\nfsync_delay_s = 0.6\n[election]\nrequest_timeout_s = 1.5\n")
+    started = start_five(agents, extra=["--config", str(config)])
+    suspicions = sum(a.metric("shoal_swim_suspicions_raised_total") for a in started)
+    assert suspicions == 0, f"{suspicions} suspicions while agents waited for their disk"
+    slow = [a for a in started if a.metric("shoal_store_slow_fsyncs_total") >= 1]
+    assert slow, "no agent counted a slow sync"
+    assert '"slow disk: a write-ahead log sync took over 100 ms"' in slow[0].log()
+

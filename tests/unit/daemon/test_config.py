@@ -48,6 +48,8 @@ def test_bad_flags_exit_2_with_one_line_naming_the_setting(flags, setting, tmp_p
         ("[swim]\nprobe_interval_s = -1\n", "swim"),
         ("[swim]\nprobe_timeout = 1\n", "swim.probe_timeout"),
         ("[swim]\nindirect_checks = 1.5\n", "swim.indirect_checks"),
+        ("[faults]\nfsync_delay_s = -0.5\n", "faults.fsync_delay_s"),
+        ("[election]\nrequest_timeout_s = 2.5\n", "election"),
         ("this is not toml", "config"),
     ],
 )
