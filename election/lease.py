@@ -135,6 +135,7 @@ class _Request(msgspec.Struct):
     deadline_at: float
     renewal: bool
     resend_at: float  # ask the voters that have not answered again, once
+    extended: bool = False  # the deadline was moved once (`_wait_longer`)
     granted: set[str] = msgspec.field(default_factory=set)
     answered: set[str] = msgspec.field(default_factory=set)
     retry_at: dict[str, float] = msgspec.field(default_factory=dict)  # voter -> ask again
@@ -313,7 +314,7 @@ class LeaseElection:
         if self.lease_epoch is not None and now >= self.lease_end_at:
             self._lose(now, "expired")
         req = self._request
-        if req is not None and now >= req.deadline_at:
+        if req is not None and now >= req.deadline_at and not self._wait_longer(req, now):
             self._request_failed(req, now)
         elif req is not None:
             msg = LeaseRequest(req.seq, req.epoch, self.name, req.config)
@@ -474,6 +475,26 @@ class LeaseElection:
                 self._answer(self._vote(msg, now), ("", 0), now)
             else:
                 self._send_to(voter, msg)
+
+    def _wait_longer(self, req: _Request, now: float) -> bool:
+        """Give an uncontested campaign more time, once: until there is just
+        time left for one renewal within the lease it would win.
+
+        Every grant waits for an fsync, the candidate's own and then the
+        voter's: on a slow disk the answers come after `request_timeout_s`
+        but are not refusals. Failing there would release the grants, back
+        off and fail again the same way. Only a campaign that nobody has
+        refused waits; the lease still counts from sending, so winning late
+        is safe (it only shortens the first term)."""
+        if req.renewal or req.extended or not req.answered <= req.granted:
+            return False
+        until = req.sent_at + self.config.holder_lease_s - self.config.request_timeout_s
+        if until <= now:
+            return False
+        req.extended = True
+        req.deadline_at = until
+        req.resend_at = now  # and ask the silent voters once more (below)
+        return True
 
     @staticmethod
     def _targets(req: _Request) -> list[str]:

@@ -125,3 +125,17 @@ def test_a_slow_disk_neither_stalls_the_agents_nor_makes_peers_suspect_them(agen
     assert slow, "no agent counted a slow sync"
     assert '"slow disk: a write-ahead log sync took over 100 ms"' in slow[0].log()
 
+
+
+def test_with_fsyncs_slower_than_the_request_timeout_a_controller_is_elected(agents, tmp_path):
+    """Two fsyncs in a row (0.3 s longer each) exceed the 0.4 s request
+    timeout: a campaign that nobody refused waits for its late grants, so
+    the cluster elects, and fails over, without any tuning."""
+    config = tmp_path / "slow-disk.toml"
+    config.write_text("[faults]\nfsync_delay_s = 0.3\n")
+    started = start_five(agents, extra=["--config", str(config)])
+    name, epoch = agreed(started)
+    victim = next(a for a in started if a.name == name)
+    survivors = [a for a in started if a is not victim]
+    victim.kill()
+    poll_until(lambda: (found := agreed(survivors)) and found[1] > epoch, 15, interval_s=0.05)

@@ -180,3 +180,22 @@ def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
                if isinstance(m, ControllerNotice) and to == first[1]]  # fmt: skip
     assert len(repeats) == 2 and repeats[-1] <= 0.05 + 2 * cfg.renew_interval_s + 0.01
     assert el._notice_at == repeats[-1] + cfg.notice_interval_s  # then the slow pace
+
+
+def test_an_unrefused_campaign_waits_for_late_grants_and_a_refused_one_does_not():
+    """On a slow disk the grants come after the request timeout (each waits
+    for an fsync); a refusal means a contest, and is not waited out."""
+    cfg = LeaseConfig()
+    el = voter("a")
+    (req, _) = stand(el)
+    sent_at = el._request.sent_at
+    sent_until(el, sent_at + cfg.request_timeout_s + 0.01)
+    assert el._request is not None  # still asking
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, sent_at + 1.0)
+    assert el.is_controller and el.lease_end_at == sent_at + cfg.holder_lease_s
+
+    refused = voter("a")
+    (req, _) = stand(refused)
+    refused.receive(LeaseReject(req.seq, "b", REJECT_EPOCH, 9, "", 0, CONFIG), PEER, 0.05)
+    sent_until(refused, refused._request.sent_at + cfg.request_timeout_s + 0.01)
+    assert refused._request is None and not refused.is_controller
