@@ -58,6 +58,11 @@ class Output(msgspec.Struct, frozen=True):
     the `persist` item that makes the promise survive a crash, and the driver
     makes it durable before the message leaves. Nothing here is ever sent
     before the state it depends on is on disk.
+
+    A driver may let a message go first when it depends on none of the
+    batch's persist items: the agent holds only the election's messages
+    while the election's state syncs off the event loop, and SWIM's go out
+    at once (a slow disk must not delay probe answers; see daemon/agent.py).
     """
 
     persist: tuple[Any, ...] = ()
