@@ -611,13 +611,13 @@ class Agent:
         if fut is not self._held_for:
             return  # a later write waits for a later sync
         held, self._held, self._held_for = self._held, [], None
-        if fut.cancelled() or fut.exception() is not None or self._udp is None:
+        if fut.cancelled() or fut.exception() is not None:
             self.counters["election_sends_dropped"] += len(held)
             log.error("election state could not be made durable: its messages are not sent",
                       messages=len(held))  # fmt: skip
             return
-        if self._udp.is_closing():
-            return
+        if self._udp is None or self._udp.is_closing():
+            return  # shutting down
         for send in held:
             self._send(send)
 
