@@ -52,6 +52,9 @@ class SwimConfig(msgspec.Struct, frozen=True):
     # Ours: a leaving node tells up to this many members directly, besides
     # gossip, so that nobody probes it after it stops (see swim.leave).
     leave_direct_max: int = 64
+    # Ours: a node whose join was answered tells up to this many of the
+    # members it just learned that it is alive, directly (see swim.join).
+    join_direct_max: int = 64
 
     def __post_init__(self) -> None:
         for name in self.__struct_fields__:

@@ -252,9 +252,13 @@ class MemberTable:
             return Ignored.UNKNOWN
         if inc < m.incarnation or m.state in (DEAD, LEFT):
             return Ignored.STALE
-        if m.state is SUSPECT:
-            m.incarnation = inc
+        if m.state is SUSPECT and inc == m.incarnation:
             return Ignored.ALREADY
+        # A suspicion at a higher incarnation than the one we hold is a new
+        # one: the member refuted ours (we missed it) and was suspected again.
+        # Counted as a confirmation of ours instead, it declared a live member
+        # dead at once whenever ours had outlived its timeout (simulator: 100
+        # nodes, 10 % loss, 79 observers reported one live member failed).
         self._set(m, SUSPECT, inc, now)
         return Transition.SUSPECTED
 

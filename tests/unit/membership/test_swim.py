@@ -2,6 +2,8 @@
 
 import random
 
+import msgspec.structs
+
 from membership.events import (
     MemberDied,
     MemberJoined,
@@ -10,9 +12,19 @@ from membership.events import (
     MemberSuspected,
     NameConflicted,
 )  # fmt: skip
-from membership.member import NodeIdentity
-from membership.messages import Ack, Alive, MemberRecord, Nack, Ping, PingReq, PushPull, Suspect
-from membership.output import Channel
+from membership.member import MemberState, NodeIdentity
+from membership.messages import (
+    Ack,
+    Alive,
+    Dead,
+    MemberRecord,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    Suspect,
+)  # fmt: skip
+from membership.output import Address, Channel
 from membership.swim import SwimNode
 from tests.unit.membership.helpers import CONFIG, Net, ident
 
@@ -375,3 +387,76 @@ def test_a_live_member_whose_host_refuses_a_datagram_is_probed_next():
         target, now = _next_probe(node, now)
         targets.append(target)
     assert targets == ["n7", "n3", "n10"]
+
+
+def _direct(node: SwimNode) -> list[tuple[Address, object]]:
+    return [(s.to, m) for s in node.drain().send if s.channel is not Channel.STREAM
+            for m in s.messages]  # fmt: skip
+
+
+def _answer_join(node: SwimNode, seed: int, members: range, now: float) -> None:
+    """The seed's reply to `node`'s join: itself and `members`, all alive."""
+    records = tuple(MemberRecord(ident(i), 1, MemberState.ALIVE) for i in (seed, *members))
+    node.receive(PushPull(f"n{seed}", True, True, records), ident(seed).addr, now)
+
+
+def test_a_node_whose_join_is_answered_tells_the_members_it_learned_directly():
+    """Gossip alone reaches the last member late (or, now and then, not before
+    the next push-pull); a joiner tells every member of its seed's table at once,
+    except the seed, once per incarnation, and at most join_direct_max of them."""
+    node = SwimNode(ident(1), msgspec.structs.replace(CONFIG, join_direct_max=5),
+                    random.Random(1))  # fmt: skip
+    node.start(0.0)
+    node.join([ident(2).addr], 0.0)
+    node.drain()
+    _answer_join(node, 2, range(3, 6), 0.1)
+    told = {to for to, m in _direct(node) if m == Alive(node.incarnation, node.ident)}
+    assert told == {ident(i).addr for i in (3, 4, 5)}
+    node.join([ident(3).addr], 0.2)
+    node.drain()
+    _answer_join(node, 3, range(2, 12), 0.3)  # six members it had not heard of
+    told = [to for to, m in _direct(node) if m == Alive(node.incarnation, node.ident)]
+    assert len(told) == 5 and set(told) <= {ident(i).addr for i in range(6, 12)}
+
+
+def test_a_stale_suspicion_is_answered_with_the_refutation_we_hold():
+    """Whoever spreads a suspicion older than the refutation gets the
+    refutation back, directly: it missed it, and would otherwise declare a live
+    member dead. Once per sender and member per probe round."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in (2, 3):
+        node.receive(Alive(4, ident(i)), ident(i).addr, 0.0)
+    node.drain()
+    node.receive(Suspect(3, "n2", "n3"), ident(3).addr, 0.1)
+    node.receive(Suspect(3, "n2", "n3"), ident(3).addr, 0.1)
+    node.receive(Dead(2, "n2", "n3"), ident(3).addr, 0.1)
+    assert _direct(node) == [(ident(3).addr, Alive(4, ident(2)))]
+    assert node.counters.corrections_sent == 1
+    # about ourselves: our own newer incarnation
+    node.receive(Suspect(node.incarnation - 1, "n1", "n3"), ident(3).addr, 0.2)
+    assert _direct(node) == [(ident(3).addr, Alive(node.incarnation, node.ident))]
+    # a current suspicion is not "stale": it is taken, not answered
+    node.receive(Suspect(4, "n2", "n3"), ident(3).addr, 0.3)
+    assert all(to != ident(3).addr or not isinstance(m, Alive) for to, m in _direct(node))
+    assert node.table.get("n2").state is MemberState.SUSPECT
+
+
+def test_a_suspicion_at_a_newer_incarnation_starts_over_instead_of_confirming_ours():
+    """We missed a member's refutation and still suspect its old incarnation;
+    another member suspects it again, at the new one. That is a new suspicion
+    with its own timeout, not a confirmation of ours: counted as one, it ended
+    our long-standing suspicion at once and declared a live member dead."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, 6):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    node.receive(Suspect(1, "n2", "n3"), ident(3).addr, 0.0)
+    node.receive(Suspect(1, "n2", "n4"), ident(4).addr, 0.1)  # one confirmation
+    node.drain()
+    node.tick(6.0)  # 6 s: past the timeout of a fully confirmed suspicion
+    node.receive(Suspect(2, "n2", "n5"), ident(5).addr, 6.0)
+    node.tick(6.0)
+    m = node.table.get("n2")
+    assert (m.state, m.incarnation) == (MemberState.SUSPECT, 2)
+    assert not [e for e in node.drain().events if isinstance(e, MemberDied)]
