@@ -14,9 +14,7 @@ or $SHOAL_API_TOKEN_FILE). Tokens are compared in constant time.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,8 @@ class ApiAccess(msgspec.Struct, frozen=True):
             return True
         if self.open_reads and method in _READ_ONLY and not path.startswith("/v1/keys"):
             return True
+        import hmac  # (not at module level: the agent's start does not need it)
+
         scheme, _, given = authorization.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
                                                                   self.token.encode())
@@ -96,4 +96,6 @@ def read_token_file(path: Path, setting: str) -> str:
 
 def generate_token() -> str:
     """A random API token."""
+    import secrets
+
     return secrets.token_urlsafe(32)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -86,6 +85,8 @@ def parse_encryption(raw: Any) -> EncryptionConfig:
 
 def generate_key() -> str:
     """A new random key, base64 (`shoal keys generate`)."""
+    import secrets  # (not at module level: the agent's start does not need it)
+
     return format_key(secrets.token_bytes(KEY_BYTES))
 
 

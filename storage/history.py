@@ -13,11 +13,9 @@ is written, so a killed agent loses at most what was still queued.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -244,6 +242,9 @@ class HistoryWriter:
             target = self.directory / f"history-{stamp}-{n:03d}.jsonl.gz"
         current = self.directory / CURRENT
         partial = target.with_suffix(".gz.part")
+        import gzip  # (gzip and shutil: not at module level, to keep the start light)
+        import shutil
+
         with open(current, "rb") as src, gzip.open(partial, "wb") as dst:
             shutil.copyfileobj(src, dst)
         os.replace(partial, target)
@@ -285,6 +286,8 @@ def history_files(directory: Path) -> list[Path]:
 def read_history(directory: Path, stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
     """Every row in `directory`, oldest file first; bad lines are counted in
     `stats` and skipped."""
+    import gzip
+
     stats = stats if stats is not None else ReadStats()
     for path in history_files(directory):
         opener: Any = gzip.open if path.suffix == ".gz" else open
