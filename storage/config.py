@@ -21,7 +21,9 @@ class SyncConfig(msgspec.Struct, frozen=True):
 
     # Seconds between anti-entropy sessions. A session between equal
     # replicas is one round trip of ~40 bytes, so this can be short;
-    # memberlist's push-pull of the member list runs every 30 s.
+    # memberlist's push-pull of the member list runs every 30 s. While
+    # sessions find the replicas equal and nothing is written, the interval
+    # doubles, up to 4x (20 s).
     sync_interval_s: float = 5.0
     # Members a fresh write is pushed to at once (Serf's user events use
     # the gossip fan-out, 3 on a LAN).

@@ -33,7 +33,12 @@ class Pair:
     def sync(self, initiator=("a", 1), peer=("b", 1)) -> SyncCompleted:
         src = self.nodes[initiator]
         assert src.sync_with(peer, 0.0)
-        queue = [(initiator, s) for s in src.drain().send]
+        self.deliver(initiator)
+        return self.events[-1]
+
+    def deliver(self, initiator) -> None:
+        """Carry what `initiator` has to send, and every answer, until quiet."""
+        queue = [(initiator, s) for s in self.nodes[initiator].drain().send]
         while queue:
             sender, send = queue.pop(0)
             frame = codec.encode_frame(send.messages, TAG)
@@ -46,7 +51,6 @@ class Pair:
             self.events += out.events
         for core in self.nodes.values():  # the follow-up session, if any
             self.events += core.drain().events
-        return self.events[-1]
 
     def same(self) -> bool:
         a = {r.key: r for r in self.a.replica.store.all()}
@@ -142,3 +146,31 @@ def test_writes_are_pushed_to_the_fanout_in_a_datagram_when_they_fit(size, chann
     sends = core.drain().send
     assert len({s.to for s in sends}) == 3
     assert {s.channel.value for s in sends} == {channel}
+
+
+def test_a_quiet_store_syncs_less_often_and_a_write_brings_the_pace_back():
+    """Sessions that find equal replicas double the interval, up to 4x; a
+    write (or a push, or any difference) brings it back to sync_interval_s."""
+    pair = Pair()
+    rep = pair.a.replica
+    pair.a = pair.nodes[("a", 1)] = AntiEntropy(rep, pair.config, random.Random(1),
+                                                lambda rng, k: [("b", 1)], wall_offset_ms=WALL)
+    a, base = pair.a, pair.config.sync_interval_s
+    a.start(0.0)
+    starts: list[float] = []
+    while len(starts) < 8:
+        now = a.next_deadline()
+        before = a.counters.sessions_started
+        a.tick(now)  # a session's start also draws the delay to the next one
+        pair.deliver(("a", 1))
+        if a.counters.sessions_started > before:
+            starts.append(now)
+            if len(starts) == 4:
+                a.write(b"k", b"v", now)  # (pushed to b, which then holds it too)
+    gaps = [round(t1 - t0, 2) for t0, t1 in zip(starts, starts[1:])]
+    factors = [g / base for g in gaps]
+    # Nominal gaps, each drawn from 0.8-1.2 of it: a first retry after 1 s,
+    # then 2x, 4x, 4x; the write; 1x, and the push made that session find
+    # the replicas equal: 2x, 4x.
+    nominal = [1 / base, 2, 4, 4, 1, 2, 4]
+    assert all(0.8 * n <= f <= 1.2 * n for f, n in zip(factors, nominal)), gaps
