@@ -661,9 +661,9 @@ class SwimNode:
             self._events.append(JoinCompleted(sender, True))
             if self._announce_join:
                 self._announce_join = False
-                self._announce_alive(sender)
+                self._announce_alive(msg.source)
 
-    def _announce_alive(self, seed: Address) -> None:
+    def _announce_alive(self, seed: str) -> None:
         """Tell the members a join just taught us that we are alive, directly.
 
         Gossip alone leaves a tail: each update is sent about λ·log N times to
@@ -682,9 +682,7 @@ class SwimNode:
             self._told = set()
         # (forgetting members that are gone keeps the set within the table)
         self._told = told = {name for name in self._told if name in live}
-        seed_name = next((m.ident.name for m in self.table.all() if m.ident.addr == seed), None)
-        if seed_name is not None:
-            told.add(seed_name)  # it has just merged our state
+        told.add(seed)  # it has just merged our state
         fresh = [name for name in live.items() if name not in told]
         msg = Alive(self.incarnation, self.ident)
         for name in self.rng.sample(fresh, min(len(fresh), self.config.join_direct_max)):
