@@ -75,7 +75,7 @@ class ShoalNode:
         granted_epoch, voters = election_state
         self.election = LeaseElection(
             ident.name, lease_config or LeaseConfig(), random.Random(rng.getrandbits(64)),
-            self._view, self._addr_of, granted_epoch, voters, bootstrap_expect,
+            self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._state_of,
         )  # fmt: skip
         self._view_version = -1
         # Message type -> the handler of the core it belongs to: one lookup
@@ -207,6 +207,10 @@ class ShoalNode:
     def _addr_of(self, name: str) -> Address | None:
         m = self.swim.table.members.get(name)
         return None if m is None else m.ident.addr
+
+    def _state_of(self, name: str) -> str | None:
+        m = self.swim.table.members.get(name)
+        return None if m is None else _LABELS[m.state]
 
     def _sample_peers(self, rng: random.Random, k: int) -> list[Address]:
         table = self.swim.table

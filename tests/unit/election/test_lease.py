@@ -4,7 +4,7 @@ import random
 
 from election.config import LeaseConfig
 from election.events import ControllerElected, PersistElection
-from election.lease import LeaseElection
+from election.lease import _NOTICE_GAP_S, LeaseElection
 from election.messages import (
     REJECT_EPOCH,
     REJECT_HELD,
@@ -166,9 +166,22 @@ def test_a_voter_that_answered_is_not_asked_again():
     assert again == [(f"10.0.0.{ord('c')}", 7946)]
 
 
+def renewed_until(el: LeaseElection, until: float) -> list[tuple[float, object, object]]:
+    """`sent_until`, with voter b granting every renewal at once."""
+    sent = []
+    while (now := el.next_deadline()) is not None and now <= until:
+        el.tick(now)
+        out = [(now, s.to, m) for s in el.drain().send for m in s.messages]
+        for _, _, m in out:
+            if isinstance(m, LeaseRequest):
+                el.receive(LeaseGrant(m.seq, m.epoch, "b"), PEER, now)
+        sent += out + [(now, s.to, m) for s in el.drain().send for m in s.messages]
+    return sent
+
+
 def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
     """A member whose notice was lost would not know the controller until the
-    next one (5 s); the first notices go out one renewal interval apart."""
+    next one (15 s); the first notices go out `_NOTICE_GAP_S` apart."""
     el = voter("a")
     (req, _) = stand(el)
     el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
@@ -176,9 +189,9 @@ def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
     first = [s.to for s in won.send if isinstance(s.messages[0], ControllerNotice)]
     assert len(first) == 2  # b and c
     cfg = LeaseConfig()
-    repeats = [t for t, to, m in sent_until(el, 0.05 + cfg.lease_s)
+    repeats = [t for t, to, m in renewed_until(el, 0.05 + 2 * cfg.renew_interval_s + 0.02)
                if isinstance(m, ControllerNotice) and to == first[1]]  # fmt: skip
-    assert len(repeats) == 2 and repeats[-1] <= 0.05 + 2 * cfg.renew_interval_s + 0.01
+    assert len(repeats) == 2 and repeats[-1] <= 0.05 + 2 * _NOTICE_GAP_S + 0.01
     assert el._notice_at == repeats[-1] + cfg.notice_interval_s  # then the slow pace
 
 
@@ -199,3 +212,61 @@ def test_an_unrefused_campaign_waits_for_late_grants_and_a_refused_one_does_not(
     refused.receive(LeaseReject(req.seq, "b", REJECT_EPOCH, 9, "", 0, CONFIG), PEER, 0.05)
     sent_until(refused, refused._request.sent_at + cfg.request_timeout_s + 0.01)
     assert refused._request is None and not refused.is_controller
+
+
+def member_view(states: dict[str, str], name: str) -> LeaseElection:
+    """A core whose view is `states` (name -> state), changed by the test."""
+    view = lambda: [(n, (), st) for n, st in states.items()]  # noqa: E731
+    return LeaseElection(name, LeaseConfig(), random.Random(1), view,
+                         lambda n: (f"10.0.0.{ord(n)}", 7946), 0, CONFIG,
+                         state_of=states.get)  # fmt: skip
+
+
+def test_a_member_that_joins_hears_of_the_controller_at_its_next_renewal():
+    """Notices refresh every 15 s; a newcomer must not wait for one, and
+    members already told are not told again in between."""
+    states = {"a": "alive", "b": "alive", "c": "alive"}
+    el = member_view(states, "a")
+    (req, _) = stand(el)
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
+    el.drain()
+    renewed_until(el, 3.0)  # the fast repeats are over
+    states["d"] = "alive"
+    el.view_changed(3.0)
+    cfg = LeaseConfig()
+    sent = [(t, to) for t, to, m in renewed_until(el, 3.0 + cfg.notice_interval_s - 1)
+            if isinstance(m, ControllerNotice)]  # fmt: skip
+    assert sent == [(sent[0][0], ("10.0.0.100", 7946))]  # d only, once
+    assert sent[0][0] <= 3.0 + cfg.renew_interval_s
+
+
+def test_a_failed_renewal_is_tried_again_at_once():
+    """With renewals one second apart, waiting for the next would leave no
+    second try inside the lease."""
+    el = voter("a")
+    (req, _) = stand(el)
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
+    el.drain()
+    cfg = LeaseConfig()
+    first = el.lease_end_at - cfg.holder_lease_s + cfg.renew_interval_s  # from the campaign
+    renewals = [t for t, _, m in sent_until(el, el.lease_end_at - 0.001)
+                if isinstance(m, LeaseRequest)]  # fmt: skip
+    tries = sorted(set(renewals))
+    # each try is sent, re-sent once, then tried again when its timeout ends
+    assert tries[0] == first and len(tries) >= 4
+    assert abs(tries[2] - (first + cfg.request_timeout_s)) < 1e-9
+    assert el.counters.renewals_failed >= 1 and el.is_controller
+
+
+def test_a_member_forgets_a_controller_its_view_reports_dead():
+    states = {"a": "alive", "b": "alive", "c": "alive"}
+    el = member_view(states, "c")
+    el.start(0.0)
+    el.receive(ControllerNotice(1, "a", 1900, CONFIG), PEER, 0.1)
+    assert el.known == ("a", 1)
+    states["a"] = "suspect"
+    el.view_changed(2.0)
+    assert el.known == ("a", 1)  # suspicion is not enough
+    states["a"] = "dead"
+    el.view_changed(6.0)
+    assert el.known is None
