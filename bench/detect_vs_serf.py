@@ -4,6 +4,9 @@
 For each cluster size N (default 5, 20, 50), for each system:
   - join: N agents join through one seed; the time from the *last* agent's
     launch until every agent has recorded every other as joined;
+    each agent's CPU from exec until then, and that CPU summed over the
+    agents and divided by the cores: started together, the agents cannot
+    all be up sooner than that, whatever the protocol does;
   - crash: kill -9 of one agent (a replacement joins afterwards so N holds);
     delay until the first and until the last survivor record it failed;
     median over the trials. The host runs on, so its kernel answers the
@@ -185,6 +188,11 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
         if ok:  # the moment the last join was logged, not when we noticed
             with a.lock:
                 out["join_s"] = max(t for t, *_ in a.events) - last_launch
+        # What bounds the join when N agents start at once on few cores: each
+        # one's CPU from exec until the cluster formed (start-up, joining).
+        cpu = [proc_cpu_rss(p.pid)[0] for p in a.procs.values()]
+        out["start_cpu_s"] = statistics.mean(cpu)
+        out["start_cpu_bound_s"] = sum(cpu) / (os.cpu_count() or 1)
         out.update(steady_state(a, n, args.steady_s))
         out.update(crash_trials(a, args.crash_trials, seed_ip, "crash"))
         out.update(crash_trials(a, args.crash_trials, seed_ip, "hang"))
@@ -303,6 +311,8 @@ def _median(xs: list[float]) -> float | None:
 
 ROWS = [
     ("join_s", "join, all see all after last launch (s)"),
+    ("start_cpu_s", "CPU per agent, exec until all joined (s)"),
+    ("start_cpu_bound_s", "that CPU for all agents / cores (s)"),
     ("crash_first_s", "crash detection, first observer (s, median)"),
     ("crash_last_s", "crash detection, last observer (s, median)"),
     ("hang_first_s", "hang detection, first observer (s, median)"),
