@@ -211,7 +211,7 @@ class LeaseElection:
         self._notice_at = 0.0
         self._notices_left = 0  # fast repeats of a new controller's notice
         # Live members the controller has sent a notice to in this lease
-        # (see `_notify_new`), and whether the view changed since it looked.
+        # (see `_notify`), and whether the view changed since it looked.
         self._told: set[str] = set()
         self._view_dirty = False
         self._view_changed_at = 0.0
@@ -452,7 +452,7 @@ class LeaseElection:
         self._now_hint = now
         if self._request is None and now >= self._renew_at:
             if self._view_dirty:
-                self._notify_new(now)
+                self._notify(now, everyone=False)  # members not told yet
             if self.voters != self._quorum_config and self._quorum_config is not None:
                 # Finish the change in flight (ours, or one adopted on sight)
                 # before any other: two uncommitted steps could make
@@ -753,7 +753,6 @@ class LeaseElection:
         self._wake(now)
 
     def _notify_all(self, now: float) -> None:
-        assert self.lease_epoch is not None and self.voters is not None
         if self._notices_left > 0:
             self._notices_left -= 1
             self._notice_at = now + _NOTICE_GAP_S
@@ -761,11 +760,9 @@ class LeaseElection:
             self._notice_at = now + self.config.notice_interval_s
         self._notify(now, everyone=True)
 
-    def _notify_new(self, now: float) -> None:
-        """Tell the live members not told in this lease who the controller is."""
-        self._notify(now, everyone=False)
-
     def _notify(self, now: float, everyone: bool) -> None:
+        """Tell every live member who the controller is, or (not `everyone`)
+        only those not told in this lease."""
         assert self.lease_epoch is not None and self.voters is not None
         self._view_dirty = False
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)

@@ -134,12 +134,18 @@ def stand(el: LeaseElection) -> list[LeaseRequest]:
     return [s.messages[0] for s in el.drain().send if isinstance(s.messages[0], LeaseRequest)]
 
 
-def sent_until(el: LeaseElection, until: float) -> list[tuple[float, object, object]]:
-    """(time, to, message) of everything `el` sends, ticking to `until`."""
+def sent_until(el: LeaseElection, until: float,
+               granter: str = "") -> list[tuple[float, object, object]]:  # fmt: skip
+    """(time, to, message) of everything `el` sends, ticking to `until`; with
+    `granter`, that voter grants every request at once."""
     sent = []
     while (now := el.next_deadline()) is not None and now <= until:
         el.tick(now)
-        sent += [(now, s.to, m) for s in el.drain().send for m in s.messages]
+        out = [(now, s.to, m) for s in el.drain().send for m in s.messages]
+        for _, _, m in out:
+            if granter and isinstance(m, LeaseRequest):
+                el.receive(LeaseGrant(m.seq, m.epoch, granter), PEER, now)
+        sent += out + [(now, s.to, m) for s in el.drain().send for m in s.messages]
     return sent
 
 
@@ -166,19 +172,6 @@ def test_a_voter_that_answered_is_not_asked_again():
     assert again == [(f"10.0.0.{ord('c')}", 7946)]
 
 
-def renewed_until(el: LeaseElection, until: float) -> list[tuple[float, object, object]]:
-    """`sent_until`, with voter b granting every renewal at once."""
-    sent = []
-    while (now := el.next_deadline()) is not None and now <= until:
-        el.tick(now)
-        out = [(now, s.to, m) for s in el.drain().send for m in s.messages]
-        for _, _, m in out:
-            if isinstance(m, LeaseRequest):
-                el.receive(LeaseGrant(m.seq, m.epoch, "b"), PEER, now)
-        sent += out + [(now, s.to, m) for s in el.drain().send for m in s.messages]
-    return sent
-
-
 def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
     """A member whose notice was lost would not know the controller until the
     next one (15 s); the first notices go out `_NOTICE_GAP_S` apart."""
@@ -189,7 +182,7 @@ def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
     first = [s.to for s in won.send if isinstance(s.messages[0], ControllerNotice)]
     assert len(first) == 2  # b and c
     cfg = LeaseConfig()
-    repeats = [t for t, to, m in renewed_until(el, 0.05 + 2 * cfg.renew_interval_s + 0.02)
+    repeats = [t for t, to, m in sent_until(el, 0.05 + 2 * cfg.renew_interval_s + 0.02, "b")
                if isinstance(m, ControllerNotice) and to == first[1]]  # fmt: skip
     assert len(repeats) == 2 and repeats[-1] <= 0.05 + 2 * _NOTICE_GAP_S + 0.01
     assert el._notice_at == repeats[-1] + cfg.notice_interval_s  # then the slow pace
@@ -230,11 +223,11 @@ def test_a_member_that_joins_hears_of_the_controller_at_its_next_renewal():
     (req, _) = stand(el)
     el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
     el.drain()
-    renewed_until(el, 3.0)  # the fast repeats are over
+    sent_until(el, 3.0, "b")  # the fast repeats are over
     states["d"] = "alive"
     el.view_changed(3.0)
     cfg = LeaseConfig()
-    sent = [(t, to) for t, to, m in renewed_until(el, 3.0 + cfg.notice_interval_s - 1)
+    sent = [(t, to) for t, to, m in sent_until(el, 3.0 + cfg.notice_interval_s - 1, "b")
             if isinstance(m, ControllerNotice)]  # fmt: skip
     assert sent == [(sent[0][0], ("10.0.0.100", 7946))]  # d only, once
     assert sent[0][0] <= 3.0 + cfg.renew_interval_s
