@@ -333,6 +333,11 @@ def fmt(v: object) -> str:
     return "-" if v is None else str(v)
 
 
+def interpreter() -> str:
+    """Which Python runs the agents: start-up CPU depends on its build."""
+    return f"Python {sys.version.split()[0]} ({os.path.realpath(sys.executable)})"
+
+
 def report(results: dict, args: argparse.Namespace) -> None:
     serf_version = subprocess.run(["serf", "version"], capture_output=True, text=True).stdout
     print(f"configuration: sizes {args.sizes}, crash trials {args.crash_trials}, leave trials "
@@ -340,7 +345,8 @@ def report(results: dict, args: argparse.Namespace) -> None:
           f"last join, launch gap "
           f"{args.launch_gap_s} s, LAN profile on both "
           f"(probe 1 s, timeout 0.5 s, gossip 0.2 s x3, suspicion mult 4), loopback in a "
-          f"private netns, {os.cpu_count()} cores; {serf_version.splitlines()[0]}")  # fmt: skip
+          f"private netns, {os.cpu_count()} cores, {interpreter()}; "
+          f"{serf_version.splitlines()[0]}")  # fmt: skip
     for n, per in results.items():
         print(f"\nN = {n}")
         print(f"  {'figure':48} {'shoal':>9} {'serf':>9} {'shoal/serf':>10}")

@@ -28,6 +28,7 @@ from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     SerfAgents,
     ShoalAgents,
     _listening,
+    interpreter,
     proc_cpu_rss,
     wait_for,
 )
@@ -70,7 +71,7 @@ def main() -> None:
     if shutil.which("serf"):
         systems.append(SerfAgents)
     print(f"configuration: {args.agents} agents started one after another, each joining one "
-          f"seed on loopback; LAN profile; medians")  # fmt: skip
+          f"seed on loopback; LAN profile; medians; {interpreter()}")  # fmt: skip
     medians = {}
     for cls in systems:
         rows = measure(cls, args.agents)

@@ -17,7 +17,15 @@ set -eu
 SRC=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 DESTDIR=${DESTDIR:-}
 PREFIX=/opt/shoal
-PYTHON=${PYTHON:-python3}
+# The distribution's Python when it has 3.11 or later with venv: it is what
+# the service should run (not an interpreter in somebody's home directory,
+# which the service's user cannot read), and Debian builds it for speed.
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    if /usr/bin/python3 -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        PYTHON=/usr/bin/python3
+    fi
+fi
 UNIT=$DESTDIR/usr/lib/systemd/system/shoal.service
 SYSUSERS=$DESTDIR/usr/lib/sysusers.d/shoal.conf
 
