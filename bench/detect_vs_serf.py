@@ -7,6 +7,11 @@ For each cluster size N (default 5, 20, 50), for each system:
     each agent's CPU from exec until then, and that CPU summed over the
     agents and divided by the cores: started together, the agents cannot
     all be up sooner than that, whatever the protocol does;
+  - the floor of shoal's stack, just before shoal's join: N - 1 processes of
+    bench/stack_floor.py (the design's libraries imported, a RocksDB opened,
+    sockets bound, nothing else) launched at once, from the last launch
+    until all are ready; median of 3. No Python agent on that stack joins
+    sooner on this machine;
   - crash: kill -9 of one agent (a replacement joins afterwards so N holds);
     delay until the first and until the last survivor record it failed;
     median over the trials. The host runs on, so its kernel answers the
@@ -182,6 +187,8 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
     out: dict = {}
     try:
         seed_ip = a.ip(0)
+        if cls is ShoalAgents:
+            out["floor_s"] = stack_floor(n, seed_ip)
         last_launch = launch_cluster(a, n, args.launch_gap_s)
         ok = wait_for(lambda: all_joined(a), 60)
         out["join_s"] = (time.monotonic() - last_launch) if ok else None
@@ -201,6 +208,28 @@ def run_system(cls: type[Agents], n: int, args: argparse.Namespace, subnet: int)
         a.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
     return out
+
+
+def stack_floor(n: int, ip: str, runs: int = 3) -> float:
+    """Median over `runs` of: n - 1 bench/stack_floor.py processes launched
+    at once, from the last launch until every one is ready."""
+    script = str(Path(__file__).resolve().parent / "stack_floor.py")
+    times = []
+    for _ in range(runs):
+        procs = [subprocess.Popen([sys.executable, script, ip], stdout=subprocess.PIPE, text=True)
+                 for _ in range(n - 1)]  # fmt: skip
+        last_launch = time.monotonic()
+        try:
+            for proc in procs:
+                assert proc.stdout is not None
+                if '"ready"' not in proc.stdout.readline():
+                    raise RuntimeError("bench/stack_floor.py did not start")
+            times.append(time.monotonic() - last_launch)
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+    return statistics.median(times)
 
 
 def launch_cluster(a: Agents, n: int, gap_s: float = 0.0) -> float:
@@ -313,6 +342,7 @@ ROWS = [
     ("join_s", "join, all see all after last launch (s)"),
     ("start_cpu_s", "CPU per agent, exec until all joined (s)"),
     ("start_cpu_bound_s", "that CPU for all agents / cores (s)"),
+    ("floor_s", "N-1 bare processes of the stack at once (s)"),
     ("crash_first_s", "crash detection, first observer (s, median)"),
     ("crash_last_s", "crash detection, last observer (s, median)"),
     ("hang_first_s", "hang detection, first observer (s, median)"),

@@ -69,7 +69,13 @@ from membership.member import MemberState, MemberView, NodeIdentity, Tags
 from membership.messages import PushPull
 from membership.output import Address, Channel, Output, PersistIncarnation, Send
 from membership.profiles import SwimConfig
-from membership.transport import FaultInjector, PacketProtocol, open_udp_socket, read_frame
+from membership.transport import (
+    FaultInjector,
+    PacketProtocol,
+    open_tcp_listener,
+    open_udp_socket,
+    read_frame,
+)
 from storage.antientropy import SyncCompleted
 from storage.history import HistoryWriter, Observer, history_row, member_row
 from storage.identity import DataDir
@@ -143,6 +149,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop
         self._udp: asyncio.DatagramTransport | None = None
         self._packets: PacketProtocol | None = None
+        self._api_sock: socket.socket  # bound in _open_sockets, served by the API
         self._inbound: dict[Address, asyncio.StreamWriter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -216,7 +223,7 @@ class Agent:
         from daemon.api import ApiServer  # loaded after the node is up and joining
 
         api = ApiServer(self)
-        await api.start(cfg.api)
+        await api.start(self._api_sock)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._stop.set)
         self._loop.add_signal_handler(signal.SIGHUP, self._reload)
@@ -279,9 +286,18 @@ class Agent:
                 lambda: self._packets, sock=sock
             )
             _grow_receive_buffer(self._udp)
-            self._server = await asyncio.start_server(self._on_stream, cfg.bind[0], cfg.bind[1])
+            self._server = await asyncio.start_server(
+                self._on_stream, sock=open_tcp_listener(cfg.bind[0], cfg.bind[1]))
         except OSError as exc:
             raise ConfigError(f"bind: cannot listen on {cfg.bind[0]}:{cfg.bind[1]}: "
+                              f"{exc.strerror}") from None  # fmt: skip
+        # The API's address is taken here too, before the join: an agent
+        # whose API cannot listen must fail before anybody has heard of it
+        # (serving starts later, once the node is up).
+        try:
+            self._api_sock = open_tcp_listener(cfg.api[0], cfg.api[1])
+        except OSError as exc:
+            raise ConfigError(f"api: cannot listen on {cfg.api[0]}:{cfg.api[1]}: "
                               f"{exc.strerror}") from None  # fmt: skip
 
     async def _leave_gracefully(self) -> None:

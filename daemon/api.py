@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,6 @@ from daemon.config import parse_address
 from daemon.errors import ConfigError
 from daemon.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
 from membership.member import MemberState
-from membership.output import Address
 from storage import hlc
 from storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
 
@@ -69,13 +69,10 @@ class ApiServer:
         if agent.debug_api:
             self._routes[("POST", "/v1/debug/block")] = self.debug_block
 
-    async def start(self, addr: Address) -> None:
-        """Listen on `addr`, and on the unix socket if one is configured."""
-        try:
-            await self._http.start(addr[0], addr[1])
-        except OSError as exc:
-            where = f"{addr[0]}:{addr[1]}"
-            raise ConfigError(f"api: cannot listen on {where}: {exc.strerror}") from None
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on `sock` (bound to the `api` address when the agent
+        opened its sockets), and on the unix socket if one is configured."""
+        await self._http.start(sock)
         path = self.agent.config.access.socket
         if path:
             try:

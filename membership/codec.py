@@ -19,13 +19,13 @@ reserved for election, 40-59 for anti-entropy and 60-69 for the keyring
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import cbor2
 
+from membership.hashes import sha256
 from membership.member import MemberState, NodeIdentity, Tags
 from membership.messages import (
     Ack,
@@ -77,7 +77,7 @@ class DecodeError(ValueError):
 
 def cluster_tag(cluster: str) -> bytes:
     """The 4-byte tag that keeps clusters on one LAN apart."""
-    return hashlib.sha256(cluster.encode()).digest()[:4]
+    return sha256(cluster.encode()).digest()[:4]
 
 
 # -- field checks: each returns the value or raises DecodeError("shape") -----

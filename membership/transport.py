@@ -55,15 +55,35 @@ def open_udp_socket(host: str, port: int) -> socket.socket:
     Raises:
         OSError: the address cannot be bound.
     """
+    v6 = ":" in host
+    level, option = (socket.IPPROTO_IPV6, IPV6_RECVERR) if v6 else (socket.IPPROTO_IP, IP_RECVERR)
+    return _bound(socket.SOCK_DGRAM, host, port, level, option)
+
+
+def open_tcp_listener(host: str, port: int) -> socket.socket:
+    """A bound TCP socket for the event loop's `create_server(sock=...)`,
+    which listens on it. Handed a host and port instead, the loop resolves
+    the address itself, and uvloop encodes the host with the idna codec
+    first: importing that codec (with stringprep and unicodedata) cost every
+    agent's start about 2 ms of CPU, for an address that is already an IP.
+    SO_REUSEADDR as asyncio sets it, so that a restart binds at once.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    return _bound(socket.SOCK_STREAM, host, port, socket.SOL_SOCKET, socket.SO_REUSEADDR)
+
+
+def _bound(kind: int, host: str, port: int, level: int, option: int) -> socket.socket:
+    """A non-blocking socket of `kind` with `option` set (where the system
+    has it), bound to (host, port); closed again if that fails."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock = socket.socket(family, kind)
     try:
-        level, option = ((socket.IPPROTO_IPV6, IPV6_RECVERR) if family == socket.AF_INET6
-                         else (socket.IPPROTO_IP, IP_RECVERR))  # fmt: skip
         try:
             sock.setsockopt(level, option, 1)
         except OSError:
-            pass  # not Linux: probes time out as in memberlist
+            pass  # IP_RECVERR is Linux's: elsewhere probes time out as in memberlist
         sock.bind((host, port))
         sock.setblocking(False)
     except BaseException:

@@ -29,7 +29,7 @@ start (`add` for every record).
 
 from __future__ import annotations
 
-import hashlib
+from membership.hashes import blake2b
 
 FANOUT_BITS = 4
 FANOUT = 1 << FANOUT_BITS
@@ -39,7 +39,7 @@ MASK64 = 2**64 - 1
 
 def leaf_of(key: bytes, depth: int) -> int:
     """The leaf index of `key` in a tree of `depth` levels below the root."""
-    h = int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big")
+    h = int.from_bytes(blake2b(key, digest_size=4).digest(), "big")
     return h >> (32 - FANOUT_BITS * depth)
 
 

@@ -14,10 +14,11 @@ digest (which the Merkle tree sums) is the same on every node that holds it.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 
 import msgspec
+
+from membership.hashes import blake2b
 
 NODE_ID_BYTES = 16
 MAX_KEY_BYTES = 1024
@@ -85,7 +86,7 @@ def decode_value(key: bytes, raw: bytes) -> Record:
 
 def digest(record: Record) -> int:
     """A 64-bit hash of the whole record, summed by the Merkle tree."""
-    h = hashlib.blake2b(digest_size=8)
+    h = blake2b(digest_size=8)
     h.update(len(record.key).to_bytes(4, "big"))
     h.update(record.key)
     h.update(encode_value(record))

@@ -13,7 +13,7 @@ import pytest
 
 from membership import codec
 from tests.conftest import poll_until
-from tests.integration.agents import shoal_cli
+from tests.integration.agents import next_ip, shoal_cli
 
 
 def names(agents) -> list[str]:
@@ -213,6 +213,26 @@ def test_client_commands_fail_cleanly_without_an_agent():
     out = shoal_cli("members", "--api", "127.0.0.1:1")
     assert out.returncode == 1
     assert out.stderr.startswith("shoal: cannot reach the agent") and out.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("setting", ["bind", "api"])
+def test_a_taken_port_is_a_one_line_error_naming_the_setting(setting, tmp_path):
+    """Another program on the gossip or API port: the agent says which
+    setting to change, in one line, and exits 2, before it joins."""
+    ip = next_ip()
+    port = 7946 if setting == "bind" else 7947
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind((ip, port))
+        holder.listen()
+        out = shoal_cli("agent", "--node-name", "taken", "--bind", f"{ip}:7946",
+                        "--api", f"{ip}:7947", "--data-dir", str(tmp_path), "--no-discovery")
+    finally:
+        holder.close()
+    assert out.returncode == 2
+    error = f"shoal: {setting}: cannot listen on {ip}:{port}: Address already in use"
+    assert out.stderr.splitlines()[-1] == error
+    assert "agent started" not in out.stderr  # it failed before joining anybody
 
 
 @pytest.mark.parametrize("bad", ["--status=zombie"])

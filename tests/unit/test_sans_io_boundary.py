@@ -21,6 +21,7 @@ PURE = [
     "membership/broadcast.py",
     "membership/codec.py",
     "membership/events.py",
+    "membership/hashes.py",
     "membership/keyring.py",
     "membership/member.py",
     "membership/messages.py",
