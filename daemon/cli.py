@@ -47,42 +47,14 @@ def _client(args: argparse.Namespace) -> Any:
     return ApiClient(where, token=token)
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's help formatter, sized as argparse sizes it but without
-    `shutil`: argparse builds a formatter for each argument it adds, and
-    the first imports shutil (with bz2, lzma and fnmatch) to ask the
-    terminal's width, about 3 ms of every agent's start."""
-
-    def __init__(self, prog: str, **kwargs: Any) -> None:
-        if kwargs.get("width") is None:
-            kwargs["width"] = _columns() - 2
-        super().__init__(prog, **kwargs)
-
-
-def _columns() -> int:
-    """The terminal's width as `shutil.get_terminal_size` gives it."""
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
 def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     """The command line. With `only_agent`, just `shoal agent`: its start is
     timed (a whole cluster may start at once), and the other eighteen
     commands' parsers cost it about 4 ms."""
-    parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership",
-                                     formatter_class=_Formatter)  # fmt: skip
+    parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    agent = sub.add_parser("agent", help="run the agent in the foreground",
-                           formatter_class=_Formatter)  # fmt: skip
+    agent = sub.add_parser("agent", help="run the agent in the foreground")
     agent.add_argument("--config", help="TOML config file (or $SHOAL_CONFIG)")
     agent.add_argument("--node-name", dest="node_name", help="unique node name (default: hostname)")
     agent.add_argument("--cluster", help="cluster name; agents of other clusters are ignored")
