@@ -20,7 +20,10 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11+ with venv (Debian: python3-venv); set PYTHON=" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,dev]'
+	@echo "make: installing shoal and what its tests need into $(VENV) (about a minute the first time)"
+	@# -qq: setuptools' notice about folders named like the package is noise
+	@# here (the repository root *is* the package `shoal`: pyproject.toml).
+	$(PY) -m pip install -qq --disable-pip-version-check -e '.[test,dev]'
 	touch $@
 
 # Every agent a test, a bench or the demo starts imports about 60 of our
@@ -28,7 +31,7 @@ $(STAMP): pyproject.toml
 # PYTHONDONTWRITEBYTECODE would otherwise compile them at every start, about
 # 0.1 s of CPU per agent). Only what changed is compiled again.
 bytecode: $(STAMP)
-	@$(PY) -m compileall -q -j 0 daemon membership election storage churn sim
+	@$(PY) -m compileall -q -j 0 __init__.py kernel node daemon membership election storage churn sim
 
 # Debian packages the LAN tests need (network namespaces, packet loss).
 sysdeps:

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from churn.job import add_arguments, run  # noqa: E402
-from churn.synth import generate  # noqa: E402
+from shoal.churn.job import add_arguments, run  # noqa: E402
+from shoal.churn.synth import generate  # noqa: E402
 
 
 def pandas_churn(directory: Path) -> dict[str, float]:

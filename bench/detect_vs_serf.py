@@ -117,7 +117,7 @@ class ShoalAgents(Agents):
     _kinds = {"member-joined": "join", "member-failed": "failed", "member-left": "left"}
 
     def command(self, name: str, ip: str, seed: str | None) -> list[str]:  # type: ignore[override]
-        cmd = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", name,
+        cmd = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", name,
                "--bind", f"{ip}:7946", "--api", f"{ip}:7947", "--profile", "lan",
                "--data-dir", str(self.workdir / name), "--log-format", "json"]  # fmt: skip
         return cmd + (["--join", f"{seed}:7946"] if seed else [])

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from tests.lan.netlab import VirtualLan, remove_stale_namespaces  # noqa: E402
 
@@ -35,7 +34,7 @@ SERF_JOIN = re.compile(r"EventMemberJoin: (\S+)")
 
 
 def shoal_cmd(host, name: str, workdir: Path) -> list[str]:  # noqa: ANN001
-    return [sys.executable, "-m", "daemon.cli", "agent", "--node-name", name,
+    return [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", name,
             "--bind", f"{host.ip}:7946", "--api", "127.0.0.1:7947",
             "--data-dir", str(workdir / name), "--log-format", "json"]  # fmt: skip
 

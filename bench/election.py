@@ -41,16 +41,14 @@ import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from daemon.client import ApiClient  # noqa: E402
-from daemon.errors import ApiError  # noqa: E402
-from election.config import LeaseConfig  # noqa: E402
-from membership.profiles import PROFILES  # noqa: E402
-from sim.clock import NodeClock  # noqa: E402
-from sim.cluster import SimCluster  # noqa: E402
-from sim.elections import controllers  # noqa: E402
-from sim.scenarios import form_cluster  # noqa: E402
+from shoal.daemon.client import ApiClient  # noqa: E402
+from shoal.election.config import LeaseConfig  # noqa: E402
+from shoal.kernel.errors import ApiError  # noqa: E402
+from shoal.membership.profiles import PROFILES  # noqa: E402
+from shoal.sim.clock import NodeClock  # noqa: E402
+from shoal.sim.cluster import SimCluster  # noqa: E402
+from shoal.sim.elections import controllers  # noqa: E402
+from shoal.sim.scenarios import form_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE_S = LeaseConfig().lease_s
@@ -109,7 +107,7 @@ class Agents:
 
     def start(self, i: int) -> None:
         ip = self.ips[i]
-        args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", f"bench-{i}",
+        args = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", f"bench-{i}",
                 "--bind", f"{ip}:7946", "--api", f"{ip}:7947", "--data-dir",
                 str(self.root / f"bench-{i}"), "--no-discovery", "--bootstrap-expect", "5",
                 "--log-level", os.environ.get("BENCH_LOG_LEVEL", "warning")]  # fmt: skip

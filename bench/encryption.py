@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from detect_vs_serf import (  # noqa: E402
     SerfAgents,
@@ -40,9 +39,9 @@ from detect_vs_serf import (  # noqa: E402
     wait_for,
 )
 
-from daemon.keys import generate_key  # noqa: E402
-from membership import codec  # noqa: E402
-from membership.keyring import Keyring  # noqa: E402
+from shoal.daemon.keys import generate_key  # noqa: E402
+from shoal.membership import codec  # noqa: E402
+from shoal.membership.keyring import Keyring  # noqa: E402
 
 KEY = generate_key()
 

@@ -25,14 +25,11 @@ import math
 import resource
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from membership.profiles import PROFILES  # noqa: E402
-from sim.checks import converged as converged_now  # noqa: E402
-from sim.cluster import SimCluster  # noqa: E402
-from sim.scenarios import form_cluster, run_until_converged  # noqa: E402
+from shoal.membership.profiles import PROFILES  # noqa: E402
+from shoal.sim.checks import converged as converged_now  # noqa: E402
+from shoal.sim.cluster import SimCluster  # noqa: E402
+from shoal.sim.scenarios import form_cluster, run_until_converged  # noqa: E402
 
 
 def rss_mb() -> float:

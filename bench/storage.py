@@ -51,14 +51,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from membership import codec  # noqa: E402
-from storage.antientropy import AntiEntropy  # noqa: E402
-from storage.config import SyncConfig  # noqa: E402
-from storage.engine import Engine  # noqa: E402
-from storage.messages import RecordPush  # noqa: E402
-from storage.store import MemoryStore, Replica  # noqa: E402
+from shoal.membership import codec  # noqa: E402
+from shoal.storage.antientropy import AntiEntropy  # noqa: E402
+from shoal.storage.config import SyncConfig  # noqa: E402
+from shoal.storage.engine import Engine  # noqa: E402
+from shoal.storage.messages import RecordPush  # noqa: E402
+from shoal.storage.store import MemoryStore, Replica  # noqa: E402
 
 WALL = 1_800_000_000_000
 DELAY_ENV = "SHOAL_FSYNC_DELAY_US"  # read by bench/slowsync.c
@@ -146,7 +144,7 @@ def bench_engine(root: Path, n: int) -> None:
 
 
 def _rec(key: bytes):
-    from storage.records import Record
+    from shoal.storage.records import Record
 
     return Record(key, VALUE, WALL << 16, b"\x02" * 16)
 
@@ -155,7 +153,7 @@ def _rec(key: bytes):
 
 
 def bench_commit(root: Path, seconds: float) -> None:
-    from daemon.commit import GroupCommit
+    from shoal.daemon.commit import GroupCommit
 
     print(f"\n== commit: 32 concurrent writers, each write acknowledged once durable, "
           f"{seconds:.0f} s, no HTTP")  # fmt: skip
@@ -292,7 +290,7 @@ def bench_api(root: Path, seconds: float) -> None:
         [
             sys.executable,
             "-m",
-            "daemon.cli",
+            "shoal.daemon.cli",
             "agent",
             "--node-name",
             "bench",

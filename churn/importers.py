@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from churn.schema import CORRUPT, SCHEMA_VERSION, history_schema
+from shoal.churn.schema import CORRUPT, SCHEMA_VERSION, history_schema
 
 EVENT_MAP = {"up": "join", "join": "join", "alive": "join", "down": "dead",
              "dead": "dead", "failed": "dead", "leave": "left", "left": "left"}  # fmt: skip

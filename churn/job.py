@@ -24,10 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file by spark-submit
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from churn import progress  # noqa: E402
+# spark-submit runs this file as a script: the driver's Python must have
+# shoal installed (it finds `shoal.churn` there, not beside this file).
+from shoal.churn import progress
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
@@ -127,13 +126,13 @@ def _paths(history: str) -> tuple[list[str], bool]:
 def load(spark: Any, args: argparse.Namespace) -> tuple[Any, str | None]:
     """Rows under the history schema (bad ones marked) and, for CSV, the
     timestamp format detected."""
-    from churn.schema import CORRUPT, history_schema
+    from shoal.churn.schema import CORRUPT, history_schema
 
     paths, dirs = _paths(args.history)
     if not paths:
         raise ValueError("--history: no path given")
     if args.format == "events-csv":
-        from churn.importers import read_events_csv
+        from shoal.churn.importers import read_events_csv
 
         return read_events_csv(spark, paths, recursive=dirs)
     reader = spark.read.schema(history_schema()).option("mode", "PERMISSIVE")
@@ -155,7 +154,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from churn import transforms as T
+    from shoal.churn import transforms as T
 
     steps.next("reading and checking rows")
     marked = raw.withColumn("_ok", T.is_valid())
@@ -341,7 +340,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole job; returns the summary."""
     import warnings
 
-    from churn.report import render
+    from shoal.churn.report import render
 
     # PySpark warns about the pandas version at import when pandas is
     # installed; the job does not use pandas, and the terminal stays quiet.

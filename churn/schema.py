@@ -13,7 +13,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from storage.history import EVENTS, FIELDS, SCHEMA_VERSION
+from shoal.storage.history import EVENTS, FIELDS, SCHEMA_VERSION
 
 CORRUPT = "_corrupt_record"
 _TYPES: dict[str, DataType] = {

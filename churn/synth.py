@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from storage.history import FIELD_NAMES
+from shoal.storage.history import FIELD_NAMES
 
 DAY_S = 86_400
 

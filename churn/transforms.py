@@ -19,7 +19,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from churn.schema import CORRUPT, EVENTS, SCHEMA_VERSION
+from shoal.churn.schema import CORRUPT, EVENTS, SCHEMA_VERSION
 
 CHANGE_EVENTS = ("join", "alive", "suspect", "dead", "left")
 STATUS_EVENTS = ("join", "dead", "left")

@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from daemon.errors import ConfigError
-from membership.output import Address
+from shoal.kernel.contract import Address
+from shoal.kernel.errors import ConfigError
 
 MIN_TOKEN_CHARS = 16
 _READ_ONLY = ("GET", "HEAD")

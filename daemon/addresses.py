@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from daemon.errors import ConfigError
-from membership.output import Address
+from shoal.kernel.contract import Address
+from shoal.kernel.errors import ConfigError
 
 
 def host_addresses() -> list[tuple[str, str]]:

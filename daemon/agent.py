@@ -37,17 +37,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec.structs
 import structlog
 
-from daemon.addresses import choose_advertise
-from daemon.commit import GroupCommit
-from daemon.config import AgentConfig
-from daemon.controller import ControllerWatch, run_handler
-from daemon.errors import ConfigError
-from daemon.keyops import KeyService
-from daemon.keys import load_keyring
-from daemon.node import ShoalNode
-from daemon.systemd import Notifier
-from daemon.wire import Wire
-from election.events import (
+from shoal.daemon.addresses import choose_advertise
+from shoal.daemon.commit import GroupCommit
+from shoal.daemon.config import AgentConfig
+from shoal.daemon.controller import ControllerWatch, run_handler
+from shoal.daemon.keyops import KeyService
+from shoal.daemon.keys import load_keyring
+from shoal.daemon.systemd import Notifier
+from shoal.daemon.wire import Wire
+from shoal.election.events import (
     ControllerChanged,
     ControllerElected,
     ControllerLost,
@@ -55,32 +53,34 @@ from election.events import (
     VotersChanged,
     election_fields,
 )
-from election.messages import (
+from shoal.election.messages import (
     ControllerNotice,
     LeaseGrant,
     LeaseReject,
     LeaseRelease,
     LeaseRequest,
 )
-from membership import codec
-from membership.events import JoinCompleted, event_fields
-from membership.keyring import OVERHEAD_BYTES, KeyCommand, KeyReply
-from membership.member import MemberState, MemberView, NodeIdentity, Tags
-from membership.messages import PushPull
-from membership.output import Address, Channel, Output, PersistIncarnation, Send
-from membership.profiles import SwimConfig
-from membership.transport import (
+from shoal.kernel.contract import Address, Channel, Output, PersistIncarnation, Send
+from shoal.kernel.errors import ConfigError
+from shoal.membership import codec
+from shoal.membership.events import JoinCompleted, event_fields
+from shoal.membership.keyring import OVERHEAD_BYTES, KeyCommand, KeyReply
+from shoal.membership.member import MemberState, MemberView, NodeIdentity, Tags
+from shoal.membership.messages import PushPull
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.transport import (
     FaultInjector,
     PacketProtocol,
     open_tcp_listener,
     open_udp_socket,
     read_frame,
 )
-from storage.antientropy import SyncCompleted
-from storage.history import HistoryWriter, Observer, history_row, member_row
-from storage.identity import DataDir
-from storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
-from storage.records import Record
+from shoal.node.composition import ShoalNode
+from shoal.storage.antientropy import SyncCompleted
+from shoal.storage.history import HistoryWriter, Observer, history_row, member_row
+from shoal.storage.identity import DataDir
+from shoal.storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
+from shoal.storage.records import Record
 
 SLOW_FLUSH_S = 0.05
 UDP_RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024
@@ -90,7 +90,7 @@ MAX_DISCOVERY_JOINS = 3
 DISCOVERY_AFTER_JOIN_S = 5.0
 
 if TYPE_CHECKING:  # zeroconf is loaded when discovery starts, after the join is sent
-    from membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
+    from shoal.membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
 
 _AGENT_COUNTERS = ("datagrams_in", "datagrams_out", "bytes_in", "bytes_out", "streams_in",
                    "streams_out", "stream_errors", "key_commands", "slow_flushes",
@@ -220,7 +220,7 @@ class Agent:
                  incarnation=self.node.swim.incarnation, profile=cfg.profile)  # fmt: skip
         if cfg.faults.enabled:
             log.warning("fault injection is on", **vars_of(cfg.faults))
-        from daemon.api import ApiServer  # loaded after the node is up and joining
+        from shoal.daemon.api import ApiServer  # loaded after the node is up and joining
 
         api = ApiServer(self)
         await api.start(self._api_sock)
@@ -354,7 +354,7 @@ class Agent:
         cfg = self.config
         if not cfg.discovery:
             return
-        from membership.discovery import Discovery, Sealing
+        from shoal.membership.discovery import Discovery, Sealing
 
         interfaces = list(cfg.discovery_interfaces) or [advertise[0]]
         self.discovery = Discovery(
@@ -380,7 +380,7 @@ class Agent:
 
     def _is_member_label(self, label: str) -> bool:
         """Whether a discovery label is a live member's (no need to resolve it)."""
-        from membership.discovery import service_label
+        from shoal.membership.discovery import service_label
 
         members = self.node.swim.table.members
         for name in self.node.swim.table.live.items():
@@ -391,7 +391,7 @@ class Agent:
         return False
 
     def _on_discovered(self, found: DiscoveredPeer | IgnoredPeer) -> None:
-        from membership.discovery import IgnoredPeer
+        from shoal.membership.discovery import IgnoredPeer
 
         if isinstance(found, IgnoredPeer):
             key = (found.name, found.reason)
@@ -717,8 +717,8 @@ class Agent:
 
     def _reload(self) -> None:
         """SIGHUP: read the configuration again; apply what can change now."""
-        from daemon import config as config_mod
-        from daemon import logging as shoal_logging
+        from shoal.daemon import config as config_mod
+        from shoal.daemon import logging as shoal_logging
 
         self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:

@@ -30,15 +30,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
-from daemon.config import parse_address
-from daemon.errors import ConfigError
-from daemon.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
-from membership.member import MemberState
-from storage import hlc
-from storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
+from shoal.daemon.config import parse_address
+from shoal.daemon.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
+from shoal.kernel.errors import ConfigError
+from shoal.membership.member import MemberState
+from shoal.storage import hlc
+from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
 
 if TYPE_CHECKING:
-    from daemon.agent import Agent
+    from shoal.daemon.agent import Agent
 
 MAX_BODY_BYTES = 64 * 1024
 KV_PREFIX = "/v1/kv/"
@@ -240,14 +240,14 @@ class ApiServer:
         return 200, self._controller_now()
 
     def _controller_now(self) -> dict[str, Any]:
-        from daemon.controller import controller_info
+        from shoal.daemon.controller import controller_info
 
         agent = self.agent
         return controller_info(agent.node, agent.controller_watch.since_wall_ms,
                                agent.loop_time())  # fmt: skip
 
     def metrics(self, request: Request) -> Result:
-        from daemon.metrics import CONTENT_TYPE, render
+        from shoal.daemon.metrics import CONTENT_TYPE, render
 
         return Raw(200, CONTENT_TYPE, render(self.agent))
 
@@ -282,7 +282,7 @@ class ApiServer:
         return 200, {"removing": name}
 
     def events(self, request: Request) -> Result:
-        from daemon.agent import Watcher
+        from shoal.daemon.agent import Watcher
 
         watcher = Watcher()
         self.agent.watchers.add(watcher)
@@ -298,7 +298,7 @@ class ApiServer:
 
     async def keys(self, request: Request) -> Result:
         """`shoal keys`: list, or change the keyring here and on every member."""
-        from membership.keyring import KeyCommand, KeyringError, parse_key
+        from shoal.membership.keyring import KeyCommand, KeyringError, parse_key
 
         op = request.path.rpartition("/")[2]
         if op == "keys":

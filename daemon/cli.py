@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from daemon.errors import ConfigError, ShoalError
+from shoal.kernel.errors import ConfigError, ShoalError
 
 DEFAULT_API = "127.0.0.1:7947"
 
@@ -32,14 +32,14 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from daemon.client import ApiClient
-    from daemon.config import parse_address
+    from shoal.daemon.client import ApiClient
+    from shoal.daemon.config import parse_address
 
     token = os.environ.get("SHOAL_API_TOKEN", "")
     if args.token_file:
         from pathlib import Path
 
-        from daemon.access import read_token_file
+        from shoal.daemon.access import read_token_file
 
         token = read_token_file(Path(args.token_file), "--token-file")
     where = args.api[len("unix:"):] if args.api.startswith("unix:") else \
@@ -145,8 +145,8 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
-    from daemon.history_cli import add_parsers
-    from daemon.keys_cli import add_parsers as add_keys_parsers
+    from shoal.daemon.history_cli import add_parsers
+    from shoal.daemon.keys_cli import add_parsers as add_keys_parsers
 
     add_parsers(sub)
     add_keys_parsers(sub, _api_arg)
@@ -207,25 +207,25 @@ def _run(args: argparse.Namespace) -> int:
     if command == "agent":
         return _agent(args)
     if command == "demo":
-        from daemon.demo import run_demo
+        from shoal.daemon.demo import run_demo
 
         return run_demo(args.nodes, keep=args.keep)
     if command in ("history", "churn"):
-        from daemon import history_cli
+        from shoal.daemon import history_cli
 
         return history_cli.history_command(args) if command == "history" else \
             history_cli.churn_command(args)
     if command == "simulate":
-        from sim.report import simulate_command
+        from shoal.sim.report import simulate_command
 
         return simulate_command(args)
     if command == "keys" and args.keys_command == "generate":
-        from daemon.keys_cli import generate
+        from shoal.daemon.keys_cli import generate
 
         return generate()
     client = _client(args)
     if command == "keys":
-        from daemon.keys_cli import keys_command
+        from shoal.daemon.keys_cli import keys_command
 
         return keys_command(client, args)
     if command == "members":
@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"Removing voter {args.node}.")
         return 0
     if command == "kv":
-        from daemon.kv_cli import kv_command
+        from shoal.daemon.kv_cli import kv_command
 
         return kv_command(client, args)
     if command == "leave":
@@ -257,7 +257,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from daemon import config as config_mod
+    from shoal.daemon import config as config_mod
 
     flags: dict[str, Any] = {
         k: getattr(args, k)
@@ -285,12 +285,12 @@ def _agent(args: argparse.Namespace) -> int:
         )  # fmt: skip
     }
     cfg = config_mod.load(flags)
-    from daemon import logging as shoal_logging
+    from shoal.daemon import logging as shoal_logging
 
     shoal_logging.configure(cfg.log_level, cfg.log_format)
     import uvloop
 
-    from daemon.agent import Agent
+    from shoal.daemon.agent import Agent
 
     agent = Agent(cfg, flags)
     return uvloop.run(agent.run())

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from daemon.errors import ApiError
+from shoal.kernel.errors import ApiError
 
 
 class _UnixConnection(http.client.HTTPConnection):

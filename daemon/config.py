@@ -18,15 +18,15 @@ from typing import Any
 import msgspec
 import msgspec.structs
 
-from daemon.access import ApiAccess, parse_access
-from daemon.errors import ConfigError
-from daemon.keys import EncryptionConfig, parse_encryption
-from election.config import LeaseConfig
-from membership.member import Tags, make_tags
-from membership.output import Address
-from membership.profiles import PROFILES, SwimConfig
-from storage.antientropy import SyncConfig
-from storage.history import HistoryConfig
+from shoal.daemon.access import ApiAccess, parse_access
+from shoal.daemon.keys import EncryptionConfig, parse_encryption
+from shoal.election.config import LeaseConfig
+from shoal.kernel.contract import Address
+from shoal.kernel.errors import ConfigError
+from shoal.membership.member import Tags, make_tags
+from shoal.membership.profiles import PROFILES, SwimConfig
+from shoal.storage.antientropy import SyncConfig
+from shoal.storage.history import HistoryConfig
 
 DEFAULT_GOSSIP_PORT = 7946
 DEFAULT_API_PORT = 7947

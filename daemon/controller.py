@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from election.events import ControllerChanged
+from shoal.election.events import ControllerChanged
 
 if TYPE_CHECKING:
-    from daemon.node import ShoalNode
+    from shoal.node.composition import ShoalNode
 
 log = structlog.get_logger("shoal")
 HANDLER_TIMEOUT_S = 30.0

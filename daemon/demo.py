@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.cli import format_members
-from daemon.client import ApiClient
-from daemon.errors import ApiError, ConfigError, ShoalError
+from shoal.daemon.cli import format_members
+from shoal.daemon.client import ApiClient
+from shoal.kernel.errors import ApiError, ConfigError, ShoalError
 
 FIRST_HOST = 11
 
@@ -45,7 +45,7 @@ class DemoAgent:
         # No --join: the agents find each other by multicast DNS-SD, on
         # their own loopback address only (nothing leaves the machine).
         log = open(self.root / f"{self.name}.log", "ab")
-        args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", self.name,
+        args = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", self.name,
                 "--bind", f"{self.ip}:7946", "--api", f"{self.ip}:7947",
                 "--cluster", "demo", "--data-dir", str(self.root / self.name),
                 "--log-format", "json", "--bootstrap-expect", str(self.cluster_size)]  # fmt: skip
@@ -135,7 +135,7 @@ def run_demo(nodes: int, keep: bool = False) -> int:
     if not 2 <= nodes <= 100:
         raise ConfigError("--nodes: expected 2 to 100")
     root = Path(tempfile.mkdtemp(prefix="shoal-demo-"))
-    from daemon.keys import generate_key
+    from shoal.daemon.keys import generate_key
 
     key = generate_key()  # a fresh cluster key: the demo's gossip is encrypted
     agents = [DemoAgent(i, root, nodes, key) for i in range(nodes)]

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import ConfigError
+from shoal.kernel.errors import ConfigError
 
 
 def add_parsers(sub: Any) -> None:
@@ -22,16 +22,16 @@ def add_parsers(sub: Any) -> None:
     hist.add_argument("--limit", type=int, default=0, help="only the last N events")
     hist.add_argument("--json", action="store_true", help="print the rows as JSON Lines")
     churn = sub.add_parser("churn", help="run the Spark churn report over history logs")
-    from churn.job import add_arguments
+    from shoal.churn.job import add_arguments
 
     add_arguments(churn)
 
 
 def history_command(args: argparse.Namespace) -> int:
     """Print the local history, oldest first."""
-    from churn.job import parse_time
-    from daemon import config as config_mod
-    from storage.history import ReadStats, read_history
+    from shoal.churn.job import parse_time
+    from shoal.daemon import config as config_mod
+    from shoal.storage.history import ReadStats, read_history
 
     if args.limit < 0:
         raise ConfigError("--limit: expected a positive number")
@@ -79,7 +79,7 @@ def format_row(row: dict[str, Any]) -> str:
 
 def churn_command(args: argparse.Namespace) -> int:
     """Run the Spark job in-process (local mode unless --master)."""
-    from churn.job import run
+    from shoal.churn.job import run
 
     if args.top < 1:
         raise ConfigError("--top: expected a positive number")

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from daemon.keys import save_keyring
-from membership import codec
-from membership.keyring import KeyCommand, KeyReply, KeyringError, format_key
-from membership.member import MemberState
-from membership.transport import read_frame
+from shoal.daemon.keys import save_keyring
+from shoal.membership import codec
+from shoal.membership.keyring import KeyCommand, KeyReply, KeyringError, format_key
+from shoal.membership.member import MemberState
+from shoal.membership.transport import read_frame
 
 if TYPE_CHECKING:
-    from daemon.agent import Agent
+    from shoal.daemon.agent import Agent
 
 log = structlog.get_logger("shoal")
 FANOUT_CONCURRENCY = 32

@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 import structlog
 
-from daemon.errors import ConfigError
-from membership.keyring import KEY_BYTES, Keyring, KeyringError, format_key, parse_key
+from shoal.kernel.errors import ConfigError
+from shoal.membership.keyring import KEY_BYTES, Keyring, KeyringError, format_key, parse_key
 
 log = structlog.get_logger("shoal")
 KEYRING_NAME = "keyring"

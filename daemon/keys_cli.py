@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from daemon.keys import generate_key
+from shoal.daemon.keys import generate_key
 
 
 def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:

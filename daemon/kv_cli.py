@@ -14,8 +14,8 @@ import sys
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from daemon.client import ApiClient, NotFoundError
-from daemon.errors import ConfigError
+from shoal.daemon.client import ApiClient, NotFoundError
+from shoal.kernel.errors import ConfigError
 
 
 def kv_command(client: ApiClient, args: argparse.Namespace) -> int:

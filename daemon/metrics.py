@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from daemon.agent import Agent
+    from shoal.daemon.agent import Agent
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from membership import codec
-from membership.keyring import NONCE_BYTES, Keyring, ReplayGuard
+from shoal.membership import codec
+from shoal.membership.keyring import NONCE_BYTES, Keyring, ReplayGuard
 
 
 class Received(msgspec.Struct, frozen=True):

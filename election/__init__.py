@@ -1,9 +1,14 @@
 """Controller election by a quorum lease on the membership view (sans-IO)."""
 
-from election.config import LeaseConfig
-from election.events import ControllerChanged, ControllerElected, ControllerLost, VotersChanged
-from election.lease import LeaseElection
-from election.voters import VoterConfig
+from shoal.election.config import LeaseConfig
+from shoal.election.events import (
+    ControllerChanged,
+    ControllerElected,
+    ControllerLost,
+    VotersChanged,
+)
+from shoal.election.lease import LeaseElection
+from shoal.election.voters import VoterConfig
 
 __all__ = [
     "ControllerChanged",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from election.voters import VoterConfig
+from shoal.election.voters import VoterConfig
 
 
 class ControllerElected(msgspec.Struct, frozen=True):

@@ -58,15 +58,15 @@ from typing import Any
 import msgspec
 import msgspec.structs
 
-from election.config import LeaseConfig
-from election.events import (
+from shoal.election.config import LeaseConfig
+from shoal.election.events import (
     ControllerChanged,
     ControllerElected,
     ControllerLost,
     PersistElection,
     VotersChanged,
 )
-from election.messages import (
+from shoal.election.messages import (
     REJECT_CONFIG,
     REJECT_EPOCH,
     REJECT_HELD,
@@ -77,9 +77,9 @@ from election.messages import (
     LeaseRelease,
     LeaseRequest,
 )
-from election.voters import VoterConfig, eligible, rank_key
-from membership.member import Tags
-from membership.output import EMPTY, Address, Output, Send
+from shoal.election.voters import VoterConfig, eligible, rank_key
+from shoal.kernel.contract import EMPTY, Address, Output, Send
+from shoal.membership.member import Tags
 
 # (name, tags, state) for every member this node knows, itself included;
 # state is "alive", "suspect", "dead" or "left".

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from election.voters import VoterConfig
-from membership import codec
-from membership.codec import MAX_NAME_CHARS, DecodeError, _counter, _u64
+from shoal.election.voters import VoterConfig
+from shoal.membership import codec
+from shoal.membership.codec import MAX_NAME_CHARS, DecodeError, _counter, _u64
 
 MAX_VOTERS = 64
 REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER = range(4)

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from election.config import ELIGIBLE_TAG, PRIORITY_TAG
-from membership.member import Tags
+from shoal.election.config import ELIGIBLE_TAG, PRIORITY_TAG
+from shoal.membership.member import Tags
 
 
 class VoterConfig(msgspec.Struct, frozen=True):

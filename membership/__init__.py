@@ -1,7 +1,8 @@
 """SWIM + Lifeguard membership: the sans-IO core, its wire codec, and the IO
 (transport) the agent drives it with."""
 
-from membership.events import (
+from shoal.kernel.contract import Channel, Output, PersistIncarnation, Send
+from shoal.membership.events import (
     JoinCompleted,
     MemberDied,
     MemberJoined,
@@ -12,10 +13,9 @@ from membership.events import (
     MemberUpdated,
     NameConflicted,
 )
-from membership.member import MemberState, MemberView, NodeIdentity
-from membership.output import Channel, Output, PersistIncarnation, Send
-from membership.profiles import PROFILES, SwimConfig
-from membership.swim import SwimNode
+from shoal.membership.member import MemberState, MemberView, NodeIdentity
+from shoal.membership.profiles import PROFILES, SwimConfig
+from shoal.membership.swim import SwimNode
 
 __all__ = [
     "PROFILES",

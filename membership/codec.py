@@ -25,9 +25,10 @@ from typing import Any
 
 import cbor2
 
-from membership.hashes import sha256
-from membership.member import MemberState, NodeIdentity, Tags
-from membership.messages import (
+from shoal.kernel.contract import Address
+from shoal.kernel.hashes import sha256
+from shoal.membership.member import MemberState, NodeIdentity, Tags
+from shoal.membership.messages import (
     Ack,
     Alive,
     Dead,
@@ -40,7 +41,6 @@ from membership.messages import (
     Suspect,
     SwimMessage,
 )
-from membership.output import Address
 
 PROTOCOL_VERSION = 1
 HEADER_BYTES = 6

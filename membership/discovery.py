@@ -40,8 +40,8 @@ import msgspec
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from membership.codec import PROTOCOL_VERSION
-from membership.output import Address
+from shoal.kernel.contract import Address
+from shoal.membership.codec import PROTOCOL_VERSION
 
 SERVICE_TYPE = "_shoal._udp.local."
 RESOLVE_TIMEOUT_MS = 3000
@@ -64,6 +64,10 @@ class Sealing(msgspec.Struct, frozen=True):
     refuses_plaintext: bool = False  # we drop plaintext packets
 
 
+PLAIN = Sealing()
+"""No encryption: advertisements carry the cluster name in clear."""
+
+
 class IgnoredPeer(msgspec.Struct, frozen=True):
     """An advertisement we will not join, and why."""
 
@@ -76,7 +80,7 @@ Found = Callable[[DiscoveredPeer | IgnoredPeer], None]
 
 def parse_advertisement(
     properties: dict[bytes, bytes | None], addresses: list[str], own_id: str, cluster: str,
-    sealing: Sealing = Sealing(),
+    sealing: Sealing = PLAIN,
 ) -> DiscoveredPeer | IgnoredPeer:
     """Judge one resolved advertisement (pure, so it is unit-tested).
 
@@ -135,7 +139,7 @@ class Discovery:
         cluster: str,
         found: Found,
         service_type: str = SERVICE_TYPE,
-        sealing: Sealing = Sealing(),
+        sealing: Sealing = PLAIN,
         known: Callable[[str], bool] = lambda label: False,
     ) -> None:
         self.interfaces = interfaces

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from membership.member import MemberView
-from membership.output import Address
+from shoal.kernel.contract import Address
+from shoal.membership.member import MemberView
 
 
 class MemberJoined(msgspec.Struct, frozen=True):

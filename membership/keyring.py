@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
-from membership import codec
-from membership.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, _bool, _text
+from shoal.membership import codec
+from shoal.membership.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, _bool, _text
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM

@@ -12,7 +12,7 @@ import enum
 
 import msgspec
 
-from membership.output import Address
+from shoal.kernel.contract import Address
 
 Tags = tuple[tuple[str, str], ...]
 """Member tags as sorted (key, value) pairs, so that identities are hashable."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
-from membership.member import MemberState, NodeIdentity
-from membership.output import Address
+from shoal.kernel.contract import Address
+from shoal.membership.member import MemberState, NodeIdentity
 
 
 class Ping(msgspec.Struct, frozen=True):

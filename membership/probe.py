@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from membership.output import Address
+from shoal.kernel.contract import Address
 
 
 class ProbeScheduler:

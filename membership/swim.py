@@ -56,10 +56,11 @@ from typing import Any
 import msgspec
 import msgspec.structs
 
-from membership import codec
-from membership.awareness import LocalHealth
-from membership.broadcast import BroadcastQueue
-from membership.events import (
+from shoal.kernel.contract import EMPTY, Address, Channel, Output, PersistIncarnation, Send
+from shoal.membership import codec
+from shoal.membership.awareness import LocalHealth
+from shoal.membership.broadcast import BroadcastQueue
+from shoal.membership.events import (
     JoinCompleted,
     MemberDied,
     MemberJoined,
@@ -70,8 +71,8 @@ from membership.events import (
     MemberUpdated,
     NameConflicted,
 )
-from membership.member import Member, MemberState, MemberView, NodeIdentity, Tags
-from membership.messages import (
+from shoal.membership.member import Member, MemberState, MemberView, NodeIdentity, Tags
+from shoal.membership.messages import (
     Ack,
     Alive,
     Dead,
@@ -83,11 +84,10 @@ from membership.messages import (
     PushPull,
     Suspect,
 )
-from membership.output import EMPTY, Address, Channel, Output, PersistIncarnation, Send
-from membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
-from membership.profiles import SwimConfig
-from membership.suspicion import SuspicionTimer
-from membership.table import (
+from shoal.membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.suspicion import SuspicionTimer
+from shoal.membership.table import (
     ALIVE,
     DEAD,
     LEFT,

@@ -30,7 +30,7 @@ import enum
 import random
 from collections.abc import Callable
 
-from membership.member import Member, MemberState, NodeIdentity
+from shoal.membership.member import Member, MemberState, NodeIdentity
 
 ALIVE, SUSPECT, DEAD, LEFT = (
     MemberState.ALIVE,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from membership.events import MemberDied
-from membership.member import MemberState, MemberView
-from sim.cluster import SimCluster
+from shoal.membership.events import MemberDied
+from shoal.membership.member import MemberState, MemberView
+from shoal.sim.cluster import SimCluster
 
 
 class IncarnationMonotonic:

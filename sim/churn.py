@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from membership.member import MemberState, MemberView
-from membership.profiles import PROFILES
-from sim.cluster import SIM_WALL_BASE_MS, SimCluster
-from sim.network import LinkProfile
-from sim.scenarios import form_cluster
-from storage.history import Observer, encode_row, history_row, member_row
+from shoal.membership.member import MemberState, MemberView
+from shoal.membership.profiles import PROFILES
+from shoal.sim.cluster import SIM_WALL_BASE_MS, SimCluster
+from shoal.sim.network import LinkProfile
+from shoal.sim.scenarios import form_cluster
+from shoal.storage.history import Observer, encode_row, history_row, member_row
 
 LEAVE_GRACE_S = 1.0
 # No session ends in the last stretch, so that every failure is detected.

@@ -29,18 +29,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from daemon.node import ShoalNode
-from election.config import LeaseConfig
-from election.events import PersistElection
-from election.voters import VoterConfig
-from membership import codec
-from membership.member import NodeIdentity
-from membership.output import EMPTY, Address, Channel, PersistIncarnation
-from membership.profiles import SwimConfig
-from sim.clock import NodeClock
-from sim.network import LinkProfile, SimNetwork
-from storage.config import SyncConfig
-from storage.store import MemoryStore
+from shoal.election.config import LeaseConfig
+from shoal.election.events import PersistElection
+from shoal.election.voters import VoterConfig
+from shoal.kernel.contract import EMPTY, Address, Channel, PersistIncarnation
+from shoal.membership import codec
+from shoal.membership.member import NodeIdentity
+from shoal.membership.profiles import SwimConfig
+from shoal.node.composition import ShoalNode
+from shoal.sim.clock import NodeClock
+from shoal.sim.network import LinkProfile, SimNetwork
+from shoal.storage.config import SyncConfig
+from shoal.storage.store import MemoryStore
 
 _DATAGRAM, _STREAM, _STREAM_FAILED, _UNREACHABLE, _DEADLINE, _ACTION = range(6)
 BYTES_SAMPLE = 16

@@ -15,11 +15,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from election.config import LeaseConfig
-from membership.profiles import PROFILES
-from sim.clock import NodeClock
-from sim.cluster import SimCluster
-from sim.network import LinkProfile
+from shoal.election.config import LeaseConfig
+from shoal.membership.profiles import PROFILES
+from shoal.sim.clock import NodeClock
+from shoal.sim.cluster import SimCluster
+from shoal.sim.network import LinkProfile
 
 
 @dataclass(slots=True)

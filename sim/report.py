@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from daemon.errors import ConfigError
-from membership.profiles import PROFILES
-from sim.scenarios import CRASH_MODES, SimResult, run_simulation
+from shoal.kernel.errors import ConfigError
+from shoal.membership.profiles import PROFILES
+from shoal.sim.scenarios import CRASH_MODES, SimResult, run_simulation
 
 
 def simulate_command(args: argparse.Namespace) -> int:
@@ -66,7 +66,7 @@ def _available_bytes() -> int | None:
 def _churn_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sim.churn import run_churn
+    from shoal.sim.churn import run_churn
 
     if args.session_mean <= 0 or args.downtime_mean <= 0:
         raise ConfigError("--session-mean and --downtime-mean: expected positive seconds")

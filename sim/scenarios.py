@@ -7,11 +7,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from membership.events import MemberDied, MemberLeft
-from membership.profiles import PROFILES, SwimConfig
-from sim.checks import FalsePositives, IncarnationMonotonic, converged
-from sim.cluster import SimCluster
-from sim.network import LinkProfile
+from shoal.membership.events import MemberDied, MemberLeft
+from shoal.membership.profiles import PROFILES, SwimConfig
+from shoal.sim.checks import FalsePositives, IncarnationMonotonic, converged
+from shoal.sim.cluster import SimCluster
+from shoal.sim.network import LinkProfile
 
 SLICE_S = 0.25
 

@@ -1,9 +1,9 @@
 """Local state: the data directory, replicated records, anti-entropy."""
 
-from storage.antientropy import AntiEntropy, SyncConfig
-from storage.identity import DataDir, StoredIdentity
-from storage.records import Record
-from storage.store import MemoryStore, RecordStore, Replica
+from shoal.storage.antientropy import AntiEntropy, SyncConfig
+from shoal.storage.identity import DataDir, StoredIdentity
+from shoal.storage.records import Record
+from shoal.storage.store import MemoryStore, RecordStore, Replica
 
 __all__ = [
     "AntiEntropy",

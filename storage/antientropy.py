@@ -51,12 +51,12 @@ from typing import Any
 import msgspec
 import msgspec.structs
 
-from membership.output import EMPTY, Address, Channel, Output, Send
-from storage.config import SESSION_BUDGET_BYTES, SyncConfig
-from storage.merkle import FANOUT
-from storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
-from storage.records import Record
-from storage.store import Replica
+from shoal.kernel.contract import EMPTY, Address, Channel, Output, Send
+from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
+from shoal.storage.merkle import FANOUT
+from shoal.storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
+from shoal.storage.records import Record
+from shoal.storage.store import Replica
 
 PeerSampler = Callable[[random.Random, int], list[Address]]
 _FIRST_SYNC_RETRY_S = 1.0

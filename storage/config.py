@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-from storage.merkle import MAX_DEPTH
+from shoal.storage.merkle import MAX_DEPTH
 
 # A responder stops adding records to one answer at this many bytes (and
 # says `more`); the initiator then starts the next session at once. Frames

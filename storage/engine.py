@@ -30,9 +30,9 @@ from pathlib import Path
 
 import rocksdict
 
-from daemon.errors import DataDirError
-from storage.merkle import leaf_of
-from storage.records import Record, decode_value, encode_value
+from shoal.kernel.errors import DataDirError
+from shoal.storage.merkle import leaf_of
+from shoal.storage.records import Record, decode_value, encode_value
 
 _FAMILIES = ("local", "records", "leaves")
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import msgspec
 
-from election.events import ControllerElected, ControllerLost
-from membership.events import (
+from shoal.election.events import ControllerElected, ControllerLost
+from shoal.membership.events import (
     MemberDied,
     MemberJoined,
     MemberLeft,
@@ -34,7 +34,7 @@ from membership.events import (
     MemberSuspected,
     MemberUpdated,
 )
-from membership.member import MemberView
+from shoal.membership.member import MemberView
 
 SCHEMA_VERSION = 1
 CURRENT = "history.jsonl"

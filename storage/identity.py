@@ -23,8 +23,8 @@ from typing import IO, Any
 import cbor2
 import msgspec
 
-from daemon.errors import DataDirError
-from storage.engine import Engine
+from shoal.kernel.errors import DataDirError
+from shoal.storage.engine import Engine
 
 _NODE_ID = b"node_id"
 _INCARNATION = b"incarnation"
@@ -89,7 +89,7 @@ class DataDir:
 
     def load_election(self) -> tuple[int, Any]:
         """(highest granted epoch, voter configuration or None) from the last run."""
-        from election.voters import VoterConfig
+        from shoal.election.voters import VoterConfig
 
         raw = self.engine.local_get(_ELECTION)
         if raw is None:

@@ -29,7 +29,7 @@ start (`add` for every record).
 
 from __future__ import annotations
 
-from membership.hashes import blake2b
+from shoal.kernel.hashes import blake2b
 
 FANOUT_BITS = 4
 FANOUT = 1 << FANOUT_BITS

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from membership import codec
-from membership.codec import DecodeError, _bool, _u64
-from storage.merkle import FANOUT, MAX_DEPTH
-from storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, NODE_ID_BYTES, Record
+from shoal.membership import codec
+from shoal.membership.codec import DecodeError, _bool, _u64
+from shoal.storage.merkle import FANOUT, MAX_DEPTH
+from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, NODE_ID_BYTES, Record
 
 MAX_SYNC_ITEMS = 1_000_000
 _MAX_INDEX = FANOUT**MAX_DEPTH

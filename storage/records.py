@@ -18,7 +18,7 @@ import struct
 
 import msgspec
 
-from membership.hashes import blake2b
+from shoal.kernel.hashes import blake2b
 
 NODE_ID_BYTES = 16
 MAX_KEY_BYTES = 1024

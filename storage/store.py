@@ -22,10 +22,10 @@ from typing import Protocol
 import msgspec
 import msgspec.structs
 
-from storage import hlc as hlc_mod
-from storage.hlc import HybridClock
-from storage.merkle import MerkleTree, leaf_of
-from storage.records import Record, digest
+from shoal.storage import hlc as hlc_mod
+from shoal.storage.hlc import HybridClock
+from shoal.storage.merkle import MerkleTree, leaf_of
+from shoal.storage.records import Record, digest
 
 
 class RecordStore(Protocol):

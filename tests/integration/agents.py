@@ -11,8 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from daemon.client import ApiClient
-from daemon.errors import ApiError
+from shoal.daemon.client import ApiClient
+from shoal.kernel.errors import ApiError
 from tests.conftest import poll_until
 
 # Each agent gets its own 127.88.x.y address, so the same ports work for all
@@ -25,7 +25,7 @@ _SERIALS = itertools.count()
 
 def shoal_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the `shoal` command line as a user would, text in and out."""
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shoal.daemon.cli", *args], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
 
 
@@ -58,7 +58,7 @@ class AgentProcess:
     def start(self, new_address: bool = False) -> AgentProcess:
         if new_address:
             self.ip = next_ip()
-        args = [sys.executable, "-m", "daemon.cli", "agent", "--node-name", self.name,
+        args = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", self.name,
                 "--bind", self.gossip, "--api", f"{self.ip}:7947",
                 "--data-dir", str(self.data_dir), "--log-format", "json", *self.extra]  # fmt: skip
         for j in self.join:

@@ -16,11 +16,11 @@ import socket
 import sys
 import time
 
-from daemon.wire import Wire
-from membership import codec
-from membership.keyring import Keyring
-from membership.member import NodeIdentity
-from membership.messages import Alive, Dead
+from shoal.daemon.wire import Wire
+from shoal.membership import codec
+from shoal.membership.keyring import Keyring
+from shoal.membership.member import NodeIdentity
+from shoal.membership.messages import Alive, Dead
 
 BATCH = 50
 

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from membership import codec
+from shoal.membership import codec
 from tests.conftest import poll_until
 from tests.integration.agents import next_ip, shoal_cli
 
@@ -171,7 +171,7 @@ def test_event_stream_reports_joins_with_who_and_when(agents):
     (seed,) = agents.start(1)
     poll_until(seed.members, 10)
     monitor = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "monitor", "--api", f"{seed.ip}:7947"],
+        [sys.executable, "-m", "shoal.daemon.cli", "monitor", "--api", f"{seed.ip}:7947"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

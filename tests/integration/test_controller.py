@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from daemon.errors import ApiError
+from shoal.kernel.errors import ApiError
 from tests.conftest import poll_until
 from tests.integration.agents import shoal_cli
 
@@ -89,7 +89,7 @@ def test_watch_returns_when_the_controller_changes(agents):
     started = start_five(agents)
     name, epoch = agreed(started)
     watcher = next(a for a in started if a.name != name)
-    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "controller", "--watch",
+    proc = subprocess.Popen([sys.executable, "-m", "shoal.daemon.cli", "controller", "--watch",
                              "--api", f"{watcher.ip}:7947"], stdout=subprocess.PIPE,
                             text=True)  # fmt: skip
     try:

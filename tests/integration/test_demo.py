@@ -6,7 +6,7 @@ import sys
 
 def test_the_demo_forms_loses_a_member_heals_and_stops():
     """A newcomer running the demo sees the cluster form, fail over and heal."""
-    result = subprocess.run([sys.executable, "-m", "daemon.cli", "demo", "--nodes", "3"],
+    result = subprocess.run([sys.executable, "-m", "shoal.daemon.cli", "demo", "--nodes", "3"],
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     out = result.stdout
     assert result.returncode == 0, result.stderr
@@ -22,7 +22,7 @@ def test_the_demo_forms_loses_a_member_heals_and_stops():
 
 def test_the_demo_refuses_a_silly_size():
     """A bad --nodes is a one-line usage error, exit 2."""
-    result = subprocess.run([sys.executable, "-m", "daemon.cli", "demo", "--nodes", "1"],
+    result = subprocess.run([sys.executable, "-m", "shoal.daemon.cli", "demo", "--nodes", "1"],
                             capture_output=True, text=True, timeout=30)  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip() == "shoal: --nodes: expected 2 to 100"

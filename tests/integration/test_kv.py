@@ -8,13 +8,13 @@ import urllib.request
 
 import pytest
 
-from daemon.client import NotFoundError
-from daemon.errors import ApiError
+from shoal.daemon.client import NotFoundError
+from shoal.kernel.errors import ApiError
 from tests.conftest import poll_until
 
 
 def shoal_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shoal.daemon.cli", *args], capture_output=True,
                           input=stdin, timeout=60)  # fmt: skip
 
 

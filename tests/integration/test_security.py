@@ -7,15 +7,15 @@ import socket
 import stat
 import time
 
-from daemon.errors import ApiError
-from daemon.keys import generate_key
-from daemon.wire import Wire
-from membership.keyring import Keyring, parse_key
-from membership.member import NodeIdentity
-from membership.messages import Alive, Leave
-from storage.history import read_history
-from storage.messages import RecordPush
-from storage.records import Record
+from shoal.daemon.keys import generate_key
+from shoal.daemon.wire import Wire
+from shoal.kernel.errors import ApiError
+from shoal.membership.keyring import Keyring, parse_key
+from shoal.membership.member import NodeIdentity
+from shoal.membership.messages import Alive, Leave
+from shoal.storage.history import read_history
+from shoal.storage.messages import RecordPush
+from shoal.storage.records import Record
 from tests.conftest import poll_until
 from tests.integration.agents import AgentCluster, AgentProcess, shoal_cli
 
@@ -57,7 +57,7 @@ def test_agents_without_the_key_cannot_join_be_listed_vote_or_write(agents):
     mallory = NodeIdentity("mallory", b"m" * 16, ("127.0.0.1", 9))
     forged = [Alive(1, mallory), RecordPush((Record(b"owned", b"yes", 1 << 40, b"m" * 16),)),
               Leave(99, members[1].name)]  # fmt: skip
-    from election.messages import LeaseRequest
+    from shoal.election.messages import LeaseRequest
 
     forged_vote = LeaseRequest(1, 1 << 30, "mallory", None)
     other_key = Wire("shoal", Keyring([parse_key(generate_key())], "shoal"))

@@ -49,8 +49,8 @@ def test_the_installer_lays_out_the_tree_and_uninstalls(installed, tmp_path):
     shoal = installed / "opt/shoal/bin/shoal"
     assert shoal.read_text().splitlines()[0].startswith("#!/opt/shoal/bin/python")
     assert (installed / "opt/shoal/share/doc/shoal/election.md").exists()
-    out = subprocess.run([str(installed / "opt/shoal/bin/python"), "-m", "daemon.cli", "--help"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run([str(installed / "opt/shoal/bin/python"), "-m", "shoal.daemon.cli",
+                          "--help"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert "controller" in out.stdout
     # An existing configuration is kept on reinstall; uninstall keeps it too.
     copy = tmp_path / "root"
@@ -122,7 +122,7 @@ def restricted_prefix() -> list[str]:
     if os.geteuid() != 0:
         return base
     as_nobody = [*base, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    probe = subprocess.run([*as_nobody, sys.executable, "-c", "import daemon.cli"], cwd=ROOT,
+    probe = subprocess.run([*as_nobody, sys.executable, "-c", "import shoal.daemon.cli"], cwd=ROOT,
                            capture_output=True, timeout=60)  # fmt: skip
     return as_nobody if probe.returncode == 0 else base
 
@@ -140,7 +140,7 @@ def test_notify_ready_status_watchdog_reload_and_stopping():
     data.chmod(0o777)
     env = {**os.environ, "NOTIFY_SOCKET": notify.name, "WATCHDOG_USEC": "1000000",
            "SHOAL_DEBUG_API": "1"}  # fmt: skip
-    args = [*restricted_prefix(), sys.executable, "-m", "daemon.cli", "agent", "--node-name",
+    args = [*restricted_prefix(), sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name",
             "svc", "--bind", "127.0.0.91:7946", "--api", "127.0.0.91:7947", "--data-dir",
             str(data / "d"), "--no-discovery", "--bootstrap-expect", "1"]  # fmt: skip
     started = time.monotonic()

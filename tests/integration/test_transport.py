@@ -6,7 +6,7 @@ import socket
 
 import uvloop
 
-from membership.transport import PacketProtocol, open_udp_socket
+from shoal.membership.transport import PacketProtocol, open_udp_socket
 
 
 def _dead_address() -> tuple[str, int]:

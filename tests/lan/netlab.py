@@ -109,7 +109,7 @@ class Host:
         return sh("ip", "netns", "exec", self.ns, *args, check=check)
 
     def start_agent(self, name: str | None = None, extra: tuple[str, ...] = ()) -> Host:
-        args = ["ip", "netns", "exec", self.ns, sys.executable, "-m", "daemon.cli", "agent",
+        args = ["ip", "netns", "exec", self.ns, sys.executable, "-m", "shoal.daemon.cli", "agent",
                 "--node-name", name or f"host-{self.index}", "--bind", f"{self.ip}:7946",
                 "--api", "127.0.0.1:7947", "--data-dir", str(self.lan.workdir / self.ns),
                 "--log-format", "json", *extra]  # fmt: skip

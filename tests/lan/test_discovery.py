@@ -200,7 +200,7 @@ def test_a_node_that_left_is_no_longer_advertised(make_lan):
 def test_an_encrypted_cluster_is_found_only_by_agents_with_its_key(make_lan):
     """Encrypted agents find each other by multicast; one without the key
     stays out and logs why, instead of retrying silently."""
-    from daemon.keys import generate_key
+    from shoal.daemon.keys import generate_key
 
     key = generate_key()
     lan = make_lan(4)

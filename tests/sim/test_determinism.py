@@ -2,10 +2,10 @@
 
 import hashlib
 
-from membership.profiles import PROFILES
-from sim.cluster import SimCluster
-from sim.network import LinkProfile
-from sim.scenarios import form_cluster
+from shoal.membership.profiles import PROFILES
+from shoal.sim.cluster import SimCluster
+from shoal.sim.network import LinkProfile
+from shoal.sim.scenarios import form_cluster
 
 
 class TraceHash:

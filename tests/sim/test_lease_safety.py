@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from election.config import LeaseConfig
-from election.events import ControllerElected
-from membership.profiles import PROFILES
-from sim.clock import NodeClock
-from sim.cluster import SimCluster
-from sim.elections import LeaseSafety, controllers, swarm_run
-from sim.network import LinkProfile
-from sim.scenarios import form_cluster
+from shoal.election.config import LeaseConfig
+from shoal.election.events import ControllerElected
+from shoal.membership.profiles import PROFILES
+from shoal.sim.clock import NodeClock
+from shoal.sim.cluster import SimCluster
+from shoal.sim.elections import LeaseSafety, controllers, swarm_run
+from shoal.sim.network import LinkProfile
+from shoal.sim.scenarios import form_cluster
 
 CI_SEEDS = int(os.environ.get("SHOAL_ELECTION_SEEDS", "150"))
 

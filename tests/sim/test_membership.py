@@ -5,12 +5,12 @@ import statistics
 import pytest
 from msgspec.structs import replace
 
-from membership.events import MemberDied
-from membership.profiles import PROFILES
-from sim.checks import FalsePositives, IncarnationMonotonic, converged, sees_dead
-from sim.cluster import SimCluster
-from sim.network import LinkProfile
-from sim.scenarios import CrashWatch, form_cluster, run_simulation, run_until_converged
+from shoal.membership.events import MemberDied
+from shoal.membership.profiles import PROFILES
+from shoal.sim.checks import FalsePositives, IncarnationMonotonic, converged, sees_dead
+from shoal.sim.cluster import SimCluster
+from shoal.sim.network import LinkProfile
+from shoal.sim.scenarios import CrashWatch, form_cluster, run_simulation, run_until_converged
 from tests.sim.conftest import seeds
 
 LAN = PROFILES["lan"]

@@ -3,10 +3,10 @@ then every replica identical after healing."""
 
 import random
 
-from membership.profiles import PROFILES
-from sim.cluster import SimCluster
-from sim.network import LinkProfile
-from sim.scenarios import form_cluster, run_until_converged
+from shoal.membership.profiles import PROFILES
+from shoal.sim.cluster import SimCluster
+from shoal.sim.network import LinkProfile
+from shoal.sim.scenarios import form_cluster, run_until_converged
 
 
 def replicas_identical(cluster: SimCluster) -> bool:

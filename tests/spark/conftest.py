@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from churn.job import LOG4J, add_arguments
-from storage.history import Observer, encode_row, member_row
+from shoal.churn.job import LOG4J, add_arguments
+from shoal.storage.history import Observer, encode_row, member_row
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -57,7 +57,7 @@ class HistoryBuilder:
 
     def add(self, observer: str, t_s: float, event: str, node: str, incarnation: int = 1,
             source: str | None = None, epoch: int | None = None) -> None:  # fmt: skip
-        from membership.member import MemberState, MemberView
+        from shoal.membership.member import MemberState, MemberView
 
         obs = Observer(self.cluster, observer, observer.encode().hex())
         ts = T0_MS + round(t_s * 1000)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from churn.job import run
+from shoal.churn.job import run
 from tests.conftest import poll_until
 from tests.spark.conftest import job_args, summary_of
 from tests.spark.test_churn_job import three_nodes

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from churn.job import run
+from shoal.churn.job import run
 from tests.spark.conftest import HistoryBuilder, job_args, read_csv
 
 pytestmark = pytest.mark.spark

@@ -20,7 +20,7 @@ import pytest
 from tests.spark.conftest import read_csv
 
 pytestmark = pytest.mark.spark
-SHOAL = [sys.executable, "-m", "daemon.cli"]
+SHOAL = [sys.executable, "-m", "shoal.daemon.cli"]
 ROOT = Path(__file__).resolve().parents[2]
 # The wait for the first probe of a crashed member. Each live member probes
 # one member a second, and each member once per pass, so a member is probed

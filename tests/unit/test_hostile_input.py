@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import election.messages  # noqa: F401 - registers tags 20-24
-import storage.messages  # noqa: F401 - registers tags 40-44
-from daemon.wire import Wire
-from membership import codec
-from membership.keyring import Keyring
-from membership.messages import Alive, Suspect
+import shoal.election.messages  # noqa: F401 - registers tags 20-24
+import shoal.storage.messages  # noqa: F401 - registers tags 40-44
+from shoal.daemon.wire import Wire
+from shoal.membership import codec
+from shoal.membership.keyring import Keyring
+from shoal.membership.messages import Alive, Suspect
 from tests.unit.election.test_lease import ask, voter
 from tests.unit.membership.helpers import Net, ident
 

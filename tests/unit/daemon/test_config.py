@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from daemon import config
-from daemon.addresses import choose_advertise
-from daemon.errors import ConfigError
+from shoal.daemon import config
+from shoal.daemon.addresses import choose_advertise
+from shoal.kernel.errors import ConfigError
 
 
 def shoal(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args],
+        [sys.executable, "-m", "shoal.daemon.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -101,9 +101,9 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     """systemd/shoal.toml loads, and names every setting the agent has."""
     import msgspec.structs
 
-    from daemon.config import AgentConfig
-    from membership.profiles import SwimConfig
-    from storage.antientropy import SyncConfig
+    from shoal.daemon.config import AgentConfig
+    from shoal.membership.profiles import SwimConfig
+    from shoal.storage.antientropy import SyncConfig
 
     path = Path(__file__).resolve().parents[3] / "systemd" / "shoal.toml"
     cfg = config.load({"config": str(path), "node_name": "x"}, {})
@@ -116,9 +116,9 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
             assert all(f"{k} =" in text for k in ("api_socket", "api_token_file"))
         elif f.name != "faults":  # test-only fault injection is not advertised
             assert f"{f.name} =" in text, f.name
-    from daemon.keys import EncryptionConfig
-    from election.config import LeaseConfig
-    from storage.history import HistoryConfig
+    from shoal.daemon.keys import EncryptionConfig
+    from shoal.election.config import LeaseConfig
+    from shoal.storage.history import HistoryConfig
 
     fields = msgspec.structs.fields(SwimConfig) + msgspec.structs.fields(SyncConfig)
     fields += msgspec.structs.fields(EncryptionConfig)
@@ -131,7 +131,7 @@ def test_uncommenting_every_setting_of_the_shipped_file_gives_the_defaults(tmp_p
     """Each commented `key = value` sits in the right table and is the default."""
     import re
 
-    from daemon.config import AgentConfig
+    from shoal.daemon.config import AgentConfig
 
     shipped = Path(__file__).resolve().parents[3] / "systemd" / "shoal.toml"
     lines = [

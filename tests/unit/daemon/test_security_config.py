@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from daemon import config
-from daemon.access import ApiAccess, parse_access
-from daemon.errors import ConfigError
-from daemon.keys import EncryptionConfig, generate_key, load_keyring, parse_encryption
-from membership.keyring import parse_key
+from shoal.daemon import config
+from shoal.daemon.access import ApiAccess, parse_access
+from shoal.daemon.keys import EncryptionConfig, generate_key, load_keyring, parse_encryption
+from shoal.kernel.errors import ConfigError
+from shoal.membership.keyring import parse_key
 
 KEY = generate_key()
 

@@ -2,10 +2,10 @@
 
 import random
 
-from election.config import LeaseConfig
-from election.events import ControllerElected, PersistElection
-from election.lease import _NOTICE_GAP_S, LeaseElection
-from election.messages import (
+from shoal.election.config import LeaseConfig
+from shoal.election.events import ControllerElected, PersistElection
+from shoal.election.lease import _NOTICE_GAP_S, LeaseElection
+from shoal.election.messages import (
     REJECT_EPOCH,
     REJECT_HELD,
     ControllerNotice,
@@ -14,8 +14,8 @@ from election.messages import (
     LeaseRelease,
     LeaseRequest,
 )
-from election.voters import VoterConfig
-from membership import codec
+from shoal.election.voters import VoterConfig
+from shoal.membership import codec
 
 CONFIG = VoterConfig(b"L" * 8, 1, ("a", "b", "c"))
 PEER = ("10.0.0.9", 7946)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from membership.member import NodeIdentity
-from membership.output import Address, Channel
-from membership.profiles import SwimConfig
-from membership.swim import SwimNode
+from shoal.kernel.contract import Address, Channel
+from shoal.membership.member import NodeIdentity
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.swim import SwimNode
 
 CONFIG = SwimConfig()
 

@@ -1,6 +1,6 @@
 """BroadcastQueue sends each update a bounded number of times, newest first."""
 
-from membership.broadcast import BroadcastQueue
+from shoal.membership.broadcast import BroadcastQueue
 
 
 def test_newer_update_replaces_older_about_the_same_member():

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from membership import codec
-from membership.member import MemberState
-from membership.messages import (
+from shoal.membership import codec
+from shoal.membership.member import MemberState
+from shoal.membership.messages import (
     Ack,
     Alive,
     Dead,

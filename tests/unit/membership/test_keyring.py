@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from membership import codec
-from membership.keyring import (
+from shoal.membership import codec
+from shoal.membership.keyring import (
     OVERHEAD_BYTES,
     KeyCommand,
     KeyReply,
@@ -16,7 +16,7 @@ from membership.keyring import (
     format_key,
     parse_key,
 )
-from membership.messages import Ack
+from shoal.membership.messages import Ack
 
 K1, K2, K3 = (bytes([i]) * 32 for i in (1, 2, 3))
 HEAD = bytes((codec.PROTOCOL_VERSION, 0)) + codec.cluster_tag("c")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from membership.suspicion import SuspicionTimer, suspicion_timeout_s
+from shoal.membership.suspicion import SuspicionTimer, suspicion_timeout_s
 
 
 @pytest.mark.parametrize(

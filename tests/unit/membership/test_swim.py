@@ -4,7 +4,8 @@ import random
 
 import msgspec.structs
 
-from membership.events import (
+from shoal.kernel.contract import Address, Channel
+from shoal.membership.events import (
     MemberDied,
     MemberJoined,
     MemberLeft,
@@ -12,8 +13,8 @@ from membership.events import (
     MemberSuspected,
     NameConflicted,
 )  # fmt: skip
-from membership.member import MemberState, NodeIdentity
-from membership.messages import (
+from shoal.membership.member import MemberState, NodeIdentity
+from shoal.membership.messages import (
     Ack,
     Alive,
     Dead,
@@ -24,8 +25,7 @@ from membership.messages import (
     PushPull,
     Suspect,
 )  # fmt: skip
-from membership.output import Address, Channel
-from membership.swim import SwimNode
+from shoal.membership.swim import SwimNode
 from tests.unit.membership.helpers import CONFIG, Net, ident
 
 
@@ -185,7 +185,7 @@ def test_stale_full_state_cannot_bring_back_a_reaped_member():
 
 
 def _alive():
-    from membership.member import MemberState
+    from shoal.membership.member import MemberState
 
     return MemberState.ALIVE
 
@@ -202,7 +202,7 @@ def test_pings_for_someone_else_are_dropped_and_counted():
 
 def test_join_uses_a_stream_and_reports_failure():
     """Joining an address where nobody answers reports the failure."""
-    from membership.events import JoinCompleted
+    from shoal.membership.events import JoinCompleted
 
     node = SwimNode(ident(1), CONFIG, random.Random(1))
     node.start(0.0)

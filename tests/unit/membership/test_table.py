@@ -1,7 +1,7 @@
 """MemberTable applies SWIM's precedence rules and guards identities."""
 
-from membership.member import MemberState
-from membership.table import Ignored, MemberTable, Transition
+from shoal.membership.member import MemberState
+from shoal.membership.table import Ignored, MemberTable, Transition
 from tests.unit.membership.helpers import ident
 
 ME = ident(1)

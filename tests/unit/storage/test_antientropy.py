@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from membership import codec
-from storage.antientropy import AntiEntropy, SyncCompleted
-from storage.config import SESSION_BUDGET_BYTES, SyncConfig
-from storage.messages import RecordPush, SyncTree
-from storage.store import MemoryStore, Replica
+from shoal.membership import codec
+from shoal.storage.antientropy import AntiEntropy, SyncCompleted
+from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
+from shoal.storage.messages import RecordPush, SyncTree
+from shoal.storage.store import MemoryStore, Replica
 
 WALL = 1_800_000_000_000
 TAG = codec.cluster_tag("test")

@@ -10,15 +10,15 @@ import textwrap
 import cbor2
 import pytest
 
-from daemon.commit import GroupCommit
-from daemon.errors import DataDirError
-from storage.identity import DataDir
-from storage.store import Replica
+from shoal.daemon.commit import GroupCommit
+from shoal.kernel.errors import DataDirError
+from shoal.storage.identity import DataDir
+from shoal.storage.store import Replica
 
 WRITER = textwrap.dedent("""
     import sys
-    from storage.engine import Engine
-    from storage.store import Replica
+    from shoal.storage.engine import Engine
+    from shoal.storage.store import Replica
     engine = Engine(__import__("pathlib").Path(sys.argv[1]), 4)
     replica = Replica(engine.records, b"\\x01" * 16, 60_000, 86_400_000)
     i = 0
@@ -45,7 +45,7 @@ def test_acknowledged_writes_survive_kill_9_and_reopen_is_clean(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     proc.stdout.close()
-    from storage.engine import Engine
+    from shoal.storage.engine import Engine
 
     engine = Engine(db, 4)
     replica = Replica(engine.records, b"\x02" * 16, 60_000, 86_400_000)

@@ -8,10 +8,10 @@ import json
 import os
 import time
 
-from election.events import ControllerElected, ControllerLost
-from membership.events import MemberDied, MemberSuspected, NameConflicted
-from membership.member import MemberState, MemberView
-from storage.history import (
+from shoal.election.events import ControllerElected, ControllerLost
+from shoal.membership.events import MemberDied, MemberSuspected, NameConflicted
+from shoal.membership.member import MemberState, MemberView
+from shoal.storage.history import (
     FIELD_NAMES,
     HistoryConfig,
     HistoryWriter,

@@ -5,10 +5,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import hlc
-from storage.hlc import HybridClock
-from storage.records import Record
-from storage.store import MemoryStore, Replica
+from shoal.storage import hlc
+from shoal.storage.hlc import HybridClock
+from shoal.storage.records import Record
+from shoal.storage.store import MemoryStore, Replica
 
 WALL = 1_800_000_000_000
 SKEW_MS = 60_000

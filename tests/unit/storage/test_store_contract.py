@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from storage import hlc
-from storage.engine import Engine
-from storage.merkle import MerkleTree, leaf_of
-from storage.records import Record, digest
-from storage.store import MemoryStore
+from shoal.storage import hlc
+from shoal.storage.engine import Engine
+from shoal.storage.merkle import MerkleTree, leaf_of
+from shoal.storage.records import Record, digest
+from shoal.storage.store import MemoryStore
 
 DEPTH = 2
 

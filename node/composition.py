@@ -17,16 +17,16 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from election.config import LeaseConfig
-from election.lease import LeaseElection
-from election.voters import VoterConfig
-from membership.member import MemberState, MemberView, NodeIdentity, Tags
-from membership.output import EMPTY, Address, Output
-from membership.profiles import SwimConfig
-from membership.swim import SwimNode
-from storage.antientropy import AntiEntropy, SyncConfig
-from storage.records import Record
-from storage.store import MemoryStore, RecordStore, Replica
+from shoal.election.config import LeaseConfig
+from shoal.election.lease import LeaseElection
+from shoal.election.voters import VoterConfig
+from shoal.kernel.contract import EMPTY, Address, Output
+from shoal.membership.member import MemberState, MemberView, NodeIdentity, Tags
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.swim import SwimNode
+from shoal.storage.antientropy import AntiEntropy, SyncConfig
+from shoal.storage.records import Record
+from shoal.storage.store import MemoryStore, RecordStore, Replica
 
 _LABELS = tuple(state.label for state in MemberState)  # indexed by state
 
