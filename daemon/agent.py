@@ -15,9 +15,11 @@ us (python-zeroconf's blockbuster lesson).
 So the election's state is not fsynced in the loop: a grant must be durable
 before it is sent, and an fsync can take hundreds of milliseconds on a busy
 disk, long enough for every peer to suspect us. The state is written
-unsynced, the group-commit thread syncs it, and meanwhile the election's
-messages wait (in order) while SWIM's go out at once. The incarnation,
-persisted once per refutation, is still synced in place.
+unsynced, the group-commit thread syncs it, and meanwhile the sends that the
+election's `Persist` items release wait (in order) while SWIM's go out at
+once: which sends wait is in the core's output, not chosen here by message
+type (kernel/contract.py). The incarnation, persisted once per refutation,
+is still synced in place.
 """
 
 from __future__ import annotations
@@ -52,13 +54,6 @@ from shoal.election.events import (
     PersistElection,
     VotersChanged,
     election_fields,
-)
-from shoal.election.messages import (
-    ControllerNotice,
-    LeaseGrant,
-    LeaseReject,
-    LeaseRelease,
-    LeaseRequest,
 )
 from shoal.kernel.contract import Address, Channel, Output, PersistIncarnation, Send
 from shoal.kernel.errors import ConfigError
@@ -107,7 +102,6 @@ _DROP_HINTS = {
     "stale": "its stamp is too far from our clock: check NTP on both machines",
 }
 ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
-ELECTION_MESSAGES = (LeaseRequest, LeaseGrant, LeaseReject, LeaseRelease, ControllerNotice)
 
 
 class Watcher:
@@ -601,22 +595,27 @@ class Agent:
 
     def _handle(self, out: Output) -> None:
         for item in out.persist:
-            assert self.data_dir is not None
-            if isinstance(item, PersistIncarnation):
-                self.data_dir.save_incarnation(item.incarnation)
-            elif isinstance(item, PersistElection):
-                self.data_dir.save_election(item.granted_epoch, item.config, sync=False)
-                self._hold_election()
+            write = item.write
+            if isinstance(write, PersistIncarnation):
+                assert self.data_dir is not None
+                self.data_dir.save_incarnation(write.incarnation)  # synced in place
+            elif isinstance(write, PersistElection):
+                assert self.data_dir is not None
+                self.data_dir.save_election(write.granted_epoch, write.config, sync=False)
+                self._hold_for_sync()
+            if item.releases:
+                if self._held_for is not None:
+                    self._held.extend(item.releases)  # after the pending sync, in order
+                else:
+                    for send in item.releases:
+                        self._send(send)
         for send in out.send:
-            if self._held_for is not None and isinstance(send.messages[0], ELECTION_MESSAGES):
-                self._held.append(send)
-            else:
-                self._send(send)
+            self._send(send)
         for event in out.events:
             self._publish(event)
 
-    def _hold_election(self) -> None:
-        """Hold election messages until the sync of what was just written."""
+    def _hold_for_sync(self) -> None:
+        """Hold released sends until the sync of what was just written."""
         assert self.commits is not None
         fut = self.commits.waiter()
         if fut is not self._held_for:

@@ -78,7 +78,9 @@ from shoal.election.messages import (
     LeaseRequest,
 )
 from shoal.election.voters import VoterConfig, eligible, rank_key
-from shoal.kernel.contract import EMPTY, Address, Output, Send
+from shoal.kernel.contract import Address, Output, Send
+from shoal.kernel.counters import Counters
+from shoal.kernel.outbox import Outbox
 from shoal.membership.member import Tags
 
 # (name, tags, state) for every member this node knows, itself included;
@@ -115,7 +117,7 @@ AddrFn = Callable[[str], Address | None]
 StateFn = Callable[[str], str | None]
 
 
-class ElectionCounters(msgspec.Struct):
+class ElectionCounters(Counters):
     """What the election did, for metrics."""
 
     campaigns: int = 0
@@ -127,10 +129,6 @@ class ElectionCounters(msgspec.Struct):
     voter_changes: int = 0
     stale_messages: int = 0
     resends: int = 0  # requests asked again of voters that had not answered
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return msgspec.structs.asdict(self)
 
 
 class _Grant(msgspec.Struct):
@@ -222,9 +220,11 @@ class LeaseElection:
         # The configuration of our last request that won its quorum.
         self._quorum_config: VoterConfig | None = None
         self._wake_at: float | None = None
-        self._persist: list[Any] = []
-        self._send: list[Send] = []
-        self._events: list[Any] = []
+        # Every election message rides on the write it depends on, or on a
+        # barrier after the last one (Outbox.send_durable): a grant, a
+        # candidate's request and a notice all speak for the epoch state.
+        self.out = Outbox()
+        self._events = self.out.events
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
             LeaseRequest: self._on_request,
             LeaseGrant: self._on_grant,
@@ -266,12 +266,9 @@ class LeaseElection:
         return self._wake_at
 
     def drain(self) -> Output:
-        """Persist items, messages and events since the last drain."""
-        if not (self._persist or self._send or self._events):
-            return EMPTY
-        out = Output(tuple(self._persist), tuple(self._send), tuple(self._events))
-        self._persist, self._send, self._events = [], [], []
-        return out
+        """Persist items (carrying the messages they release) and events
+        since the last drain."""
+        return self.out.drain()
 
     def stream_failed(self, peer: Address, now: float) -> None:
         """Election uses datagrams only."""
@@ -573,7 +570,7 @@ class LeaseElection:
     # -- voter ----------------------------------------------------------------------------
 
     def _on_request(self, msg: LeaseRequest, sender: Address, now: float) -> None:
-        self._send.append(Send(sender, (self._vote(msg, now),)))
+        self.out.send_durable(Send(sender, (self._vote(msg, now),)))
 
     def _vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject:
         """The voter's rule (module docstring); persists before granting."""
@@ -613,7 +610,7 @@ class LeaseElection:
             return self._reject(msg, REJECT_EPOCH, now)
         self.granted_epoch = msg.epoch
         self._grant = _Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s)
-        self._persist.append(PersistElection(self.granted_epoch, self.voters))
+        self.out.persist(PersistElection(self.granted_epoch, self.voters))
         self.counters.grants += 1
         self._stand_at = None
         self._wake(now)
@@ -796,7 +793,7 @@ class LeaseElection:
     def _adopt(self, config: VoterConfig, now: float) -> None:
         old = self.voters
         self.voters = config
-        self._persist.append(PersistElection(self.granted_epoch, config))
+        self.out.persist(PersistElection(self.granted_epoch, config))
         self._events.append(VotersChanged(config))
         if old is not None and old.lineage != config.lineage:
             self._fresh_epoch = True
@@ -846,4 +843,4 @@ class LeaseElection:
     def _send_to(self, name: str, msg: Any) -> None:
         addr = self._addr_of(name)
         if addr is not None:
-            self._send.append(Send(addr, (msg,)))
+            self.out.send_durable(Send(addr, (msg,)))

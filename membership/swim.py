@@ -47,16 +47,14 @@ send*. Deadlines are kept in one heap, so `tick()` costs O(work due).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-import msgspec.structs
-
-from shoal.kernel.contract import EMPTY, Address, Channel, Output, PersistIncarnation, Send
+from shoal.kernel.contract import Address, Channel, Output, PersistIncarnation, Send
+from shoal.kernel.counters import Counters
+from shoal.kernel.deadlines import Deadlines
+from shoal.kernel.outbox import Outbox
 from shoal.membership import codec
 from shoal.membership.awareness import LocalHealth
 from shoal.membership.broadcast import BroadcastQueue
@@ -115,7 +113,7 @@ _LOCAL: Address = ("", 0)
 Handler = Callable[[Any, Address, float], None]
 
 
-class SwimCounters(msgspec.Struct):
+class SwimCounters(Counters):
     """Counts of what the core did and dropped; exported as metrics."""
 
     probes_sent: int = 0
@@ -140,10 +138,6 @@ class SwimCounters(msgspec.Struct):
     misdirected_pings: int = 0
     late_acks: int = 0
     corrections_sent: int = 0  # our newer Alive, to a sender of a stale Suspect/Dead
-
-    def as_dict(self) -> dict[str, int]:
-        """All counters by name."""
-        return msgspec.structs.asdict(self)
 
 
 class SwimNode:
@@ -185,8 +179,7 @@ class SwimNode:
         self._rejoin_armed = False
         self._rejoin_backoff_s = _REJOIN_FIRST_S
         self._conflicts: set[tuple[str, bytes]] = set()
-        self._heap: list[tuple[float, int, str, Any]] = []
-        self._heap_seq = itertools.count()
+        self._deadlines = Deadlines()
         self._seq = 0
         self._gossip_at: float | None = None  # the pending gossip tick
         self._gossiped_at = -1.0
@@ -197,9 +190,11 @@ class SwimNode:
         self._told_at = -1
         self._probe_armed = False
         self._stranger_sync_after = 0.0
-        self._persist: list[Any] = []
-        self._send: list[Send] = []
-        self._events: list[Any] = []
+        self.out = Outbox()
+        # Aliases of the outbox's lists, for the hot paths (drain empties
+        # them in place).
+        self._send = self.out.sends
+        self._events = self.out.events
         # Dispatch by exact type: one dict lookup on the hottest path, where a
         # chain of isinstance checks costs a microsecond per message.
         self.handlers: dict[type, Handler] = {
@@ -226,8 +221,8 @@ class SwimNode:
         # Staggered over the interval for the size known at start: one
         # member for an agent, the whole cluster for a formed simulation.
         first = self.rng.uniform(0, cfg.push_pull_scaled_s(self.table.num_live()))
-        self._push(now + first, "push_pull")
-        self._push(now + cfg.reconnect_interval_s, "reconnect")
+        self._deadlines.push(now + first, self._due_push_pull)
+        self._deadlines.push(now + cfg.reconnect_interval_s, self._due_reconnect)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Handle one decoded message from `sender`."""
@@ -235,22 +230,15 @@ class SwimNode:
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _, _, kind, arg = heapq.heappop(heap)
-            getattr(self, "_due_" + kind)(arg, now)
+        self._deadlines.run_due(now)
 
     def next_deadline(self) -> float | None:
         """When `tick` should next be called, or None if never."""
-        return self._heap[0][0] if self._heap else None
+        return self._deadlines.next_at()
 
     def drain(self) -> Output:
         """Everything produced since the last drain, in contract order."""
-        if not (self._persist or self._send or self._events):
-            return EMPTY
-        out = Output(tuple(self._persist), tuple(self._send), tuple(self._events))
-        self._persist, self._send, self._events = [], [], []
-        return out
+        return self.out.drain()
 
     def stream_failed(self, peer: Address, now: float) -> None:
         """A stream to `peer` could not be opened or broke before an answer."""
@@ -260,7 +248,7 @@ class SwimNode:
             self._events.append(JoinCompleted(peer, False))
             if peer in self._seeds and not self._rejoin_armed:
                 self._rejoin_armed = True
-                self._push(now + self._rejoin_backoff_s, "rejoin")
+                self._deadlines.push(now + self._rejoin_backoff_s, self._due_rejoin)
                 self._rejoin_backoff_s = min(self._rejoin_backoff_s * 2, _REJOIN_MAX_S)
 
     def unreachable(self, addr: Address, now: float) -> None:
@@ -385,7 +373,7 @@ class SwimNode:
         seq = self._next_seq()
         deadline = now + self.config.probe_timeout_s
         self._relays[seq] = RelayedProbe(sender, msg.seq, msg.target_addr, deadline, msg.nack)
-        self._push(deadline, "relay", seq)
+        self._deadlines.push(deadline, self._due_relay, seq)
         self._send_packet(msg.target_addr, [Ping(seq, msg.target, self.ident.name)])
 
     def _on_ack(self, msg: Ack, sender: Address, now: float) -> None:
@@ -432,7 +420,7 @@ class SwimNode:
         timeout_at = now + self.health.scale(self.config.probe_timeout_s)
         end_at = now + self.health.scale(self.config.probe_interval_s)
         self._probe = ProbeRound(seq, name, m.ident.addr, m.incarnation, timeout_at, end_at)
-        self._push(timeout_at, "probe_timeout", seq)
+        self._deadlines.push(timeout_at, self._due_probe_timeout, seq)
         msgs: list[Any] = [Ping(seq, name, self.ident.name)]
         if m.state is SUSPECT:  # Lifeguard buddy system: tell the suspect
             msgs.append(Suspect(m.incarnation, name, self.ident.name))
@@ -534,7 +522,7 @@ class SwimNode:
             max_s = min_s * self.config.suspicion_max_timeout_mult
             timer = SuspicionTimer(now, k, min_s, max_s, msg.source)
             self._suspicions[msg.node] = timer
-            self._push(timer.deadline_at, "suspicion", msg.node)
+            self._deadlines.push(timer.deadline_at, self._due_suspicion, msg.node)
             if msg.source == self.ident.name:
                 self.counters.suspicions_raised += 1
             self._events.append(MemberSuspected(m.view(), msg.source))
@@ -543,7 +531,7 @@ class SwimNode:
         if result is Ignored.ALREADY:
             timer = self._suspicions.get(msg.node)
             if timer is not None and timer.confirm(msg.source):
-                self._push(timer.deadline_at, "suspicion", msg.node)
+                self._deadlines.push(timer.deadline_at, self._due_suspicion, msg.node)
                 self._broadcast(msg.node, msg, now)  # others count confirmations too
             return
         assert isinstance(result, Ignored)
@@ -590,9 +578,10 @@ class SwimNode:
         assert m is not None
         self._suspicions.pop(name, None)
         self._recent_dead.add(name)
-        self._push(now + self.config.gossip_to_dead_s, "gossip_expire", (name, now))
+        expire_at = now + self.config.gossip_to_dead_s
+        self._deadlines.push(expire_at, self._due_gossip_expire, (name, now))
         reap_s = self.config.left_reap_s if m.state is LEFT else self.config.dead_reap_s
-        self._push(now + reap_s, "reap", (name, now))
+        self._deadlines.push(now + reap_s, self._due_reap, (name, now))
         return m
 
     def _due_suspicion(self, name: str, now: float) -> None:
@@ -638,7 +627,7 @@ class SwimNode:
 
     def _bump_incarnation(self, above: int, now: float) -> None:
         self.incarnation = above + 1
-        self._persist.append(PersistIncarnation(self.incarnation))
+        self.out.persist(PersistIncarnation(self.incarnation))
         self.table.set_self(MemberState.ALIVE, self.incarnation, now, self.ident)
         self._broadcast(self.ident.name, Alive(self.incarnation, self.ident), now)
 
@@ -710,14 +699,14 @@ class SwimNode:
 
     def _due_push_pull(self, _: None, now: float) -> None:
         n = self.table.num_live()
-        self._push(now + self.config.push_pull_scaled_s(n), "push_pull")
+        self._deadlines.push(now + self.config.push_pull_scaled_s(n), self._due_push_pull)
         if self.leaving:
             return
         for name in self.table.live.sample(self.rng, 1):
             self._stream_push_pull(self._addr_of(name), join=False)
 
     def _due_reconnect(self, _: None, now: float) -> None:
-        self._push(now + self.config.reconnect_interval_s, "reconnect")
+        self._deadlines.push(now + self.config.reconnect_interval_s, self._due_reconnect)
         if self.leaving:
             return
         for name in self._dead.sample(self.rng, 1):
@@ -739,7 +728,7 @@ class SwimNode:
         self._recent_dead.discard(name)
         self._events.append(MemberReaped(m.view()))
         reap_s = self.config.left_reap_s if m.state is LEFT else self.config.dead_reap_s
-        self._push(now + reap_s, "tombstone", (name, m.ident.node_id))
+        self._deadlines.push(now + reap_s, self._due_tombstone, (name, m.ident.node_id))
 
     def _due_tombstone(self, arg: tuple[str, bytes], now: float) -> None:
         self.table.forget_tombstone(*arg)
@@ -752,7 +741,7 @@ class SwimNode:
         soon = max(now, self._gossiped_at + self.config.gossip_interval_s * _FRESH_SHARE)
         if at is None or at > soon:
             self._gossip_at = soon
-            self._push(soon, "gossip", soon)
+            self._deadlines.push(soon, self._due_gossip, soon)
 
     def _due_gossip(self, at: float, now: float) -> None:
         if at != self._gossip_at:
@@ -771,7 +760,7 @@ class SwimNode:
             self._send.append(Send(self._addr_of(name), tuple(msgs)))
         if len(self.broadcasts) and pool:
             self._gossip_at = at = now + self.config.gossip_interval_s
-            self._push(at, "gossip", at)
+            self._deadlines.push(at, self._due_gossip, at)
         else:
             self._gossip_at = None
 
@@ -801,7 +790,5 @@ class SwimNode:
     def _arm_probe(self, at: float) -> None:
         if not self._probe_armed:
             self._probe_armed = True
-            self._push(at, "probe")
+            self._deadlines.push(at, self._due_probe)
 
-    def _push(self, at: float, kind: str, arg: Any = None) -> None:
-        heapq.heappush(self._heap, (at, next(self._heap_seq), kind, arg))

@@ -31,13 +31,13 @@ from typing import Any, Protocol
 
 from shoal.election.config import LeaseConfig
 from shoal.election.events import PersistElection
-from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import EMPTY, Address, Channel, PersistIncarnation
+from shoal.kernel.contract import EMPTY, Address, Channel, Persist, PersistIncarnation
 from shoal.membership import codec
 from shoal.membership.member import NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.node.composition import ShoalNode
 from shoal.sim.clock import NodeClock
+from shoal.sim.disk import FsyncLatency, SimDisk
 from shoal.sim.network import LinkProfile, SimNetwork
 from shoal.storage.config import SyncConfig
 from shoal.storage.store import MemoryStore
@@ -104,6 +104,7 @@ class SimCluster:
         sync_config: SyncConfig | None = None,
         lease_config: LeaseConfig | None = None,
         bootstrap_expect: int = 3,
+        fsync: FsyncLatency | None = None,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -119,14 +120,19 @@ class SimCluster:
         self.clocks = clocks or [NodeClock() for _ in range(n)]
         self.nodes: list[ShoalNode | None] = [None] * n
         self.idents: list[NodeIdentity] = []
-        self.disk: list[int] = [0] * n  # each node's persisted incarnation
+        # Each host's disk: what outlives a crash, and what waits for fsync.
+        self.disks = [SimDisk() for _ in range(n)]
+        self.fsync = fsync  # None: every write durable at once
+        self._fsync_rng = random.Random(seed * 104_729 + 3)
+        # Called with the host index when it writes election state unsynced.
+        self.write_hooks: list[Callable[[int], None]] = []
+        # Called with (host index, messages) for everything a host sends.
+        self.send_hooks: list[Callable[[int, tuple[Any, ...]], None]] = []
         self.sync_config = sync_config or SyncConfig()
         # Each node's record store: its disk, which outlives crashes.
         self.stores = [MemoryStore(self.sync_config.tree_depth) for _ in range(n)]
         self.lease_config = lease_config or LeaseConfig()
         self.bootstrap_expect = bootstrap_expect
-        # Each node's persisted election state: (granted epoch, voters).
-        self.election_disk: list[tuple[int, VoterConfig | None]] = [(0, None)] * n
         self._host_of: dict[Address, int] = {}
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
@@ -164,7 +170,7 @@ class SimCluster:
         """
 
         def action() -> None:
-            known = [(self.idents[i], self.disk[i] + 1) for i in range(self.n)]
+            known = [(self.idents[i], self.disks[i].incarnation + 1) for i in range(self.n)]
             self.pending_boots -= self.n
             for i in range(self.n):
                 self._boot(i, [], known)
@@ -210,9 +216,10 @@ class SimCluster:
     ) -> None:
         self._host_down[i] = False
         rng = random.Random((self.seed * 1_000_003 + i) ^ (self._gen[i] << 32))
-        node = ShoalNode(self.idents[i], self.config, rng, self.disk[i], self.stores[i],
+        disk = self.disks[i]
+        node = ShoalNode(self.idents[i], self.config, rng, disk.incarnation, self.stores[i],
                          self.sync_config, SIM_WALL_BASE_MS, self.lease_config,
-                         self.election_disk[i], self.bootstrap_expect)  # fmt: skip
+                         disk.election, self.bootstrap_expect)  # fmt: skip
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         if known:
@@ -227,6 +234,7 @@ class SimCluster:
 
     def _halt(self, i: int, host_down: bool = False) -> None:
         self.nodes[i] = None
+        self.disks[i].crash()
         self._host_down[i] = host_down
         self._gen[i] += 1
         self._armed[i] = None
@@ -290,10 +298,7 @@ class SimCluster:
             if out is EMPTY:
                 break
             for item in out.persist:
-                if isinstance(item, PersistIncarnation):
-                    self.disk[i] = item.incarnation
-                elif isinstance(item, PersistElection):
-                    self.election_disk[i] = (item.granted_epoch, item.config)
+                self._persist(i, item)
             for send in out.send:
                 self._transmit(i, send.to, send.messages, send.channel)
             for event in out.events:
@@ -308,7 +313,43 @@ class SimCluster:
                 self._heap, (when, next(self._seq), _DEADLINE, (i, self._gen[i], deadline))
             )
 
+    def _persist(self, i: int, item: Persist) -> None:
+        """One `Persist`, as the agent handles it (sim/disk.py)."""
+        disk, write = self.disks[i], item.write
+        if isinstance(write, PersistIncarnation):
+            disk.incarnation = write.incarnation
+        elif isinstance(write, PersistElection):
+            state = (write.granted_epoch, write.config)
+            if self.fsync is None:
+                disk.election = state
+            else:
+                if disk.write_election(state):
+                    self._start_sync(i)
+                for hook in self.write_hooks:
+                    hook(i)
+        for send in disk.release(item.releases) if item.releases else ():
+            self._transmit(i, send.to, send.messages, send.channel)
+
+    def _start_sync(self, i: int) -> None:
+        assert self.fsync is not None
+        disk = self.disks[i]
+        disk.start_sync()
+        crashes = disk.crashes
+
+        def done() -> None:
+            if crashes != disk.crashes:
+                return  # the host crashed meanwhile: that sync never completed
+            released, again = disk.sync_done()
+            if again:
+                self._start_sync(i)
+            for send in released:
+                self._transmit(i, send.to, send.messages, send.channel)
+
+        self.at(self.now + self.fsync(self._fsync_rng), done)
+
     def _transmit(self, src: int, to: Address, messages: tuple[Any, ...], channel: Channel) -> None:
+        for hook in self.send_hooks:
+            hook(src, messages)
         dst = self._host_of.get(to)
         src_addr = self.idents[src].addr
         if channel is Channel.STREAM:

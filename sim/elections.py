@@ -13,9 +13,11 @@ voters' grants must outlast it whether or not the holder is still there.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.election.config import LeaseConfig
+from shoal.election.messages import LeaseGrant
 from shoal.membership.profiles import PROFILES
 from shoal.sim.clock import NodeClock
 from shoal.sim.cluster import SimCluster
@@ -89,6 +91,30 @@ class LeaseSafety:
                                    f"after epoch {max(earlier)} at t={t.start:.3f}")  # fmt: skip
 
 
+class DurablePromises:
+    """No grant leaves a node before the epoch it grants is durable there.
+
+    Checked on what the node sends, against what its simulated disk holds
+    (sim/disk.py): a grant released before its write's fsync completed
+    would be lost by a crash, and the voter, rebooted, could grant the same
+    epoch again. This is the property the `Persist` releases exist for; the
+    overlap check above only catches its rarer consequences.
+    """
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.violations: list[str] = []
+        self._cluster = cluster
+        cluster.send_hooks.append(self._sent)
+
+    def _sent(self, i: int, messages: tuple[object, ...]) -> None:
+        durable = self._cluster.disks[i].election[0]
+        for msg in messages:
+            if isinstance(msg, LeaseGrant) and msg.epoch > durable:
+                now = self._cluster.now
+                self.violations.append(f"node {i} sent a grant of epoch {msg.epoch} at "
+                                       f"t={now:.3f}; its disk holds {durable}")  # fmt: skip
+
+
 def controllers(cluster: SimCluster) -> list[int]:
     """Running nodes that hold the lease now."""
     return [i for i in cluster.live_hosts() if cluster.nodes[i].election.is_controller]
@@ -101,6 +127,7 @@ class SwarmRun:
     seed: int
     n: int
     loss: float
+    fsync_s: float = 0.0  # the run's median fsync latency (0: writes durable at once)
     faults: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     recovered_after_s: float | None = None
@@ -109,19 +136,25 @@ class SwarmRun:
 
 def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
               liveness_s: float = 20.0) -> SwarmRun:  # fmt: skip
-    """One seeded run: random size, loss, clock drift within the bound, and
-    a random schedule of crashes, restarts, partitions (minority controller
-    cut off included), leaves and late joins until `heal_at_s`; then
-    everything heals and a controller must exist within `liveness_s`."""
+    """One seeded run: random size, loss, clock drift within the bound, disk
+    latency, and a random schedule of crashes, restarts, partitions (minority
+    controller cut off included), leaves, late joins and a crash between an
+    election write and its fsync until `heal_at_s`; then everything heals
+    and a controller must exist within `liveness_s`."""
     rng = random.Random(seed)
     lease = LeaseConfig()
     n = rng.choice([3, 5, 5, 7])
     loss = rng.choice([0.0, 0.02, 0.1])
     drift = lease.drift_ratio_max * 0.95
     clocks = [NodeClock(rng.uniform(0, 100), rng.uniform(-drift, drift)) for _ in range(n)]
+    # The disk has its own generator, so a seed's other faults are the same
+    # whatever its disk does.
+    disk_rng = random.Random(seed * 7_919 + 11)
+    fsync_s = disk_rng.choice([0.0, 0.002, 0.02, 0.1])
     cluster = SimCluster(n, seed, PROFILES["lan"], LinkProfile(loss=loss), clocks=clocks,
-                         lease_config=lease, bootstrap_expect=min(3, n))  # fmt: skip
-    run = SwarmRun(seed, n, loss)
+                         lease_config=lease, bootstrap_expect=min(3, n),
+                         fsync=_fsync_latency(fsync_s))  # fmt: skip
+    run = SwarmRun(seed, n, loss, fsync_s)
     late = rng.randrange(n) if rng.random() < 0.3 else None
     rng2 = random.Random(seed * 31)
     cluster.start(0, 0.0, [])
@@ -139,6 +172,13 @@ def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
             break
         _random_fault(cluster, rng, at, down, run)
 
+    if fsync_s > 0:
+        # Often the very first grants: a voter that restarts with nothing on
+        # disk has no grant to wait out, so a lost first write matters most.
+        arm_at = 0.0 if disk_rng.random() < 0.5 else disk_rng.uniform(5.0, heal_at_s - 5.0)
+        _crash_before_fsync(cluster, arm_at, heal_at_s - 2.0, disk_rng.uniform(0.05, 1.0),
+                            down, run)  # fmt: skip
+
     def heal_all() -> None:
         cluster.net.heal()
         for i in sorted(down):  # whatever is down or left by then comes back
@@ -147,15 +187,56 @@ def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
 
     cluster.at(heal_at_s, heal_all)
     safety = LeaseSafety(cluster)
+    promises = DurablePromises(cluster)
     cluster.run_until(heal_at_s + 0.2, safety.check)
     done = cluster.run_until(heal_at_s + liveness_s,
                              lambda: safety.check() or len(controllers(cluster)) == 1)  # fmt: skip
     if done:
         run.recovered_after_s = cluster.now - heal_at_s
     cluster.run_until(duration_s, safety.check)
-    run.violations = safety.violations
+    run.violations = safety.violations + promises.violations
     run.tenures = len(safety.tenures)
     return run
+
+
+def _fsync_latency(median_s: float) -> Callable[[random.Random], float]:
+    """Latencies around `median_s`, with a tail (a busy disk)."""
+
+    def draw(rng: random.Random) -> float:
+        return median_s * rng.lognormvariate(0.0, 0.6)
+
+    return draw
+
+
+def _crash_before_fsync(cluster: SimCluster, at: float, until: float, reboot_s: float,
+                        down: set[int], run: SwarmRun) -> None:  # fmt: skip
+    """Between `at` and `until`, crash the first node that writes election
+    state, right after the write and before its fsync completes (its held
+    grants and requests are lost, and so is the write), and boot it again
+    `reboot_s` later (systemd's Restart=)."""
+    n = cluster.n
+    armed = [False]
+
+    def on_write(i: int) -> None:
+        if not armed[0] or cluster.now > until or i in down or len(down) >= (n - 1) // 2:
+            return
+        armed[0] = False
+        down.add(i)
+        run.faults.append(f"{cluster.now:.3f} crash {i} before fsync, back {reboot_s:.2f} s later")
+        cluster.at(cluster.now, lambda: cluster._halt(i))  # noqa: SLF001
+
+        def reboot() -> None:
+            if i in down:
+                down.discard(i)
+                cluster._boot(i, [j for j in range(n) if j != i])  # noqa: SLF001
+
+        cluster.at(cluster.now + reboot_s, reboot)
+
+    def arm() -> None:
+        armed[0] = True
+
+    cluster.write_hooks.append(on_write)
+    cluster.at(at, arm)
 
 
 def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[int],

@@ -42,7 +42,6 @@ which the driver refreshes, so the core never reads a clock.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -51,7 +50,10 @@ from typing import Any
 import msgspec
 import msgspec.structs
 
-from shoal.kernel.contract import EMPTY, Address, Channel, Output, Send
+from shoal.kernel.contract import Address, Channel, Output, Send
+from shoal.kernel.counters import Counters
+from shoal.kernel.deadlines import Deadlines
+from shoal.kernel.outbox import Outbox
 from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from shoal.storage.merkle import FANOUT
 from shoal.storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
@@ -66,7 +68,7 @@ _FIRST_SYNC_RETRY_S = 1.0
 _QUIET_BACKOFF_MAX = 4
 
 
-class SyncCounters(msgspec.Struct):
+class SyncCounters(Counters):
     """What anti-entropy did, for metrics."""
 
     sessions_started: int = 0
@@ -80,10 +82,6 @@ class SyncCounters(msgspec.Struct):
     pushes_received: int = 0
     unexpected: int = 0
     depth_mismatch: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return msgspec.structs.asdict(self)
 
 
 class SyncCompleted(msgspec.Struct, frozen=True):
@@ -142,10 +140,10 @@ class AntiEntropy:
         self._synced_once = False
         self._quiet = 1  # the interval's factor: doubles while all is equal
         self._follow_up: Address | None = None
-        self._heap: list[tuple[float, int, str]] = []
-        self._heap_seq = itertools.count()
-        self._send: list[Send] = []
-        self._events: list[Any] = []
+        self._deadlines = Deadlines()
+        self.out = Outbox()
+        self._send = self.out.sends
+        self._events = self.out.events
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
             SyncTree: self._on_sync_tree,
             SyncTreeDiff: self._on_sync_tree_diff,
@@ -158,8 +156,8 @@ class AntiEntropy:
 
     def start(self, now: float) -> None:
         """Begin the periodic sessions and tombstone sweeps."""
-        self._push(now + self.rng.uniform(0.1, _FIRST_SYNC_RETRY_S), "sync")
-        self._push(now + self.config.gc_interval_s, "gc")
+        self._deadlines.push(now + self.rng.uniform(0.1, _FIRST_SYNC_RETRY_S), self._due_sync)
+        self._deadlines.push(now + self.config.gc_interval_s, self._due_gc)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Handle one decoded anti-entropy message."""
@@ -167,22 +165,15 @@ class AntiEntropy:
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _, _, kind = heapq.heappop(heap)
-            getattr(self, "_due_" + kind)(now)
+        self._deadlines.run_due(now)
 
     def next_deadline(self) -> float | None:
         """When `tick` should next be called."""
-        return self._heap[0][0] if self._heap else None
+        return self._deadlines.next_at()
 
     def drain(self) -> Output:
         """Messages and events since the last drain."""
-        if not (self._send or self._events):
-            return EMPTY
-        out = Output((), tuple(self._send), tuple(self._events))
-        self._send, self._events = [], []
-        return out
+        return self.out.drain()
 
     def stream_failed(self, peer: Address, now: float) -> None:
         """A stream to `peer` failed: end the session with it, if any."""
@@ -221,7 +212,7 @@ class AntiEntropy:
         session = _Session(next(self._session_ids), peer, now + self.config.session_timeout_s)
         self._session = session
         self.counters.sessions_started += 1
-        self._push(session.deadline_at, "session_timeout")
+        self._deadlines.push(session.deadline_at, self._due_session_timeout)
         tree = self.replica.tree
         root_sum, count = tree.node(0, 0)
         sums = ((0, root_sum),) if count else ()
@@ -230,7 +221,7 @@ class AntiEntropy:
 
     # -- timers --------------------------------------------------------------------
 
-    def _due_sync(self, now: float) -> None:
+    def _due_sync(self, _: None, now: float) -> None:
         if self._session is None:
             peers = self._peers(self.rng, 1)
             if peers:
@@ -244,20 +235,20 @@ class AntiEntropy:
         # nobody writes to.
         delay = self.config.sync_interval_s * self._quiet if self._synced_once \
             else _FIRST_SYNC_RETRY_S
-        self._push(now + delay * self.rng.uniform(0.8, 1.2), "sync")
+        self._deadlines.push(now + delay * self.rng.uniform(0.8, 1.2), self._due_sync)
 
-    def _due_follow_up(self, now: float) -> None:
+    def _due_follow_up(self, _: None, now: float) -> None:
         peer, self._follow_up = self._follow_up, None
         if peer is not None:
             self.sync_with(peer, now)
 
-    def _due_session_timeout(self, now: float) -> None:
+    def _due_session_timeout(self, _: None, now: float) -> None:
         if self._session is not None and self._session.deadline_at <= now:
             self._end_session(ok=False, now=now)
 
-    def _due_gc(self, now: float) -> None:
+    def _due_gc(self, _: None, now: float) -> None:
         self.replica.collect_tombstones(self.wall_ms(now))
-        self._push(now + self.config.gc_interval_s, "gc")
+        self._deadlines.push(now + self.config.gc_interval_s, self._due_gc)
 
     # -- responder ---------------------------------------------------------------
 
@@ -426,13 +417,11 @@ class AntiEntropy:
                 self._quiet = min(self._quiet * 2, _QUIET_BACKOFF_MAX)
             if s.more:  # catching up on a large difference: go on at once
                 self._follow_up = s.peer
-                self._push(now, "follow_up")
+                self._deadlines.push(now, self._due_follow_up)
         else:
             self.counters.sessions_failed += 1
         self._events.append(SyncCompleted(s.peer, ok, s.sent, s.received, s.rounds))
 
-    def _push(self, at: float, kind: str) -> None:
-        heapq.heappush(self._heap, (at, next(self._heap_seq), kind))
 
 
 def _size(rec: Record) -> int:

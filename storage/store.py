@@ -19,9 +19,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-import msgspec
-import msgspec.structs
-
+from shoal.kernel.counters import Counters
 from shoal.storage import hlc as hlc_mod
 from shoal.storage.hlc import HybridClock
 from shoal.storage.merkle import MerkleTree, leaf_of
@@ -105,7 +103,7 @@ class MemoryStore:
         """Nothing to do."""
 
 
-class ReplicaCounters(msgspec.Struct):
+class ReplicaCounters(Counters):
     """What happened to records, for metrics."""
 
     local_writes: int = 0
@@ -114,10 +112,6 @@ class ReplicaCounters(msgspec.Struct):
     skew_refused: int = 0
     expired_tombstones_refused: int = 0
     tombstones_collected: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        return msgspec.structs.asdict(self)
 
 
 class Replica:

@@ -122,7 +122,7 @@ def test_a_restarted_node_comes_back_with_a_higher_incarnation():
     cluster = SimCluster(30, 5, LAN)
     form_cluster(cluster)
     run_until_converged(cluster, 20.0)
-    before = cluster.disk[7]
+    before = cluster.disks[7].incarnation
     cluster.crash(7, cluster.now + 1)
     cluster.restart(7, cluster.now + 30, join=[0], new_address=True)
     cluster.run_until(cluster.now + 31)

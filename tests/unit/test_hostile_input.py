@@ -106,7 +106,7 @@ def test_the_largest_incarnation_that_passes_still_refutes_into_a_storable_numbe
     n1.receive(Suspect(codec.MAX_COUNTER, "n1", "n2"), ident(2).addr, 1.0)
     out = n1.drain()
     assert n1.incarnation == codec.MAX_COUNTER + 1
-    assert out.persist[0].incarnation.to_bytes(8, "big")  # fits the identity store
+    assert out.persist[0].write.incarnation.to_bytes(8, "big")  # fits the identity store
     for send in out.send:
         codec.encode_datagram(send.messages, TAG)
     n1.receive(Alive(codec.MAX_COUNTER, ident(3)), ident(2).addr, 1.0)
@@ -116,7 +116,7 @@ def test_the_largest_incarnation_that_passes_still_refutes_into_a_storable_numbe
 def test_an_epoch_at_the_limit_is_granted_without_overflowing_anything():
     """The largest epoch that decodes is persisted and answered, nothing more."""
     out = ask(voter(), "a", codec.MAX_COUNTER, 0.0)
-    assert out.persist[0].granted_epoch == codec.MAX_COUNTER
-    cbor2.dumps(out.persist[0].granted_epoch)
+    assert out.persist[0].write.granted_epoch == codec.MAX_COUNTER
+    cbor2.dumps(out.persist[0].write.granted_epoch)
     for send in out.send:
         codec.encode_datagram(send.messages, TAG)

@@ -34,43 +34,48 @@ def ask(el: LeaseElection, candidate: str, epoch: int, now: float):
 
 
 def test_a_grant_is_persisted_before_it_is_sent():
+    """The grant rides on the write of its epoch: no driver can send it first."""
     out = ask(voter(), "a", 1, 0.0)
-    assert out.persist == (PersistElection(1, CONFIG),)
-    assert out.send[0].messages == (LeaseGrant(7, 1, "b"),)
+    (item,) = out.persist
+    assert item.write == PersistElection(1, CONFIG)
+    assert [s.messages for s in item.releases] == [(LeaseGrant(7, 1, "b"),)]
+    assert out.send == ()
 
 
 def test_one_unexpired_grant_at_a_time_and_renewal_by_the_holder():
     el = voter()
     ask(el, "a", 1, 0.0)
-    (reject,) = ask(el, "c", 2, 1.0).send[0].messages
+    (reject,) = ask(el, "c", 2, 1.0).all_sends()[0].messages
     assert isinstance(reject, LeaseReject) and reject.reason == REJECT_HELD
     assert reject.holder == "a" and 0 < reject.remaining_ms <= 2100
     renewal = ask(el, "a", 1, 1.5)
-    assert renewal.persist == () and isinstance(renewal.send[0].messages[0], LeaseGrant)
+    # A renewal writes nothing, but still waits for any write before it.
+    assert [p.write for p in renewal.persist] == [None]
+    assert isinstance(renewal.all_sends()[0].messages[0], LeaseGrant)
     late = LeaseConfig().voter_grant_s + 1.5 + 0.01
-    assert isinstance(ask(el, "c", 2, late).send[0].messages[0], LeaseGrant)
+    assert isinstance(ask(el, "c", 2, late).all_sends()[0].messages[0], LeaseGrant)
 
 
 def test_never_an_epoch_at_or_below_one_granted():
     el = voter(epoch=5)
     el.start(-10.0)
-    (reject,) = ask(el, "a", 5, 0.0).send[0].messages
+    (reject,) = ask(el, "a", 5, 0.0).all_sends()[0].messages
     assert reject.reason == REJECT_EPOCH and reject.granted_epoch == 5
 
 
 def test_a_restarted_voter_grants_nothing_until_its_old_grant_could_have_expired():
     el = voter(epoch=3)
     el.start(100.0)
-    assert ask(el, "a", 4, 100.5).send[0].messages[0].reason == REJECT_HELD
+    assert ask(el, "a", 4, 100.5).all_sends()[0].messages[0].reason == REJECT_HELD
     after = 100.0 + LeaseConfig().voter_grant_s + 0.01
-    assert isinstance(ask(el, "a", 4, after).send[0].messages[0], LeaseGrant)
+    assert isinstance(ask(el, "a", 4, after).all_sends()[0].messages[0], LeaseGrant)
 
 
 def test_a_release_frees_the_voter_at_once():
     el = voter()
     ask(el, "a", 1, 0.0)
     el.receive(LeaseRelease(1, "a"), PEER, 0.2)
-    assert isinstance(ask(el, "c", 2, 0.3).send[0].messages[0], LeaseGrant)
+    assert isinstance(ask(el, "c", 2, 0.3).all_sends()[0].messages[0], LeaseGrant)
 
 
 def test_a_candidate_becomes_controller_on_a_majority_and_counts_from_sending():
@@ -80,7 +85,7 @@ def test_a_candidate_becomes_controller_on_a_majority_and_counts_from_sending():
     el.tick(el.next_deadline())
     stood_at = el._request.sent_at
     sent = el.drain()
-    requests = [s for s in sent.send if isinstance(s.messages[0], LeaseRequest)]
+    requests = [s for s in sent.all_sends() if isinstance(s.messages[0], LeaseRequest)]
     assert len(requests) == 2 and not el.is_controller  # b and c; a granted itself
     seq = requests[0].messages[0].seq
     epoch = requests[0].messages[0].epoch
@@ -98,7 +103,8 @@ def test_a_controller_that_leaves_mid_renewal_is_not_made_controller_by_late_gra
     el.start(0.0)
     el.tick(0.0)
     el.tick(el.next_deadline())
-    (req, *_) = [s.messages[0] for s in el.drain().send if isinstance(s.messages[0], LeaseRequest)]
+    (req, *_) = [m for s in el.drain().all_sends() for m in s.messages
+                 if isinstance(m, LeaseRequest)]  # fmt: skip
     el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.1)
     assert el.is_controller
     el.drain()
@@ -107,11 +113,11 @@ def test_a_controller_that_leaves_mid_renewal_is_not_made_controller_by_late_gra
         now = el.next_deadline()
         assert now < LeaseConfig().lease_s
         el.tick(now)
-        renewal = [s.messages[0] for s in el.drain().send
+        renewal = [s.messages[0] for s in el.drain().all_sends()
                    if isinstance(s.messages[0], LeaseRequest)]  # fmt: skip
     (late,) = {(m.seq, m.epoch) for m in renewal}
     el.leave(now + 0.01)
-    released = {s.to for s in el.drain().send if isinstance(s.messages[0], LeaseRelease)}
+    released = {s.to for s in el.drain().all_sends() if isinstance(s.messages[0], LeaseRelease)}
     assert len(released) == 2 and not el.is_controller  # b and c are told
     el.receive(LeaseGrant(*late, "b"), PEER, now + 0.02)
     el.receive(LeaseGrant(*late, "c"), PEER, now + 0.02)
@@ -131,7 +137,8 @@ def stand(el: LeaseElection) -> list[LeaseRequest]:
     el.start(0.0)
     el.tick(0.0)
     el.tick(el.next_deadline())
-    return [s.messages[0] for s in el.drain().send if isinstance(s.messages[0], LeaseRequest)]
+    sends = el.drain().all_sends()
+    return [s.messages[0] for s in sends if isinstance(s.messages[0], LeaseRequest)]
 
 
 def sent_until(el: LeaseElection, until: float,
@@ -141,11 +148,11 @@ def sent_until(el: LeaseElection, until: float,
     sent = []
     while (now := el.next_deadline()) is not None and now <= until:
         el.tick(now)
-        out = [(now, s.to, m) for s in el.drain().send for m in s.messages]
+        out = [(now, s.to, m) for s in el.drain().all_sends() for m in s.messages]
         for _, _, m in out:
             if granter and isinstance(m, LeaseRequest):
                 el.receive(LeaseGrant(m.seq, m.epoch, granter), PEER, now)
-        sent += out + [(now, s.to, m) for s in el.drain().send for m in s.messages]
+        sent += out + [(now, s.to, m) for s in el.drain().all_sends() for m in s.messages]
     return sent
 
 
@@ -179,7 +186,7 @@ def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
     (req, _) = stand(el)
     el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
     won = el.drain()
-    first = [s.to for s in won.send if isinstance(s.messages[0], ControllerNotice)]
+    first = [s.to for s in won.all_sends() if isinstance(s.messages[0], ControllerNotice)]
     assert len(first) == 2  # b and c
     cfg = LeaseConfig()
     repeats = [t for t, to, m in sent_until(el, 0.05 + 2 * cfg.renew_interval_s + 0.02, "b")

@@ -51,10 +51,10 @@ class Net:
                     continue
                 out = node.drain()
                 for p in out.persist:
-                    self.persisted[node.ident.name] = p.incarnation
+                    self.persisted[node.ident.name] = p.write.incarnation
                 self.events += [(node.ident.name, e) for e in out.events]
                 self.timed += [(now, node.ident.name, e) for e in out.events]
-                for send in out.send:
+                for send in out.all_sends():
                     moved = True
                     if send.channel is not Channel.STREAM:
                         self.timed += [(now, node.ident.name, (send.to, m)) for m in send.messages]

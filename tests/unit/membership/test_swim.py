@@ -44,7 +44,7 @@ def test_start_persists_an_incarnation_above_the_last_run():
     node = SwimNode(ident(1), CONFIG, random.Random(1), incarnation=41)
     node.start(0.0)
     out = node.drain()
-    assert [p.incarnation for p in out.persist] == [42]
+    assert [p.write.incarnation for p in out.persist] == [42]
     alive = [m for s in out.send for m in s.messages if isinstance(m, Alive)]
     assert alive == [] or alive[0].incarnation == 42  # nothing sent before a peer exists
 
