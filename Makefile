@@ -68,9 +68,13 @@ bench: $(STAMP) bytecode
 	$(PY) bench/election.py
 	$(PY) bench/churn.py
 
+# Style, types (mypy strict on the whole package) and the layering contracts
+# (import-linter, pyproject.toml). `make test` runs it first.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/shoal
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -40,8 +40,8 @@ from detect_vs_serf import (  # noqa: E402
 )
 
 from shoal.daemon.keys import generate_key  # noqa: E402
-from shoal.membership import codec  # noqa: E402
-from shoal.membership.keyring import Keyring  # noqa: E402
+from shoal.kernel import codec  # noqa: E402
+from shoal.kernel.sealing import Keyring  # noqa: E402
 
 KEY = generate_key()
 

@@ -51,7 +51,7 @@ import threading
 import time
 from pathlib import Path
 
-from shoal.membership import codec  # noqa: E402
+from shoal.kernel import codec  # noqa: E402
 from shoal.storage.antientropy import AntiEntropy  # noqa: E402
 from shoal.storage.config import SyncConfig  # noqa: E402
 from shoal.storage.engine import Engine  # noqa: E402

@@ -55,11 +55,11 @@ from shoal.election.events import (
     VotersChanged,
     election_fields,
 )
+from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Output, PersistIncarnation, Send
 from shoal.kernel.errors import ConfigError
-from shoal.membership import codec
+from shoal.kernel.sealing import OVERHEAD_BYTES, KeyCommand, KeyReply
 from shoal.membership.events import JoinCompleted, event_fields
-from shoal.membership.keyring import OVERHEAD_BYTES, KeyCommand, KeyReply
 from shoal.membership.member import MemberState, MemberView, NodeIdentity, Tags
 from shoal.membership.messages import PushPull
 from shoal.membership.profiles import SwimConfig

@@ -298,7 +298,7 @@ class ApiServer:
 
     async def keys(self, request: Request) -> Result:
         """`shoal keys`: list, or change the keyring here and on every member."""
-        from shoal.membership.keyring import KeyCommand, KeyringError, parse_key
+        from shoal.kernel.sealing import KeyCommand, KeyringError, parse_key
 
         op = request.path.rpartition("/")[2]
         if op == "keys":

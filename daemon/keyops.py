@@ -23,8 +23,8 @@ import msgspec
 import structlog
 
 from shoal.daemon.keys import save_keyring
-from shoal.membership import codec
-from shoal.membership.keyring import KeyCommand, KeyReply, KeyringError, format_key
+from shoal.kernel import codec
+from shoal.kernel.sealing import KeyCommand, KeyReply, KeyringError, format_key
 from shoal.membership.member import MemberState
 from shoal.membership.transport import read_frame
 

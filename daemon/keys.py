@@ -26,7 +26,7 @@ import msgspec
 import structlog
 
 from shoal.kernel.errors import ConfigError
-from shoal.membership.keyring import KEY_BYTES, Keyring, KeyringError, format_key, parse_key
+from shoal.kernel.sealing import KEY_BYTES, Keyring, KeyringError, format_key, parse_key
 
 log = structlog.get_logger("shoal")
 KEYRING_NAME = "keyring"

@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from shoal.membership import codec
-from shoal.membership.keyring import NONCE_BYTES, Keyring, ReplayGuard
+from shoal.kernel import codec
+from shoal.kernel.sealing import NONCE_BYTES, Keyring, ReplayGuard
 
 
 class Received(msgspec.Struct, frozen=True):

@@ -1,5 +1,7 @@
 """Controller election by a quorum lease on the membership view (sans-IO)."""
 
+# Registers the election's message tags with the kernel's codec.
+from shoal.election import messages as _messages  # noqa: F401
 from shoal.election.config import LeaseConfig
 from shoal.election.events import (
     ControllerChanged,

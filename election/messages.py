@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 
 from shoal.election.voters import VoterConfig
-from shoal.membership import codec
-from shoal.membership.codec import MAX_NAME_CHARS, DecodeError, _counter, _u64
+from shoal.kernel import codec
+from shoal.kernel.codec import MAX_NAME_CHARS, DecodeError, counter, u64
 
 MAX_VOTERS = 64
 REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER = range(4)
@@ -86,7 +86,7 @@ def _config(v: object) -> VoterConfig:
     if type(voters) is not list or not 0 < len(voters) <= MAX_VOTERS:
         raise DecodeError("shape", "bad voter list")
     names = tuple(sorted({_name(n) for n in voters}))
-    return VoterConfig(lineage, _counter(version), names)
+    return VoterConfig(lineage, counter(version), names)
 
 
 def _opt_config(v: object) -> VoterConfig | None:
@@ -118,12 +118,12 @@ def _reason(v: object) -> int:
     return v
 
 
-codec.register(20, 5, lambda f: LeaseRequest(_u64(f[1]), _counter(f[2]), _name(f[3]),
+codec.register(20, 5, lambda f: LeaseRequest(u64(f[1]), counter(f[2]), _name(f[3]),
                                              _config(f[4])), _encode)  # fmt: skip
-codec.register(21, 4, lambda f: LeaseGrant(_u64(f[1]), _counter(f[2]), _name(f[3])), _encode)
-codec.register(22, 8, lambda f: LeaseReject(_u64(f[1]), _name(f[2]), _reason(f[3]), _counter(f[4]),
-                                            _name(f[5], empty=True), _u64(f[6]),
+codec.register(21, 4, lambda f: LeaseGrant(u64(f[1]), counter(f[2]), _name(f[3])), _encode)
+codec.register(22, 8, lambda f: LeaseReject(u64(f[1]), _name(f[2]), _reason(f[3]), counter(f[4]),
+                                            _name(f[5], empty=True), u64(f[6]),
                                             _opt_config(f[7])), _encode)  # fmt: skip
-codec.register(23, 3, lambda f: LeaseRelease(_counter(f[1]), _name(f[2])), _encode)
-codec.register(24, 5, lambda f: ControllerNotice(_counter(f[1]), _name(f[2]), _u64(f[3]),
+codec.register(23, 3, lambda f: LeaseRelease(counter(f[1]), _name(f[2])), _encode)
+codec.register(24, 5, lambda f: ControllerNotice(counter(f[1]), _name(f[2]), u64(f[3]),
                                                  _config(f[4])), _encode)  # fmt: skip

@@ -16,6 +16,9 @@ import msgspec
 Address = tuple[str, int]
 """A peer address: (IPv4 literal or simulated host name, port)."""
 
+Tags = tuple[tuple[str, str], ...]
+"""A member's tags, sorted by key (role, rack, version...)."""
+
 
 class Channel(enum.Enum):
     """How a `Send` travels: one datagram, or one frame on a reliable stream."""

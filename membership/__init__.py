@@ -2,6 +2,9 @@
 (transport) the agent drives it with."""
 
 from shoal.kernel.contract import Channel, Output, PersistIncarnation, Send
+
+# Registers SWIM's message tags with the kernel's codec (kernel/codec.py).
+from shoal.membership import codec as _codec  # noqa: F401
 from shoal.membership.events import (
     JoinCompleted,
     MemberDied,

@@ -1,33 +1,27 @@
-"""The wire format: a small header, then CBOR. See docs/wire.md.
+"""The membership messages on the wire (tags 1-9; docs/wire.md).
 
-Datagram (one UDP packet)::
-
-    byte 0      protocol version (PROTOCOL_VERSION)
-    byte 1      flags (bit 0: payload is encrypted; reserved for the keyring)
-    bytes 2..5  cluster tag: first 4 bytes of SHA-256(cluster name)
-    bytes 6..   CBOR array of messages, each [type_tag, field, ...]
-
-Stream frame (TCP): a 4-byte big-endian length, then a datagram-shaped body.
-
-The decoder is the trust boundary. It accepts only the exact shapes below,
-with bounded sizes, and raises `DecodeError` (with a short reason used as a
-counter label) for anything else: callers count and drop, never crash. The
-type-tag table is shared by all cores; tags 1-19 are membership, 20-39 are
-reserved for election, 40-59 for anti-entropy and 60-69 for the keyring
-(membership/keyring.py, which also seals payloads when encryption is on).
+The envelope, the tag table and the field checks are the kernel's
+(kernel/codec.py); this module registers SWIM's messages with it, and
+re-exports the envelope functions the membership IO modules use.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Sequence
 from typing import Any
 
-import cbor2
-
-from shoal.kernel.contract import Address
-from shoal.kernel.hashes import sha256
-from shoal.membership.member import MemberState, NodeIdentity, Tags
+from shoal.kernel.codec import (
+    MAX_PUSHPULL_MEMBERS,
+    DecodeError,
+    address,
+    boolean,
+    counter,
+    name,
+    node_id,
+    register,
+    tags,
+    u64,
+)
+from shoal.membership.member import MemberState, NodeIdentity
 from shoal.membership.messages import (
     Ack,
     Alive,
@@ -39,110 +33,11 @@ from shoal.membership.messages import (
     PingReq,
     PushPull,
     Suspect,
-    SwimMessage,
 )
 
-PROTOCOL_VERSION = 1
-HEADER_BYTES = 6
-FRAME_PREFIX_BYTES = 4
-FLAG_ENCRYPTED = 0x01
 
-MAX_U64 = 2**64 - 1
-# Incarnations and epochs only ever grow by one, so no honest node gets
-# near 2**63; a larger claim is hostile (someone holding the key trying to
-# make a node outbid itself past 64 bits) and is refused here ("absurd").
-MAX_COUNTER = 2**63 - 1
-MAX_NAME_CHARS = 128
-MAX_HOST_CHARS = 255
-MAX_TAGS = 32
-MAX_TAG_KEY_CHARS = 64
-MAX_TAG_VALUE_CHARS = 512
-MAX_MESSAGES_PER_DATAGRAM = 256
-MAX_PUSHPULL_MEMBERS = 100_000
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-NODE_ID_BYTES = 16
-
-
-class DecodeError(ValueError):
-    """Bytes from the network that are not a valid shoal message.
-
-    `reason` is a short, stable label for metrics (`truncated`, `version`,
-    `cluster`, `cbor`, `shape`, ...).
-    """
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-
-
-def cluster_tag(cluster: str) -> bytes:
-    """The 4-byte tag that keeps clusters on one LAN apart."""
-    return sha256(cluster.encode()).digest()[:4]
-
-
-# -- field checks: each returns the value or raises DecodeError("shape") -----
-
-
-def _u64(v: object) -> int:
-    if type(v) is not int or not 0 <= v <= MAX_U64:
-        raise DecodeError("shape", "expected an unsigned 64-bit int")
-    return v
-
-
-def _counter(v: object) -> int:
-    """An incarnation or epoch: a u64 below MAX_COUNTER."""
-    n = _u64(v)
-    if n > MAX_COUNTER:
-        raise DecodeError("absurd", "incarnation or epoch beyond 2**63")
-    return n
-
-
-def _bool(v: object) -> bool:
-    if type(v) is not bool:
-        raise DecodeError("shape", "expected a bool")
-    return v
-
-
-def _text(v: object, max_chars: int) -> str:
-    if type(v) is not str or len(v) > max_chars:
-        raise DecodeError("shape", "expected a short text")
-    return v
-
-
-def _name(v: object) -> str:
-    name = _text(v, MAX_NAME_CHARS)
-    if not name:
-        raise DecodeError("shape", "empty node name")
-    return name
-
-
-def _addr(v: object) -> Address:
-    if type(v) is not list or len(v) != 2:
-        raise DecodeError("shape", "expected [host, port]")
-    host = _text(v[0], MAX_HOST_CHARS)
-    port = v[1]
-    if not host or type(port) is not int or not 0 < port < 65536:
-        raise DecodeError("shape", "bad address")
-    return (host, port)
-
-
-def _tags(v: object) -> Tags:
-    if type(v) is not dict or len(v) > MAX_TAGS:
-        raise DecodeError("shape", "expected a small map of tags")
-    out = []
-    for key, value in v.items():
-        out.append((_text(key, MAX_TAG_KEY_CHARS), _text(value, MAX_TAG_VALUE_CHARS)))
-    return tuple(sorted(out))
-
-
-def _node_id(v: object) -> bytes:
-    if type(v) is not bytes or len(v) != NODE_ID_BYTES:
-        raise DecodeError("shape", "expected a 16-byte node id")
-    return v
-
-
-def _identity(name: object, node_id: object, addr: object, tags: object) -> NodeIdentity:
-    return NodeIdentity(_name(name), _node_id(node_id), _addr(addr), _tags(tags))
+def _identity(name_: object, id_: object, addr: object, tags_: object) -> NodeIdentity:
+    return NodeIdentity(name(name_), node_id(id_), address(addr), tags(tags_))
 
 
 def _state(v: object) -> MemberState:
@@ -154,7 +49,7 @@ def _state(v: object) -> MemberState:
 def _record(v: object) -> MemberRecord:
     if type(v) is not list or len(v) != 6:
         raise DecodeError("shape", "bad member record")
-    return MemberRecord(_identity(v[0], v[1], v[2], v[3]), _counter(v[4]), _state(v[5]))
+    return MemberRecord(_identity(v[0], v[1], v[2], v[3]), counter(v[4]), _state(v[5]))
 
 
 def _records(v: object) -> tuple[MemberRecord, ...]:
@@ -170,7 +65,7 @@ def _enc_identity(n: NodeIdentity) -> list[Any]:
     return [n.name, n.node_id, list(n.addr), dict(n.tags)]
 
 
-def _encode_fields(msg: SwimMessage) -> list[Any]:
+def _encode_fields(msg: Any) -> list[Any] | None:
     match msg:
         case Ping(seq, target, source):
             return [1, seq, target, source]
@@ -191,163 +86,19 @@ def _encode_fields(msg: SwimMessage) -> list[Any]:
         case PushPull(source, join, reply, members):
             recs = [[*_enc_identity(r.node), r.incarnation, int(r.state)] for r in members]
             return [9, source, join, reply, recs]
-    raise TypeError(f"not a wire message: {msg!r}")  # our bug, not remote input
+    return None
 
 
-Decoder = Callable[[list[Any]], Any]
+register(1, 4, lambda f: Ping(u64(f[1]), name(f[2]), name(f[3])), _encode_fields)
+register(2, 5, lambda f: PingReq(u64(f[1]), name(f[2]), address(f[3]), boolean(f[4])),
+         _encode_fields)  # fmt: skip
+register(3, 2, lambda f: Ack(u64(f[1])), _encode_fields)
+register(4, 2, lambda f: Nack(u64(f[1])), _encode_fields)
+register(5, 6, lambda f: Alive(counter(f[1]), _identity(f[2], f[3], f[4], f[5])), _encode_fields)
+register(6, 4, lambda f: Suspect(counter(f[1]), name(f[2]), name(f[3])), _encode_fields)
+register(7, 4, lambda f: Dead(counter(f[1]), name(f[2]), name(f[3])), _encode_fields)
+register(8, 3, lambda f: Leave(counter(f[1]), name(f[2])), _encode_fields)
+register(9, 5, lambda f: PushPull(name(f[1]), boolean(f[2]), boolean(f[3]), _records(f[4])),
+         _encode_fields)  # fmt: skip
 
-_DECODERS: dict[int, tuple[int, Decoder]] = {
-    1: (4, lambda f: Ping(_u64(f[1]), _name(f[2]), _name(f[3]))),
-    2: (5, lambda f: PingReq(_u64(f[1]), _name(f[2]), _addr(f[3]), _bool(f[4]))),
-    3: (2, lambda f: Ack(_u64(f[1]))),
-    4: (2, lambda f: Nack(_u64(f[1]))),
-    5: (6, lambda f: Alive(_counter(f[1]), _identity(f[2], f[3], f[4], f[5]))),
-    6: (4, lambda f: Suspect(_counter(f[1]), _name(f[2]), _name(f[3]))),
-    7: (4, lambda f: Dead(_counter(f[1]), _name(f[2]), _name(f[3]))),
-    8: (3, lambda f: Leave(_counter(f[1]), _name(f[2]))),
-    9: (5, lambda f: PushPull(_name(f[1]), _bool(f[2]), _bool(f[3]), _records(f[4]))),
-}
-
-ExtraEncoder = Callable[[Any], list[Any] | None]
-_EXTRA_ENCODERS: list[ExtraEncoder] = []
-
-
-def register(tag: int, arity: int, decode: Decoder, encode: ExtraEncoder) -> None:
-    """Add another core's message type to the shared tag table.
-
-    Args:
-        tag: the type tag, unique across all cores (see the module docstring).
-        arity: the number of items in the encoded list, tag included.
-        decode: builds the message from the list, raising DecodeError.
-        encode: returns the list for a message of this core, or None.
-    """
-    assert tag not in _DECODERS, f"tag {tag} registered twice"
-    _DECODERS[tag] = (arity, decode)
-    _EXTRA_ENCODERS.append(encode)
-
-
-def _message_fields(msg: Any) -> list[Any]:
-    for encode in _EXTRA_ENCODERS:
-        fields = encode(msg)
-        if fields is not None:
-            return fields
-    return _encode_fields(msg)
-
-
-def _decode_message(item: object) -> Any:
-    if type(item) is not list or not item or type(item[0]) is not int:
-        raise DecodeError("shape", "message is not [tag, ...]")
-    entry = _DECODERS.get(item[0])
-    if entry is None:
-        raise DecodeError("unknown_type", str(item[0]))
-    arity, decode = entry
-    if len(item) != arity:
-        raise DecodeError("shape", f"type {item[0]} has {len(item)} fields")
-    return decode(item)
-
-
-# -- datagrams and frames ---------------------------------------------------
-
-
-def encode_payload(messages: Sequence[Any]) -> bytes:
-    """CBOR for a list of messages (what follows the header)."""
-    return cbor2.dumps([_message_fields(m) for m in messages])
-
-
-def encode_datagram(messages: Sequence[Any], tag: bytes, flags: int = 0) -> bytes:
-    """One datagram carrying `messages` for the cluster with `tag`."""
-    return bytes((PROTOCOL_VERSION, flags)) + tag + encode_payload(messages)
-
-
-def split_header(data: bytes, tag: bytes) -> tuple[int, bytes]:
-    """Check the header of a datagram or frame body; return (flags, payload).
-
-    Raises:
-        DecodeError: truncated, another protocol version, another cluster.
-    """
-    if len(data) < HEADER_BYTES + 1:
-        raise DecodeError("truncated")
-    if data[0] != PROTOCOL_VERSION:
-        raise DecodeError("version", str(data[0]))
-    if data[2:HEADER_BYTES] != tag:
-        raise DecodeError("cluster")
-    return data[1], data[HEADER_BYTES:]
-
-
-def decode_payload(payload: bytes) -> list[Any]:
-    """The messages in a CBOR payload.
-
-    Raises:
-        DecodeError: anything that is not a list of valid messages.
-    """
-    try:
-        items = cbor2.loads(payload)
-    except Exception as exc:  # cbor2 raises several types on hostile input
-        raise DecodeError("cbor", type(exc).__name__) from None
-    if type(items) is not list or not items or len(items) > MAX_MESSAGES_PER_DATAGRAM:
-        raise DecodeError("shape", "payload is not a list of messages")
-    return [_decode_message(item) for item in items]
-
-
-def decode_datagram(data: bytes, tag: bytes) -> list[Any]:
-    """The messages in a plaintext datagram of the cluster with `tag`."""
-    flags, payload = split_header(data, tag)
-    if flags & FLAG_ENCRYPTED:
-        raise DecodeError("encrypted", "no keyring configured")
-    return decode_payload(payload)
-
-
-def encode_frame(messages: Sequence[Any], tag: bytes) -> bytes:
-    """A length-prefixed stream frame."""
-    body = encode_datagram(messages, tag)
-    return struct.pack(">I", len(body)) + body
-
-
-def frame_length(prefix: bytes) -> int:
-    """The body length announced by a 4-byte frame prefix.
-
-    Raises:
-        DecodeError: the announced length is zero or over MAX_FRAME_BYTES.
-    """
-    (length,) = struct.unpack(">I", prefix)
-    if not HEADER_BYTES < length <= MAX_FRAME_BYTES:
-        raise DecodeError("frame_size", str(length))
-    return length
-
-
-_SIZE_CACHE_ENTRIES = 32768
-_size_by_value: dict[Any, int] = {}
-_size_by_id: dict[int, tuple[Any, int]] = {}
-
-
-def encoded_size(msg: Any) -> int:
-    """Bytes `msg` adds to a compound datagram's payload.
-
-    Memoized, because a gossiped update is re-sent many times by every node
-    that learns it (and in the simulator, as one shared object, by thousands
-    of nodes). First by identity, which costs no hashing (the memo holds the
-    object, so its id cannot be reused while cached); then by value, since
-    equal messages encode to the same bytes. Both memos are cleared when
-    full, so they stay within a few megabytes.
-    """
-    hit = _size_by_id.get(id(msg))
-    if hit is not None and hit[0] is msg:
-        return hit[1]
-    size = _size_by_value.get(msg)
-    if size is None:
-        size = len(cbor2.dumps(_message_fields(msg)))
-        if len(_size_by_value) >= _SIZE_CACHE_ENTRIES:
-            _size_by_value.clear()
-        _size_by_value[msg] = size
-    if len(_size_by_id) >= _SIZE_CACHE_ENTRIES:
-        _size_by_id.clear()
-    _size_by_id[id(msg)] = (msg, size)
-    return size
-
-
-def datagram_size(messages: Sequence[Any]) -> int:
-    """The exact size of `encode_datagram(messages, ...)`, from the cached
-    sizes of its messages: a CBOR array is its head plus its items."""
-    n = len(messages)
-    head = 1 if n < 24 else 2 if n < 256 else 3
-    return HEADER_BYTES + head + sum(encoded_size(m) for m in messages)
+__all__ = ["DecodeError"]

@@ -40,8 +40,8 @@ import msgspec
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from shoal.kernel.codec import PROTOCOL_VERSION
 from shoal.kernel.contract import Address
-from shoal.membership.codec import PROTOCOL_VERSION
 
 SERVICE_TYPE = "_shoal._udp.local."
 RESOLVE_TIMEOUT_MS = 3000

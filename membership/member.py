@@ -12,10 +12,7 @@ import enum
 
 import msgspec
 
-from shoal.kernel.contract import Address
-
-Tags = tuple[tuple[str, str], ...]
-"""Member tags as sorted (key, value) pairs, so that identities are hashable."""
+from shoal.kernel.contract import Address, Tags
 
 
 def make_tags(tags: dict[str, str] | Tags | None) -> Tags:

@@ -51,11 +51,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Output, PersistIncarnation, Send
 from shoal.kernel.counters import Counters
 from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
-from shoal.membership import codec
 from shoal.membership.awareness import LocalHealth
 from shoal.membership.broadcast import BroadcastQueue
 from shoal.membership.events import (

@@ -30,8 +30,8 @@ import socket
 import struct
 from collections.abc import Callable
 
+from shoal.kernel import codec
 from shoal.kernel.contract import Address
-from shoal.membership import codec
 
 DatagramHandler = Callable[[bytes, Address], None]
 UnreachableHandler = Callable[[Address], None]

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 from shoal.election.config import LeaseConfig
 from shoal.election.events import PersistElection
+from shoal.kernel import codec
 from shoal.kernel.contract import EMPTY, Address, Channel, Persist, PersistIncarnation
-from shoal.membership import codec
 from shoal.membership.member import NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.node.composition import ShoalNode

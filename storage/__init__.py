@@ -1,5 +1,7 @@
 """Local state: the data directory, replicated records, anti-entropy."""
 
+# Registers anti-entropy's message tags with the kernel's codec.
+from shoal.storage import messages as _messages  # noqa: F401
 from shoal.storage.antientropy import AntiEntropy, SyncConfig
 from shoal.storage.identity import DataDir, StoredIdentity
 from shoal.storage.records import Record

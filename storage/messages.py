@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from shoal.membership import codec
-from shoal.membership.codec import DecodeError, _bool, _u64
+from shoal.kernel import codec
+from shoal.kernel.codec import DecodeError, boolean, u64
 from shoal.storage.merkle import FANOUT, MAX_DEPTH
 from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, NODE_ID_BYTES, Record
 
@@ -108,7 +108,7 @@ def _record(v: object) -> Record:
     value = v[1]
     if value is not None and (type(value) is not bytes or len(value) > MAX_VALUE_BYTES):
         raise DecodeError("shape", "bad value")
-    return Record(_key(v[0]), value, _u64(v[2]), _writer(v[3]))
+    return Record(_key(v[0]), value, u64(v[2]), _writer(v[3]))
 
 
 def _pair(v: object, first: int, second: int) -> tuple[int, int]:
@@ -120,7 +120,7 @@ def _pair(v: object, first: int, second: int) -> tuple[int, int]:
 def _version(v: object) -> tuple[bytes, int, bytes]:
     if type(v) is not list or len(v) != 3:
         raise DecodeError("shape", "bad version")
-    return (_key(v[0]), _u64(v[1]), _writer(v[2]))
+    return (_key(v[0]), u64(v[1]), _writer(v[2]))
 
 
 def _records(v: object) -> tuple[Record, ...]:
@@ -148,16 +148,16 @@ def _enc_record(r: Record) -> list[Any]:
 
 _U64 = 2**64
 codec.register(40, 6, lambda f: SyncTree(
-    _u64(f[1]), _small(f[2], MAX_DEPTH + 1), _small(f[3], MAX_DEPTH + 1),
+    u64(f[1]), _small(f[2], MAX_DEPTH + 1), _small(f[3], MAX_DEPTH + 1),
     tuple(_small(p, _MAX_INDEX) for p in _list(f[4])),
     tuple(_pair(s, _MAX_INDEX, _U64) for s in _list(f[5]))), _encode)  # fmt: skip
 codec.register(41, 4, lambda f: SyncTreeDiff(
-    _u64(f[1]), _small(f[2], MAX_DEPTH + 1),
+    u64(f[1]), _small(f[2], MAX_DEPTH + 1),
     tuple(_pair(d, _MAX_INDEX, _U64) for d in _list(f[3]))), _encode)  # fmt: skip
 codec.register(42, 4, lambda f: SyncDigests(
-    _u64(f[1]), tuple(_pair(r, MAX_DEPTH + 1, _MAX_INDEX) for r in _list(f[2])),
+    u64(f[1]), tuple(_pair(r, MAX_DEPTH + 1, _MAX_INDEX) for r in _list(f[2])),
     tuple(_version(v) for v in _list(f[3]))), _encode)  # fmt: skip
 codec.register(43, 5, lambda f: SyncRecords(
-    _u64(f[1]), _records(f[2]), tuple(_key(k) for k in _list(f[3])), _bool(f[4])),
+    u64(f[1]), _records(f[2]), tuple(_key(k) for k in _list(f[3])), boolean(f[4])),
     _encode)  # fmt: skip
 codec.register(44, 2, lambda f: RecordPush(_records(f[1])), _encode)

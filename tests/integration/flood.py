@@ -17,8 +17,8 @@ import sys
 import time
 
 from shoal.daemon.wire import Wire
-from shoal.membership import codec
-from shoal.membership.keyring import Keyring
+from shoal.kernel import codec
+from shoal.kernel.sealing import Keyring
 from shoal.membership.member import NodeIdentity
 from shoal.membership.messages import Alive, Dead
 

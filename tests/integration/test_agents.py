@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from shoal.membership import codec
+from shoal.kernel import codec
 from tests.conftest import poll_until
 from tests.integration.agents import next_ip, shoal_cli
 

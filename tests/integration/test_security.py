@@ -10,7 +10,7 @@ import time
 from shoal.daemon.keys import generate_key
 from shoal.daemon.wire import Wire
 from shoal.kernel.errors import ApiError
-from shoal.membership.keyring import Keyring, parse_key
+from shoal.kernel.sealing import Keyring, parse_key
 from shoal.membership.member import NodeIdentity
 from shoal.membership.messages import Alive, Leave
 from shoal.storage.history import read_history

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import shoal.election.messages  # noqa: F401 - registers tags 20-24
 import shoal.storage.messages  # noqa: F401 - registers tags 40-44
 from shoal.daemon.wire import Wire
-from shoal.membership import codec
-from shoal.membership.keyring import Keyring
+from shoal.kernel import codec
+from shoal.kernel.sealing import Keyring
 from shoal.membership.messages import Alive, Suspect
 from tests.unit.election.test_lease import ask, voter
 from tests.unit.membership.helpers import Net, ident

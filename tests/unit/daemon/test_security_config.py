@@ -8,7 +8,7 @@ from shoal.daemon import config
 from shoal.daemon.access import ApiAccess, parse_access
 from shoal.daemon.keys import EncryptionConfig, generate_key, load_keyring, parse_encryption
 from shoal.kernel.errors import ConfigError
-from shoal.membership.keyring import parse_key
+from shoal.kernel.sealing import parse_key
 
 KEY = generate_key()
 

@@ -15,7 +15,7 @@ from shoal.election.messages import (
     LeaseRequest,
 )
 from shoal.election.voters import VoterConfig
-from shoal.membership import codec
+from shoal.kernel import codec
 
 CONFIG = VoterConfig(b"L" * 8, 1, ("a", "b", "c"))
 PEER = ("10.0.0.9", 7946)

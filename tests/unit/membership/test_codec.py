@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.membership import codec
+from shoal.kernel import codec
 from shoal.membership.member import MemberState
 from shoal.membership.messages import (
     Ack,

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from shoal.membership import codec
+from shoal.kernel import codec
 from shoal.storage.antientropy import AntiEntropy, SyncCompleted
 from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from shoal.storage.messages import RecordPush, SyncTree

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
-from shoal.membership import codec
-from shoal.membership.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, _bool, _text
+from shoal.kernel import codec
+from shoal.kernel.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, boolean, text
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -262,7 +262,7 @@ def _reply(f: list[Any]) -> KeyReply:
     keys = f[3]
     if type(keys) is not list or len(keys) > MAX_KEYS:
         raise DecodeError("shape", "too many keys")
-    return KeyReply(_bool(f[1]), _text(f[2], MAX_ERROR_CHARS), tuple(_key(k) for k in keys))
+    return KeyReply(boolean(f[1]), text(f[2], MAX_ERROR_CHARS), tuple(_key(k) for k in keys))
 
 
 def _encode(msg: Any) -> list[Any] | None:

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from shoal.membership import codec
-from shoal.membership.keyring import (
+from shoal.kernel import codec
+from shoal.kernel.sealing import (
     OVERHEAD_BYTES,
     KeyCommand,
     KeyReply,
