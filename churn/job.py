@@ -175,6 +175,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
         F.max(F.when(F.col("_ok"), F.col("ts_ms"))).alias("end"),
         F.countDistinct(F.when(F.col("_ok"), F.col("observer"))).alias("observers"),
     ).first()
+    assert counts is not None  # an aggregate always has one row
     bad_in_window = int(counts["bad"] or 0)
     if not counts["good"]:
         raise ValueError(f"no usable history rows in {args.history} "
@@ -206,6 +207,7 @@ def compute(spark: Any, raw: Any, args: argparse.Namespace, fmt: str | None,
                           "false_suspicions", "leaves")],
                        F.avg("availability").alias("availability_mean"),
                        F.count(F.lit(1)).alias("nodes")).first()  # fmt: skip
+    assert totals is not None  # an aggregate always has one row
 
     steps.next("dissemination delay")
     spread = T.dissemination(obs, iv).persist(StorageLevel.MEMORY_AND_DISK)
@@ -268,7 +270,10 @@ def build_summary(t: dict[str, Any], s_pct: Any, d_pct: Any, sp: Any, counts: An
     up, down = float(t["up_s"] or 0), float(t["down_s"] or 0)
     failures, repairs = int(t["failures"] or 0), int(t["repairs"] or 0)
     gaps = [x["gap_after_s"] for x in tenures if x["gap_after_s"]]
-    iso = lambda ms: datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")  # noqa: E731
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
     out: dict[str, Any] = {
         "nodes": int(t["nodes"]),
         "events": int(counts["good"]),

@@ -50,7 +50,7 @@ def human_s(s: float | None) -> str:
 
 def bucket_name(seconds: float) -> str:
     """"hour", "5 min", "day"... for a bucket width."""
-    names = {60: "minute", 3600: "hour", 86400: "day"}
+    names: dict[float, str] = {60: "minute", 3600: "hour", 86400: "day"}
     if seconds in names:
         return names[seconds]
     return f"{seconds / 3600:g} h" if seconds >= 3600 else \
@@ -58,9 +58,9 @@ def bucket_name(seconds: float) -> str:
 
 
 def _time_axis(ax: Any) -> None:
-    loc = mdates.AutoDateLocator()
+    loc = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_locator(loc)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc))
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc))  # type: ignore[no-untyped-call]
     ax.set_xlabel("time (UTC)")
 
 
@@ -104,7 +104,7 @@ def plot_hist(hist: list[tuple[float, int]], pcts: list[float | None], title: st
                         xytext=(3, dy), textcoords="offset points", fontsize=8)  # fmt: skip
     ax.set_xlabel(f"{title} (log scale)")
     ax.set_ylabel("count")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
     ax.grid(alpha=0.3, which="both", axis="x")
     return _png(fig)
 
@@ -143,7 +143,7 @@ def plot_tenures(tenures: list[dict[str, Any]]) -> str:
     names = sorted({t["node"] for t in tenures})
     row = {n: i for i, n in enumerate(names)}
     for t in tenures:
-        start = mdates.date2num(_dt(t["start_ms"]))
+        start = mdates.date2num(_dt(t["start_ms"]))  # type: ignore[no-untyped-call]
         width = max(t["length_s"], 0.001) / 86400
         ax.barh(row[t["node"]], width, left=start, color=BLUE, edgecolor="white")
     ax.set_yticks(range(len(names)), names, fontsize=8)

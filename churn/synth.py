@@ -38,7 +38,7 @@ def generate(out: Path, nodes: int, days: float, target_events: int, seed: int =
             t, inc = rng.uniform(0, 600), 1
             while t < horizon_s and written < target_events:
                 session = xm * rng.paretovariate(1.5)
-                events = [("join", t, None)]
+                events: list[tuple[str, float, str | None]] = [("join", t, None)]
                 end = t + session
                 crash = rng.random() < 0.7
                 if crash:

@@ -249,7 +249,7 @@ def frame_length(prefix: bytes) -> int:
     Raises:
         DecodeError: the announced length is zero or over MAX_FRAME_BYTES.
     """
-    (length,) = struct.unpack(">I", prefix)
+    length: int = struct.unpack(">I", prefix)[0]
     if not HEADER_BYTES < length <= MAX_FRAME_BYTES:
         raise DecodeError("frame_size", str(length))
     return length

@@ -11,17 +11,22 @@ provides both.
 
 from __future__ import annotations
 
-try:
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover (not CPython)
-    from hashlib import blake2b
+from typing import TYPE_CHECKING
 
-try:
-    from _sha256 import sha256  # CPython 3.11
-except ImportError:  # pragma: no cover
+if TYPE_CHECKING:  # the same objects, as typeshed types them
+    from hashlib import blake2b, sha256
+else:
     try:
-        from _sha2 import sha256  # CPython 3.12 and later
-    except ImportError:
-        from hashlib import sha256
+        from _blake2 import blake2b
+    except ImportError:  # pragma: no cover (not CPython)
+        from hashlib import blake2b
+
+    try:
+        from _sha256 import sha256  # CPython 3.11
+    except ImportError:  # pragma: no cover
+        try:
+            from _sha2 import sha256  # CPython 3.12 and later
+        except ImportError:
+            from hashlib import sha256
 
 __all__ = ["blake2b", "sha256"]

@@ -239,7 +239,7 @@ class SimCluster:
         self._gen[i] += 1
         self._armed[i] = None
 
-    def _command(self, i: int, fn: Callable[[ShoalNode, float], None]) -> None:
+    def _command(self, i: int, fn: Callable[[ShoalNode, float], object]) -> None:
         node = self.nodes[i]
         if node is not None:
             fn(node, self.clocks[i].local(self.now))

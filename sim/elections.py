@@ -117,7 +117,8 @@ class DurablePromises:
 
 def controllers(cluster: SimCluster) -> list[int]:
     """Running nodes that hold the lease now."""
-    return [i for i in cluster.live_hosts() if cluster.nodes[i].election.is_controller]
+    return [i for i, node in enumerate(cluster.nodes)
+            if node is not None and node.election.is_controller]  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -271,7 +272,8 @@ def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[
         hosts = list(range(n))
         rng.shuffle(hosts)
         cut = rng.randrange(1, n)
-        cluster.at(at, lambda a=hosts[:cut], b=hosts[cut:]: cluster.net.partition([a, b]))
+        groups = [hosts[:cut], hosts[cut:]]
+        cluster.at(at, lambda: cluster.net.partition(groups))
         run.faults.append(f"{at:.1f} partition {sorted(hosts[:cut])}")
     elif kind == "cut_controller":
 

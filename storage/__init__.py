@@ -2,7 +2,8 @@
 
 # Registers anti-entropy's message tags with the kernel's codec.
 from shoal.storage import messages as _messages  # noqa: F401
-from shoal.storage.antientropy import AntiEntropy, SyncConfig
+from shoal.storage.antientropy import AntiEntropy
+from shoal.storage.config import SyncConfig
 from shoal.storage.identity import DataDir, StoredIdentity
 from shoal.storage.records import Record
 from shoal.storage.store import MemoryStore, RecordStore, Replica

@@ -25,8 +25,9 @@ and nothing a peer sent may ever be unpickled.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import rocksdict
 
@@ -135,7 +136,7 @@ class RocksStore:
         """Up to `limit` records with `prefix`, after `after`, in key order."""
         out: list[Record] = []
         start = max(prefix, after)
-        for key, raw in self._records.items(from_key=start):
+        for key, raw in _raw(self._records.items(from_key=start)):
             if not key.startswith(prefix) or len(out) >= limit:
                 break
             if key > after:
@@ -145,17 +146,18 @@ class RocksStore:
     def in_leaves(self, first: int, end: int) -> Iterator[Record]:
         """Records in leaves [first, end), by leaf then key (lazily)."""
         stop = end.to_bytes(4, "big")
-        for index_key in self._leaves.keys(from_key=first.to_bytes(4, "big")):
+        keys = self._leaves.keys(from_key=first.to_bytes(4, "big"))
+        for index_key in cast("Iterator[bytes]", keys):
             if index_key >= stop:
                 break
             key = index_key[4:]
             raw = self._records.get(key)
             if raw is not None:
-                yield decode_value(key, raw)
+                yield decode_value(key, cast(bytes, raw))
 
     def all(self) -> Iterator[Record]:
         """Every record, in key order."""
-        for key, raw in self._records.items():
+        for key, raw in _raw(self._records.items()):
             yield decode_value(key, raw)
 
     def sync(self) -> None:
@@ -164,3 +166,8 @@ class RocksStore:
 
     def _leaf_key(self, key: bytes) -> bytes:
         return leaf_of(key, self.depth).to_bytes(4, "big") + key
+
+
+def _raw(items: Iterable[Any]) -> Iterator[tuple[bytes, bytes]]:
+    """rocksdict's items typed as what a raw-mode store holds: bytes."""
+    return cast("Iterator[tuple[bytes, bytes]]", iter(items))
