@@ -1,3 +1,5 @@
-"""PySpark churn report over membership history (not built yet: see issue 6)."""
+"""The PySpark churn report over every node's membership history: the job
+(`shoal churn`, or spark-submit of job.py), its transforms, importers of
+foreign traces, and the HTML report (docs/churn.md)."""
 
 __all__: list[str] = []

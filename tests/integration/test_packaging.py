@@ -1,0 +1,34 @@
+"""What `pip install shoal` puts on a machine: one package, `shoal`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_wheel_holds_the_shoal_package_and_nothing_else_at_the_top(tmp_path):
+    """Nothing with a generic name (daemon, storage, sim...) lands in site-packages."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-qq", "--no-deps",
+                    "-w", str(tmp_path), str(ROOT)], check=True, timeout=300)  # fmt: skip
+    (wheel,) = tmp_path.glob("shoal-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"shoal", wheel.name.split("-py3")[0] + ".dist-info"}
+    for module in ("shoal/__init__.py", "shoal/kernel/contract.py", "shoal/daemon/agent.py",
+                   "shoal/churn/log4j2.properties", "shoal/sim/cluster.py"):  # fmt: skip
+        assert any(n == module or n.startswith(module.rsplit(".", 1)[0]) for n in names), module
+    assert not any(n.startswith("shoal/tests/") or n.startswith("shoal/bench/") for n in names)
+
+
+def test_the_installed_package_imports_as_shoal_only(tmp_path):
+    """From any directory, `shoal.…` imports and the old top-level names do not."""
+    probe = ("import importlib.util as u, shoal.daemon.cli, shoal.sim, shoal.churn.job;"
+             "print([m for m in ('daemon', 'membership', 'election', 'storage', 'sim', 'churn')"
+             " if u.find_spec(m) is not None])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
