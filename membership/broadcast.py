@@ -68,16 +68,21 @@ class BroadcastQueue:
         Returns:
             The chosen messages, least-sent and newest first.
         """
-        picked: list[_Entry] = []
         if not self._by_key:
             return []
+        picked = self._pick(budget_bytes)
+        self._count_sent(picked, limit)
+        return [entry.message for entry in picked]
+
+    def _pick(self, budget_bytes: int) -> list[_Entry]:
+        """The entries that fit in `budget_bytes`, least-sent and newest first."""
+        picked: list[_Entry] = []
         room = budget_bytes
         # Below the smallest queued size nothing more can fit.
         smallest = min(self._sizes)
         misses = 0
-        buckets = self._buckets
         # The hottest loop of a mass join: locals only, one test per branch.
-        for bucket in buckets:
+        for bucket in self._buckets:
             if not bucket:
                 continue
             for entry in reversed(bucket.values()):
@@ -94,6 +99,11 @@ class BroadcastQueue:
             else:
                 continue
             break
+        return picked
+
+    def _count_sent(self, picked: list[_Entry], limit: int) -> None:
+        """Move each picked entry one bucket up, or drop it at `limit` sends."""
+        buckets = self._buckets
         by_key = self._by_key
         emptied = False
         for entry in picked:
@@ -120,7 +130,6 @@ class BroadcastQueue:
                     buckets[t] = {}
             if not by_key:
                 self._by_key = {}
-        return [entry.message for entry in picked]
 
     def pending(self, key: str) -> Any | None:
         """The queued message for `key`, if any."""

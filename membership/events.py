@@ -87,7 +87,7 @@ SwimEvent = (
 )
 
 
-_TYPE_NAMES = {
+_TYPE_NAMES: dict[type, str] = {
     MemberJoined: "member-joined",
     MemberUpdated: "member-updated",
     MemberSuspected: "member-suspected",

@@ -12,7 +12,8 @@ import enum
 
 import msgspec
 
-from shoal.kernel.contract import Address, Tags
+from shoal.kernel.contract import Address
+from shoal.kernel.contract import Tags as Tags  # re-exported: importers use member.Tags
 
 
 def make_tags(tags: dict[str, str] | Tags | None) -> Tags:
@@ -100,3 +101,17 @@ class Member:
         """A frozen snapshot of this row."""
         i = self.ident
         return MemberView(i.name, i.node_id, i.addr, i.tags, self.incarnation, self.state)
+
+
+class LocalState:
+    """This node's own standing, shared by the roles of `SwimNode`: who it is
+    (the identity changes with its tags), its incarnation, and whether it is
+    leaving. The table holds the same identity and incarnation for its own
+    row; this is what the roles read on their paths."""
+
+    __slots__ = ("ident", "incarnation", "leaving")
+
+    def __init__(self, ident: NodeIdentity, incarnation: int) -> None:
+        self.ident = ident
+        self.incarnation = incarnation
+        self.leaving = False

@@ -31,7 +31,8 @@ class SwimConfig(msgspec.Struct, frozen=True):
     # memberlist LAN: RetransmitMult 4: each update is sent
     # retransmit_mult * ceil(log10(N + 1)) times (SWIM §4.1's λ·log N).
     retransmit_mult: int = 4
-    # memberlist LAN: SuspicionMult 4, SuspicionMaxTimeoutMult 6 (Lifeguard §IV-B).
+    # memberlist LAN: SuspicionMult 4, SuspicionMaxTimeoutMult 6 (Lifeguard §IV-B);
+    # suspicion.py turns them into a timer's k, min and max.
     suspicion_mult: int = 4
     suspicion_max_timeout_mult: int = 6
     # memberlist LAN: AwarenessMaxMultiplier 8 (Lifeguard §IV-A).
@@ -69,11 +70,6 @@ class SwimConfig(msgspec.Struct, frozen=True):
     def retransmit_limit(self, n: int) -> int:
         """How often one update is sent, for a cluster of `n` members."""
         return self.retransmit_mult * math.ceil(math.log10(n + 1))
-
-    def suspicion_min_s(self, n: int) -> float:
-        """The shortest suspicion timeout (memberlist suspicionTimeout)."""
-        node_scale = max(1.0, math.log10(max(1.0, float(n))))
-        return self.suspicion_mult * node_scale * self.probe_interval_s
 
     def push_pull_scaled_s(self, n: int) -> float:
         """memberlist pushPullScale: slower full syncs above 32 members."""

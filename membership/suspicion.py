@@ -1,33 +1,78 @@
 """Lifeguard's dynamic suspicion timeout (Lifeguard §IV-B, memberlist suspicion.go).
 
-A suspicion starts with a long timeout, `max_s`, and shrinks towards `min_s`
-as independent members confirm it. With `k` expected confirmations the
-timeout after `n` of them is
+Theory of operation. A suspicion starts with a long timeout, `max_s`, and
+shrinks towards `min_s` as independent members confirm it. With `k` expected
+confirmations the timeout after `n` of them is
 
     max_s - log(n + 1) / log(k + 1) * (max_s - min_s),   never below min_s,
 
 so a suspicion that nobody else shares takes long to become a death (a false
 positive needs time to be refuted), and one the whole cluster shares
-completes in `min_s`. The timer is a stored start and a computed deadline;
-the core's deadline heap decides when to look at it again.
+completes in `min_s`.
+
+This module owns every number of that rule, as memberlist's state.go and
+suspicion.go compute them when a suspicion starts:
+
+- `min_s` grows with the log of the cluster size (SWIM §4.2's "O(log N)
+  protocol periods", memberlist `suspicionTimeout`);
+- `max_s` is `min_s` times `suspicion_max_timeout_mult`;
+- `k` is `suspicion_mult - 2`, or 0 in a cluster too small to confirm.
+
+The timer is a stored start and a computed deadline; the core's deadline
+heap decides when to look at it again (STYLE.md §1, timers are deadlines).
 """
 
 from __future__ import annotations
 
 import math
 
+from shoal.membership.profiles import SwimConfig
 
-def suspicion_timeout_s(n: int, k: int, min_s: float, max_s: float) -> float:
-    """The total suspicion timeout after `n` of `k` expected confirmations.
 
-    A pure port of memberlist's remainingSuspicionTime (without the elapsed
-    part): it is floored to whole milliseconds like memberlist's.
+def remaining_suspicion_s(n: int, k: int, elapsed_s: float, min_s: float, max_s: float) -> float:
+    """What is left of a suspicion after `n` of `k` expected confirmations.
+
+    A pure port of memberlist's remainingSuspicionTime: the timeout is
+    floored to whole milliseconds, never below `min_s`, minus `elapsed_s`.
+
+    Args:
+        n: independent confirmations so far.
+        k: confirmations expected (0: the minimum applies at once).
+        elapsed_s: time since the suspicion started.
+        min_s: the shortest total timeout.
+        max_s: the total timeout with no confirmation.
+
+    Returns:
+        Seconds until the suspect is to be declared dead (may be negative).
     """
     if k < 1:
-        return min_s
+        return min_s - elapsed_s
     frac = math.log(n + 1.0) / math.log(k + 1.0)
     raw = max_s - frac * (max_s - min_s)
-    return max(min_s, math.floor(1000.0 * raw) / 1000.0)
+    return max(min_s, math.floor(1000.0 * raw) / 1000.0) - elapsed_s
+
+
+def suspicion_timeout_s(n: int, k: int, min_s: float, max_s: float) -> float:
+    """The total suspicion timeout after `n` of `k` expected confirmations."""
+    return remaining_suspicion_s(n, k, 0.0, min_s, max_s)
+
+
+def suspicion_min_s(config: SwimConfig, cluster_size: int) -> float:
+    """The shortest suspicion timeout (memberlist suspicionTimeout).
+
+    Args:
+        config: supplies `suspicion_mult` and `probe_interval_s`.
+        cluster_size: live members, this node included.
+    """
+    node_scale = max(1.0, math.log10(max(1.0, float(cluster_size))))
+    return config.suspicion_mult * node_scale * config.probe_interval_s
+
+
+def expected_confirmations(config: SwimConfig, cluster_size: int) -> int:
+    """Lifeguard's k: `suspicion_mult - 2`, or 0 when fewer members than
+    that could confirm (memberlist state.go suspectNode)."""
+    k = config.suspicion_mult - 2
+    return 0 if cluster_size - 2 < k else k
 
 
 class SuspicionTimer:
@@ -36,12 +81,31 @@ class SuspicionTimer:
     __slots__ = ("started_at", "k", "min_s", "max_s", "confirmers")
 
     def __init__(self, started_at: float, k: int, min_s: float, max_s: float, source: str):
+        """A suspicion with explicit bounds (see `begin` for the usual way).
+
+        Args:
+            started_at: when it started, on the monotonic timeline.
+            k: confirmations expected.
+            min_s: the shortest total timeout.
+            max_s: the total timeout with no confirmation.
+            source: the member that raised it (not a confirmation).
+        """
         self.started_at = started_at
         self.k = k
         self.min_s = min_s
         self.max_s = max_s
         # The original suspector does not count as a confirmation.
         self.confirmers: set[str] = {source}
+
+    @classmethod
+    def begin(
+        cls, now: float, source: str, config: SwimConfig, cluster_size: int
+    ) -> SuspicionTimer:
+        """A suspicion raised by `source` at `now`, with k, min and max
+        computed for a cluster of `cluster_size` live members."""
+        k = expected_confirmations(config, cluster_size)
+        min_s = suspicion_min_s(config, cluster_size)
+        return cls(now, k, min_s, min_s * config.suspicion_max_timeout_mult, source)
 
     @property
     def confirmations(self) -> int:

@@ -30,6 +30,7 @@ import enum
 import random
 from collections.abc import Callable
 
+from shoal.kernel.contract import Address
 from shoal.membership.member import Member, MemberState, NodeIdentity
 
 ALIVE, SUSPECT, DEAD, LEFT = (
@@ -189,6 +190,12 @@ class MemberTable:
     def get(self, name: str) -> Member | None:
         """The member called `name`, if known."""
         return self.members.get(name)
+
+    def addr_of(self, name: str) -> Address:
+        """Where the known member `name` listens (it must be known)."""
+        m = self.members.get(name)
+        assert m is not None
+        return m.ident.addr
 
     def name_of(self, node_id: bytes) -> str | None:
         """The name of the member with `node_id`, if known (a scan: for the

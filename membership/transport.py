@@ -29,6 +29,7 @@ import random
 import socket
 import struct
 from collections.abc import Callable
+from typing import cast
 
 from shoal.kernel import codec
 from shoal.kernel.contract import Address
@@ -127,7 +128,8 @@ class PacketProtocol(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
-        self.handler(data, (str(addr[0]), int(addr[1])))  # type: ignore[call-overload]
+        # The port is an int for every address family asyncio and uvloop report.
+        self.handler(data, (str(addr[0]), int(cast("int", addr[1]))))
 
     def send(self, data: bytes, addr: Address) -> None:
         """`transport.sendto`, and again if a pending ICMP error failed it

@@ -2,7 +2,15 @@
 
 import pytest
 
-from shoal.membership.suspicion import SuspicionTimer, suspicion_timeout_s
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.suspicion import (
+    SuspicionTimer,
+    remaining_suspicion_s,
+    suspicion_min_s,
+    suspicion_timeout_s,
+)
+
+CONFIG = SwimConfig()  # memberlist LAN: SuspicionMult 4, max 6x, probe 1 s
 
 
 @pytest.mark.parametrize(
@@ -31,3 +39,32 @@ def test_confirmations_count_once_per_source_and_stop_at_k():
 def test_no_expected_confirmations_means_the_minimum():
     """In a cluster too small to confirm, the minimum timeout applies."""
     assert suspicion_timeout_s(0, 0, 3.0, 18.0) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("n", "elapsed_s", "expected_s"),
+    # memberlist suspicion_test.go TestSuspicion_remainingSuspicionTime, verbatim.
+    [
+        (0, 0.0, 30.0),
+        (1, 2.0, 14.0),
+        (2, 3.0, 4.81),
+        (3, 4.0, -2.0),
+        (4, 5.0, -3.0),
+        (5, 10.0, -8.0),
+    ],
+)
+def test_remaining_time_is_memberlists(n, elapsed_s, expected_s):
+    """What is left of a suspicion matches memberlist, elapsed time included."""
+    got = remaining_suspicion_s(n, 3, elapsed_s, 2.0, 30.0)
+    assert got == pytest.approx(expected_s, abs=0.001)
+
+
+def test_a_timer_computes_its_own_k_and_bounds_from_the_cluster_size():
+    """A suspicion in a 100-member LAN cluster lasts 8 s to 48 s and wants 2
+    confirmations; in a 3-member cluster nobody can confirm, so 4 s applies."""
+    big = SuspicionTimer.begin(5.0, "a", CONFIG, 100)
+    assert (big.k, big.min_s, big.max_s) == (2, 8.0, 48.0)
+    assert big.deadline_at == 53.0
+    small = SuspicionTimer.begin(5.0, "a", CONFIG, 3)
+    assert small.k == 0 and small.deadline_at == 9.0
+    assert suspicion_min_s(CONFIG, 3) == 4.0

@@ -25,6 +25,7 @@ from shoal.membership.messages import (
     PushPull,
     Suspect,
 )  # fmt: skip
+from shoal.membership.suspicion import suspicion_min_s
 from shoal.membership.swim import SwimNode
 from tests.unit.membership.helpers import CONFIG, Net, ident
 
@@ -328,7 +329,7 @@ def test_a_crashed_agent_whose_host_refuses_the_probe_is_suspected_without_waiti
     end of the probe interval. The suspicion timeout is the same either way."""
     pinged, suspected, died = _crash_and_time_suspicion(refused=True)
     assert suspected == pinged
-    assert died - suspected >= CONFIG.suspicion_min_s(5) - 0.05
+    assert died - suspected >= suspicion_min_s(CONFIG, 5) - 0.05
     pinged, suspected, _ = _crash_and_time_suspicion(refused=False)
     assert suspected - pinged >= CONFIG.probe_interval_s - 0.05
 

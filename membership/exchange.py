@@ -1,0 +1,225 @@
+"""Exchange: full-state push-pull over a stream, and what drives it.
+
+Theory of operation. Gossip (SWIM §4.1) reaches every member only with high
+probability; anti-entropy closes the gaps, as memberlist's pushPull does
+(it is not in the SWIM paper). A `PushPull` carries this node's whole table;
+the peer merges it and answers with its own, which we merge in turn. A
+remote DEAD is merged as a suspicion only, so that one node's stale view
+cannot kill a member outright (memberlist mergeState). It runs:
+
+- periodically, with one random live member (push_pull_interval_s, scaled
+  up above 32 members like memberlist's pushPullScale);
+- with the addresses given to `join`; the configured seeds are retried with
+  exponential backoff (1 s doubling to 30 s, Serf's retry_join) for as long
+  as this node knows no live member;
+- with one dead member every reconnect interval (Serf's reconnect), which
+  heals partitions;
+- with a stranger (ours): a ping from a member we do not know, or hold
+  dead, means our view misses what it knows; at most one per probe
+  interval.
+
+Join announcements (ours): once a join is answered, the node sends its
+`Alive` directly to the members it learned, so a newcomer is known
+everywhere a round trip later; see `_announce_alive`.
+
+The core never awaits: a stream is a `Send(..., Channel.STREAM)`, its answer
+comes back through `on_push_pull` and its failure through `stream_failed`.
+"""
+
+from __future__ import annotations
+
+import random
+
+from shoal.kernel.contract import Address, Channel, Send
+from shoal.kernel.deadlines import Deadlines
+from shoal.kernel.outbox import Outbox
+from shoal.membership.claims import LOCAL, Claims
+from shoal.membership.counters import SwimCounters
+from shoal.membership.events import JoinCompleted
+from shoal.membership.member import LocalState
+from shoal.membership.messages import Alive, Leave, MemberRecord, PushPull, Suspect
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.table import ALIVE, LEFT, IndexedSet, MemberTable
+
+# Retrying the configured seeds: 1 s, doubling to 30 s (Serf retry_interval 30 s).
+_REJOIN_FIRST_S = 1.0
+_REJOIN_MAX_S = 30.0
+
+
+class Exchange:
+    """Push-pull syncs: periodic, on join (with retries), reconnects, strangers."""
+
+    def __init__(
+        self,
+        local: LocalState,
+        table: MemberTable,
+        config: SwimConfig,
+        rng: random.Random,
+        deadlines: Deadlines,
+        out: Outbox,
+        counters: SwimCounters,
+        claims: Claims,
+    ) -> None:
+        """Share the node's state with the exchange role.
+
+        Args:
+            local: this node's identity, incarnation and leaving flag.
+            table: the view that is sent and merged into.
+            config: push-pull, reconnect and probe intervals.
+            rng: the node's only source of randomness.
+            deadlines: the node's deadline heap.
+            out: the node's outbox (sends, events).
+            counters: the node's counters.
+            claims: applies the merged records; its `dead` set is whom
+                reconnects try.
+        """
+        self._local = local
+        self._table = table
+        self._config = config
+        self._rng = rng
+        self._deadlines = deadlines
+        self._send = out.sends
+        self._events = out.events
+        self._counters = counters
+        self._dead: IndexedSet = claims.dead
+        self._on_alive = claims.on_alive
+        self._on_leave = claims.on_leave
+        self._on_suspect = claims.on_suspect
+        self._joining: set[Address] = set()
+        self._seeds: list[Address] = []
+        self._rejoin_armed = False
+        self._rejoin_backoff_s = _REJOIN_FIRST_S
+        self._announce_join = False  # a join() has not been answered yet
+        # Members told directly that we are alive, at incarnation _told_at.
+        self._told: set[str] = set()
+        self._told_at = -1
+        self._stranger_sync_after = 0.0
+
+    def start(self, now: float) -> None:
+        """Arm the periodic push-pull and the reconnects."""
+        cfg = self._config
+        # Staggered over the interval for the size known at start: one
+        # member for an agent, the whole cluster for a formed simulation.
+        first = self._rng.uniform(0, cfg.push_pull_scaled_s(self._table.num_live()))
+        self._deadlines.push(now + first, self._due_push_pull)
+        self._deadlines.push(now + cfg.reconnect_interval_s, self._due_reconnect)
+
+    def join(self, addrs: list[Address], retry: bool) -> None:
+        """Push-pull with `addrs`; with `retry`, keep them as seeds."""
+        me = self._local.ident.addr
+        if retry:
+            self._seeds = [a for a in addrs if a != me]
+        self._announce_join = True
+        for addr in addrs:
+            if addr == me:
+                continue
+            self._joining.add(addr)
+            self._stream_push_pull(addr, join=True)
+
+    def stream_failed(self, peer: Address, now: float) -> None:
+        """A stream to `peer` failed: a join attempt, maybe to be retried."""
+        self._counters.stream_failures += 1
+        if peer in self._joining:
+            self._joining.discard(peer)
+            self._events.append(JoinCompleted(peer, False))
+            if peer in self._seeds and not self._rejoin_armed:
+                self._rejoin_armed = True
+                self._deadlines.push(now + self._rejoin_backoff_s, self._due_rejoin)
+                self._rejoin_backoff_s = min(self._rejoin_backoff_s * 2, _REJOIN_MAX_S)
+
+    def _due_rejoin(self, _: None, now: float) -> None:
+        self._rejoin_armed = False
+        if self._local.leaving or len(self._table.live) > 0:
+            self._rejoin_backoff_s = _REJOIN_FIRST_S
+            return
+        for addr in self._seeds:
+            if addr not in self._joining:
+                self._joining.add(addr)
+                self._stream_push_pull(addr, join=True)
+
+    def sync_with_stranger(self, sender: Address, now: float) -> None:
+        """A member we do not know (or hold dead or left) probes us, so our view misses
+        what it knows: a node that joined in the same instant as many others
+        got its seed's table before they were in it, and gossip may have used
+        up its retransmits before reaching it. Sync with the prober at once
+        instead of waiting up to a push-pull interval (30 s). At most one such
+        sync per probe interval."""
+        if self._local.leaving or now < self._stranger_sync_after:
+            return
+        self._stranger_sync_after = now + self._config.probe_interval_s
+        self._counters.stranger_syncs += 1
+        self._stream_push_pull(sender, join=False)
+
+    def on_push_pull(self, msg: PushPull, sender: Address, now: float) -> None:
+        """Merge a peer's table; answer a request with ours."""
+        for rec in msg.members:
+            self._merge(rec, msg.source, now)
+        if not msg.reply:
+            self._send.append(Send(sender, (self._push_pull_msg(False, True),), Channel.STREAM))
+        elif sender in self._joining:
+            self._joining.discard(sender)
+            self._events.append(JoinCompleted(sender, True))
+            if self._announce_join:
+                self._announce_join = False
+                self._announce_alive(msg.source)
+
+    def _announce_alive(self, seed: str) -> None:
+        """Tell the members a join just taught us that we are alive, directly.
+
+        Gossip alone leaves a tail: each update is sent about λ·log N times to
+        random members, so now and then a member hears of a newcomer only from
+        its next push-pull, 30 s later; and when many nodes join at once, the
+        last of them reached every member 0.25 s (p90) after its start in the
+        simulator, and 5 ms with this. The seed's table is a snapshot taken in
+        the order joins reach it, so of any two newcomers one is in the other's
+        snapshot and hears from it here. Each member is told once per
+        incarnation, so joining through several peers (discovery does) does not
+        repeat it; beyond `join_direct_max` members, gossip carries the rest.
+        """
+        live = self._table.live
+        local = self._local
+        if self._told_at != local.incarnation:
+            self._told_at = local.incarnation
+            self._told = set()
+        # (forgetting members that are gone keeps the set within the table)
+        self._told = told = {name for name in self._told if name in live}
+        told.add(seed)  # it has just merged our state
+        fresh = [name for name in live.items() if name not in told]
+        msg = Alive(local.incarnation, local.ident)
+        for name in self._rng.sample(fresh, min(len(fresh), self._config.join_direct_max)):
+            told.add(name)
+            self._send.append(Send(self._table.addr_of(name), (msg,)))
+
+    def _merge(self, rec: MemberRecord, source: str, now: float) -> None:
+        # memberlist mergeState: a remote "dead" is only a suspicion here,
+        # so that one node's stale view cannot kill a member outright.
+        node, inc, state = rec.node, rec.incarnation, rec.state
+        if state is ALIVE:
+            self._on_alive(Alive(inc, node), LOCAL, now)
+        elif state is LEFT:
+            self._on_leave(Leave(inc, node.name), LOCAL, now)
+        else:
+            self._on_suspect(Suspect(inc, node.name, source), LOCAL, now)
+
+    def _push_pull_msg(self, join: bool, reply: bool) -> PushPull:
+        records = tuple([MemberRecord(m.ident, m.incarnation, m.state) for m in self._table.all()])
+        return PushPull(self._local.ident.name, join, reply, records)
+
+    def _stream_push_pull(self, addr: Address, join: bool) -> None:
+        self._counters.push_pulls_sent += 1
+        self._send.append(Send(addr, (self._push_pull_msg(join, False),), Channel.STREAM))
+
+    def _due_push_pull(self, _: None, now: float) -> None:
+        n = self._table.num_live()
+        self._deadlines.push(now + self._config.push_pull_scaled_s(n), self._due_push_pull)
+        if self._local.leaving:
+            return
+        for name in self._table.live.sample(self._rng, 1):
+            self._stream_push_pull(self._table.addr_of(name), join=False)
+
+    def _due_reconnect(self, _: None, now: float) -> None:
+        self._deadlines.push(now + self._config.reconnect_interval_s, self._due_reconnect)
+        if self._local.leaving:
+            return
+        for name in self._dead.sample(self._rng, 1):
+            self._stream_push_pull(self._table.addr_of(name), join=False)

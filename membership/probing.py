@@ -1,0 +1,244 @@
+"""Probing: SWIM's failure detector, both sides of it (SWIM §3.1, §4.3).
+
+Theory of operation. Every probe interval (stretched by Lifeguard's local
+health, §IV-A) the next member of a shuffled round-robin (`ProbeScheduler`,
+SWIM §4.3) gets a `Ping`, with the queued gossip piggybacked. Then:
+
+- an `Ack` within the probe timeout ends the round well and lowers our LHM
+  score; a later one still saves the member, but says nothing of our health;
+- without it, at the probe timeout, k relays get a `PingReq` asking for a
+  `Nack` if they hear nothing either (Lifeguard §IV-A);
+- without any ack by the end of the interval, the member is suspected
+  (claims.py takes it from there), and each nack that did not come counts
+  against our own health: the relays could not hear us either.
+
+The buddy system (Lifeguard §IV-B): a ping to a suspect carries the
+`Suspect`, so that it learns at once and can refute.
+
+The other side: we answer pings with acks (piggybacking gossip), and relay
+`PingReq`s as `RelayedProbe`s: a ping of our own whose ack is forwarded, or,
+at the probe timeout, a `Nack`.
+
+Refusals (ours): when a probed member's host answers with ICMP port
+unreachable (its agent crashed, the host runs on), the relays are asked at
+once, and the verdict comes when they have all nacked, about a probe
+interval sooner; a relayed ping that is refused is nacked at once. A
+suspicion still runs its full timeout and can be refuted, so a forged or
+stray report costs at most an early probe.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from shoal.kernel.contract import Address
+from shoal.kernel.deadlines import Deadlines
+from shoal.membership.awareness import LocalHealth
+from shoal.membership.claims import LOCAL
+from shoal.membership.counters import SwimCounters
+from shoal.membership.member import LocalState
+from shoal.membership.messages import Ack, Nack, Ping, PingReq, Suspect
+from shoal.membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.table import ALIVE, SUSPECT, MemberTable
+
+
+class SendPacket(Protocol):
+    """`Gossip.send_packet`: one datagram, gossip piggybacked if asked."""
+
+    def __call__(self, to: Address, msgs: list[Any], piggyback: bool = False) -> None: ...
+
+
+class Prober:
+    """Our probe rounds, the pings we relay, and answers to others' pings."""
+
+    def __init__(
+        self,
+        local: LocalState,
+        table: MemberTable,
+        config: SwimConfig,
+        rng: random.Random,
+        health: LocalHealth,
+        deadlines: Deadlines,
+        counters: SwimCounters,
+        scheduler: ProbeScheduler,
+        send_packet: SendPacket,
+        suspect: Callable[[Suspect, Address, float], None],
+        sync_with_stranger: Callable[[Address, float], None],
+        new_round: Callable[[], None],
+    ) -> None:
+        """Share the node's state with the probing role.
+
+        Args:
+            local: this node's identity and leaving flag.
+            table: the view; its live members are probed.
+            config: probe interval, timeout and indirect checks.
+            rng: the node's only source of randomness.
+            health: Lifeguard's LHM, which scales the probe timing.
+            deadlines: the node's deadline heap.
+            counters: the node's counters.
+            scheduler: the round-robin order of targets.
+            send_packet: sends a datagram, piggybacking gossip if asked.
+            suspect: applies a `Suspect` claim (the verdict on a round).
+            sync_with_stranger: a member we do not know pinged us.
+            new_round: told when each probe round begins.
+        """
+        self._local = local
+        self._name = local.ident.name  # never changes (set_tags keeps it)
+        self._table = table
+        self._config = config
+        self._rng = rng
+        self._health = health
+        self._deadlines = deadlines
+        self._counters = counters
+        self.scheduler = scheduler
+        self._send_packet = send_packet
+        self._suspect = suspect
+        self._sync_with_stranger = sync_with_stranger
+        self._new_round = new_round
+        self._probe: ProbeRound | None = None
+        self._relays: dict[int, RelayedProbe] = {}
+        self._seq = 0
+        self._armed = False
+
+    # -- handlers ----------------------------------------------------------------
+
+    def on_ping(self, msg: Ping, sender: Address, now: float) -> None:
+        """Answer a ping for us with an ack, and sync with a stranger."""
+        if msg.target != self._name:
+            self._counters.misdirected_pings += 1
+            return
+        self._send_packet(sender, [Ack(msg.seq)], piggyback=True)
+        if msg.source not in self._table.live and msg.source != self._name:
+            self._sync_with_stranger(sender, now)
+
+    def on_ping_req(self, msg: PingReq, sender: Address, now: float) -> None:
+        """Ping `msg.target` on `sender`'s behalf."""
+        seq = self._next_seq()
+        deadline = now + self._config.probe_timeout_s
+        self._relays[seq] = RelayedProbe(sender, msg.seq, msg.target_addr, deadline, msg.nack)
+        self._deadlines.push(deadline, self._due_relay, seq)
+        self._send_packet(msg.target_addr, [Ping(seq, msg.target, self._name)])
+
+    def on_ack(self, msg: Ack, sender: Address, now: float) -> None:
+        """An ack for a ping we relayed (forward it) or for our probe."""
+        relay = self._relays.pop(msg.seq, None)
+        if relay is not None:
+            self._counters.acks_relayed += 1
+            self._send_packet(relay.requester, [Ack(relay.requester_seq)])
+            return
+        probe = self._probe
+        if probe is None or probe.seq != msg.seq or probe.acked:
+            self._counters.late_acks += 1
+            return
+        probe.acked = True
+        if now <= probe.timeout_at:  # a direct answer in time: we are healthy
+            self._health.apply(-1)
+
+    def on_nack(self, msg: Nack, sender: Address, now: float) -> None:
+        """A relay did not hear our probe's target either."""
+        probe = self._probe
+        if probe is not None and probe.seq == msg.seq:
+            probe.nacks += 1
+            if probe.refused and probe.nacks >= probe.expected_nacks and not probe.acked:
+                self._fail_probe(probe, now)
+
+    def unreachable(self, addr: Address, now: float) -> None:
+        """Nothing listens at `addr` (see `SwimNode.unreachable`)."""
+        self._counters.unreachable_reports += 1
+        for seq, relay in list(self._relays.items()):  # a few in flight at most
+            if relay.target_addr == addr:
+                self._due_relay(seq, now)
+        probe = self._probe
+        if probe is not None and probe.target_addr == addr:
+            self._on_unreachable_probe(probe, now)
+            return
+        members = self._table.members
+        for name in self._table.live.items():
+            m = members[name]
+            if m.ident.addr == addr:
+                if m.state is ALIVE:  # a suspect is being dealt with already
+                    self.scheduler.prioritize(name)
+                return
+
+    # -- rounds ------------------------------------------------------------------
+
+    def arm(self, at: float) -> None:
+        """Run the next probe round at `at`, unless one is armed already."""
+        if not self._armed:
+            self._armed = True
+            self._deadlines.push(at, self._due_probe)
+
+    def _due_probe(self, _: None, now: float) -> None:
+        self._armed = False
+        self._new_round()
+        probe = self._probe
+        if probe is not None and not probe.acked:
+            self._fail_probe(probe, now)
+        self._probe = None
+        if self._local.leaving:
+            return
+        self._start_probe(now)
+        self.arm(now + self._health.scale(self._config.probe_interval_s))
+
+    def _start_probe(self, now: float) -> None:
+        live = self._table.live
+        name = self.scheduler.next_target(live.items(), live.__contains__)
+        if name is None:
+            return
+        m = self._table.get(name)
+        assert m is not None
+        seq = self._next_seq()
+        timeout_at = now + self._health.scale(self._config.probe_timeout_s)
+        end_at = now + self._health.scale(self._config.probe_interval_s)
+        self._probe = ProbeRound(seq, name, m.ident.addr, m.incarnation, timeout_at, end_at)
+        self._deadlines.push(timeout_at, self._due_probe_timeout, seq)
+        msgs: list[Any] = [Ping(seq, name, self._name)]
+        if m.state is SUSPECT:  # Lifeguard buddy system: tell the suspect
+            msgs.append(Suspect(m.incarnation, name, self._name))
+        self._counters.probes_sent += 1
+        self._send_packet(m.ident.addr, msgs, piggyback=True)
+
+    def _fail_probe(self, probe: ProbeRound, now: float) -> None:
+        """The verdict on a round without an ack: suspect the target."""
+        self._probe = None
+        self._counters.probes_failed += 1
+        self._health.apply(probe.health_delta())
+        self._suspect(Suspect(probe.incarnation, probe.target, self._name), LOCAL, now)
+
+    def _due_probe_timeout(self, seq: int, now: float) -> None:
+        probe = self._probe
+        if probe is None or probe.seq != seq or probe.acked or probe.indirect_sent:
+            return
+        probe.indirect_sent = True
+        relays = self._table.live.sample(self._rng, self._config.indirect_checks, (probe.target,))
+        req = PingReq(seq, probe.target, probe.target_addr, True)
+        for name in relays:
+            self._send_packet(self._table.addr_of(name), [req])
+        probe.expected_nacks = len(relays)
+        self._counters.indirect_probes_sent += len(relays)
+
+    def _on_unreachable_probe(self, probe: ProbeRound, now: float) -> None:
+        """Our ping's target refused it: ask the relays now, not at the probe
+        timeout, and give the verdict once they all nack (they get refused
+        too), not at the end of the interval. A path that only we lack still
+        gets its indirect acks, so this suspects no one that SWIM would not."""
+        if probe.acked or probe.refused:
+            return
+        probe.refused = True
+        self._counters.probes_refused += 1
+        self._due_probe_timeout(probe.seq, now)
+        if probe.nacks >= probe.expected_nacks:  # nobody to ask
+            self._fail_probe(probe, now)
+
+    def _due_relay(self, seq: int, now: float) -> None:
+        relay = self._relays.pop(seq, None)
+        if relay is not None and relay.nack:
+            self._counters.nacks_sent += 1
+            self._send_packet(relay.requester, [Nack(relay.requester_seq)])
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
