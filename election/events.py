@@ -1,10 +1,12 @@
-"""What the election core reports (past tense, like membership events)."""
+"""What the election core reports: events (past tense, like membership
+events), the write it persists, and its counters."""
 
 from __future__ import annotations
 
 import msgspec
 
 from shoal.election.voters import VoterConfig
+from shoal.kernel.counters import Counters
 
 
 class ControllerElected(msgspec.Struct, frozen=True):
@@ -39,6 +41,20 @@ class PersistElection(msgspec.Struct, frozen=True):
 
     granted_epoch: int
     config: VoterConfig | None
+
+
+class ElectionCounters(Counters):
+    """What the election did, for metrics."""
+
+    campaigns: int = 0
+    elected: int = 0
+    renewals: int = 0
+    renewals_failed: int = 0
+    grants: int = 0
+    rejects: int = 0
+    voter_changes: int = 0
+    stale_messages: int = 0
+    resends: int = 0  # requests asked again of voters that had not answered
 
 
 def election_fields(event: object) -> dict[str, object]:

@@ -2,43 +2,39 @@
 
 Theory of operation (compare Kafka's ZooKeeper-based controller: an
 ephemeral znode plus `controller_epoch`; and Gray & Cheriton's leases).
+This module is the façade: the timers and the transitions between the
+roles, split as raft splits `stepLeader`/`stepCandidate`/`stepFollower`:
 
-**Voters** (`election.voters.VoterConfig`) grant leases. A voter grants at
-most one unexpired lease at a time, and never for an epoch at or below the
-highest it has granted; it persists that epoch (synced, through `Output.
-persist`) before its grant leaves the node. A grant binds the voter for
-`lease_s * (1 + drift)` on its own clock from when the request *arrived*.
+- `voter.py`: the grant rule, what a voter may promise and what must be
+  durable first (the safety argument lives there);
+- `campaign.py`: a candidate's or controller's requests, resends, late
+  grants, won renewals;
+- `ranking.py`: who should stand and who should vote;
+- `notices.py`: how every member learns who the controller is;
+- `voters.py`: the voter configuration and its majorities; `view.py`: the
+  membership view as the election reads it.
 
-**A candidate** sends `LeaseRequest(epoch)` to every voter, with an epoch
-above any it has seen. It is controller once a majority has granted, until
-`lease_s * (1 - drift)` on its own clock from when it *sent* the request.
-With clock rates within `drift_ratio_max` of real time, every grant of the
-majority outlasts the controller's lease in real time, and any two
-majorities share a voter, so two leases never overlap: **safety depends on
-the drift bound only, not on failure detection or message timing.** Each
-voter's granted epochs only grow and majorities intersect, so every new
-controller has a larger epoch than every earlier one: the epoch is a
-fencing token.
+**States.** A node is a *follower* (it knows of a controller, `known`, or
+none), a *candidate* (a campaign in flight), or the *controller* (it holds
+`lease_epoch` until `lease_end_at`). Transitions:
 
-**Renewal**: the controller re-sends the request (same epoch) every
-`renew_interval_s`; voters extend a grant to the same holder and epoch.
-A renewal without a majority is tried again at once; one that has its
-majority still asks the voters that have not answered again, until the
-next, so that no voter's grant runs out under a live controller. If a
-majority does not answer before the lease ends, the controller stops
-being controller (`ControllerLost("expired")`) even if it is healthy.
+- follower → candidate: `_maybe_stand`, once nothing blocks it (a grant it
+  holds, a controller it knows of, a back-off) and its rank's wait is over;
+  or `_maybe_bootstrap` with no configuration yet.
+- candidate → controller: `_become_controller`, on a majority. The lease
+  counts `lease_s * (1 - drift)` from when the request was *sent*.
+- candidate → follower: `_request_failed` releases what it got and backs
+  off, or the campaign yields to a better candidate (`yield_campaign`).
+- controller → controller: renewal every `renew_interval_s` (same epoch),
+  tried again at once when it misses its majority; a renewal carries at
+  most one voter change (`voters.py`), finished before the next starts.
+- controller → follower: `_become_follower` when the lease ends unrenewed
+  (`expired`), on a graceful `leave` (`released`), or when a larger lineage
+  is adopted (`merged`).
 
-**Who stands**: the best-ranked eligible voter (priority tag, then name);
-rank k waits `k * rank_backoff_s` after the last lease it knows of ends, so
-elections do not duel. A healthy controller keeps its lease. A graceful
-leave releases the lease (`LeaseRelease`), so a successor stands at once.
-
-**Voter changes** go through the controller, one voter at a time: the
-renewal carries the next configuration, and the change takes effect when a
-majority of the old *and* of the new voters have granted it. Voters refuse
-candidates with an older configuration and send them the newer one. Voters
-adopt a configuration on sight (as Raft servers use the newest one in their
-log); single-step changes keep any two in use intersecting.
+**Durability.** Every election message rides on the write it depends on,
+or on a barrier after the last one (`Outbox.send_durable`): a grant, a
+candidate's request and a notice all speak for the epoch state.
 
 **Bootstrap**: with no configuration, the best-ranked eligible member
 proposes one once it sees `bootstrap_expect` eligible members and its view
@@ -55,101 +51,38 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
-import msgspec.structs
-
+from shoal.election.campaign import Campaign, Request
 from shoal.election.config import LeaseConfig
 from shoal.election.events import (
     ControllerChanged,
     ControllerElected,
     ControllerLost,
+    ElectionCounters,
     PersistElection,
     VotersChanged,
 )
 from shoal.election.messages import (
-    REJECT_CONFIG,
     REJECT_EPOCH,
-    REJECT_HELD,
-    REJECT_NOT_VOTER,
     ControllerNotice,
     LeaseGrant,
     LeaseReject,
     LeaseRelease,
     LeaseRequest,
 )
-from shoal.election.voters import VoterConfig, eligible, rank_key
+from shoal.election.notices import Notices
+from shoal.election.ranking import Ranking, Standing
+from shoal.election.view import AddrFn, Liveness, LivenessFn, ViewFn
+from shoal.election.voter import Voter
+from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import Address, Output, Send
-from shoal.kernel.counters import Counters
 from shoal.kernel.outbox import Outbox
-from shoal.membership.member import Tags
 
-# (name, tags, state) for every member this node knows, itself included;
-# state is "alive", "suspect", "dead" or "left".
-# An iterable, read once per call: a generator lets a scan stop early.
-ViewFn = Callable[[], Iterable[tuple[str, Tags, str]]]
-_LIVE = ("alive", "suspect")
 # A controller removes voters that vanished from its view (reaped) only
 # after holding the lease this long, so that a fresh controller whose view
 # is still filling up does not remove voters it has not heard of yet.
 _REAPED_GUARD_S = 60.0
-# A campaign re-asks a voter whose grant to someone else ends within this.
-_RETRY_HELD_S = 0.5
-# A new controller's notice goes out this many more times, `_NOTICE_GAP_S`
-# apart, before the slow `notice_interval_s` pace: notices are not
-# acknowledged, and one lost would leave a member without a controller (and
-# `shoal controller` without an answer) until the next. With 1 % loss and
-# notices 5 s apart the simulator showed 2 % of failovers taking 6.5 s
-# instead of 2 s. The gap was one renewal interval; at 1 s that made a lost
-# first notice cost 1 s (kill -9 at 3 % loss, 300 seeds: all survivors knew
-# the successor in p99 2.98 s, max 3.03 s); at 0.25 s, p99 2.25 s, max 2.40 s.
-_NOTICE_REPEATS = 2
-_NOTICE_GAP_S = 0.25
-# A request is sent again, once, to the voters that have not answered by this
-# fraction of its timeout: one lost datagram (or answer) then costs a
-# fraction of the timeout, not a failed campaign and a back-off.
-_RESEND_AFTER = 0.5
-# States in which a member is gone: no late resends to such a voter (see
-# `_resend_late`), and a controller in one is forgotten (`view_changed`).
-_GONE = ("dead", "left")
-AddrFn = Callable[[str], Address | None]
-# The state of one member by name ("alive", "suspect", "dead", "left"), or
-# None for a member this node does not know: one lookup, not a scan.
-StateFn = Callable[[str], str | None]
-
-
-class ElectionCounters(Counters):
-    """What the election did, for metrics."""
-
-    campaigns: int = 0
-    elected: int = 0
-    renewals: int = 0
-    renewals_failed: int = 0
-    grants: int = 0
-    rejects: int = 0
-    voter_changes: int = 0
-    stale_messages: int = 0
-    resends: int = 0  # requests asked again of voters that had not answered
-
-
-class _Grant(msgspec.Struct):
-    holder: str
-    epoch: int
-    until_at: float
-
-
-class _Request(msgspec.Struct):
-    seq: int
-    epoch: int
-    config: VoterConfig
-    old: VoterConfig | None  # set when the request changes the voters
-    sent_at: float
-    deadline_at: float
-    renewal: bool
-    resend_at: float  # ask the voters that have not answered again, once
-    extended: bool = False  # the deadline was moved once (`_wait_longer`)
-    granted: set[str] = msgspec.field(default_factory=set)
-    answered: set[str] = msgspec.field(default_factory=set)
-    retry_at: dict[str, float] = msgspec.field(default_factory=dict)  # voter -> ask again
+_LIVE = Liveness.LIVE
+_SELF: Address = ("", 0)  # the sender of this node's answers to itself
 
 
 class LeaseElection:
@@ -165,7 +98,7 @@ class LeaseElection:
         granted_epoch: int = 0,
         voters: VoterConfig | None = None,
         bootstrap_expect: int = 3,
-        state_of: StateFn | None = None,
+        liveness_of: LivenessFn | None = None,
     ) -> None:
         """Create the core from what a previous run persisted.
 
@@ -173,84 +106,63 @@ class LeaseElection:
             name: this node's name.
             config: timing.
             rng: the core's only randomness.
-            view: the members this node knows (see `ViewFn`).
+            view: the members this node knows (see `view.ViewFn`).
             addr_of: the gossip address of a member, by name.
             granted_epoch: the highest epoch this node ever granted.
             voters: the voter configuration it last adopted.
             bootstrap_expect: eligible members to wait for before the first
                 configuration is formed.
-            state_of: one member's state (see `StateFn`); without it, a
-                member keeps a controller its view reports dead until the
-                notices stop.
+            liveness_of: one member's liveness; without it, a member keeps a
+                controller its view reports dead until the notices stop.
         """
-        self.name = name
-        self.config = config
-        self.rng = rng
+        self.name, self.config, self.rng = name, config, rng
         self.counters = ElectionCounters()
-        self.granted_epoch = granted_epoch
         self.voters = voters
         self.bootstrap_expect = bootstrap_expect
         self.epoch_known = granted_epoch
         self.lease_epoch: int | None = None  # set while this node is controller
-        self.lease_end_at = 0.0
-        self.elected_at = 0.0
+        self.lease_end_at = self.elected_at = 0.0
         self.known: tuple[str, int] | None = None  # the controller we know of
         self.known_until = 0.0
-        self._view, self._addr_of, self._state_of = view, addr_of, state_of
-        self._grant: _Grant | None = None
-        self._request: _Request | None = None
-        # A renewal that won its majority, kept until the next one so that a
-        # voter whose copy was lost is asked again (see `_resend_late`).
-        self._late: _Request | None = None
-        self._seq = rng.getrandbits(32)
-        self._blocked_until = 0.0
-        self._stand_at: float | None = None
-        self._renew_at = 0.0
-        self._notice_at = 0.0
-        self._notices_left = 0  # fast repeats of a new controller's notice
-        # Live members the controller has sent a notice to in this lease
-        # (see `_notify`), and whether the view changed since it looked.
-        self._told: set[str] = set()
-        self._view_dirty = False
-        self._view_changed_at = 0.0
-        self._fresh_epoch = False
+        self._addr_of, self._liveness_of = addr_of, liveness_of
+        self.out = Outbox()  # every message rides on a write or a barrier (module docstring)
+        self.voter = Voter(name, config, self.out, self.counters, granted_epoch, self)
+        self.campaign = Campaign(name, config, self.counters, rng.getrandbits(32),
+                                 self._send_to, liveness_of)  # fmt: skip
+        self.ranking = Ranking(name, view)
+        self.notices = Notices(name, config.notice_interval_s, view, self._send_to)
+        self.standing = Standing(self.ranking, config.rank_backoff_s, rng)
+        self._renew_at = self._view_changed_at = 0.0
+        self._fresh_epoch = False  # the next renewal moves to a new epoch
         self._leaving = False
-        self._now_hint = 0.0
-        self._released_by = ""
-        # The configuration of our last request that won its quorum.
-        self._quorum_config: VoterConfig | None = None
+        self._quorum_config: VoterConfig | None = None  # of our last request that won
         self._wake_at: float | None = None
-        # Every election message rides on the write it depends on, or on a
-        # barrier after the last one (Outbox.send_durable): a grant, a
-        # candidate's request and a notice all speak for the epoch state.
-        self.out = Outbox()
-        self._events = self.out.events
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
-            LeaseRequest: self._on_request,
-            LeaseGrant: self._on_grant,
-            LeaseReject: self._on_reject,
+            LeaseRequest: self.voter.on_request,
+            LeaseGrant: self._on_answer,
+            LeaseReject: self._on_answer,
             LeaseRelease: self._on_release,
             ControllerNotice: self._on_notice,
         }
-
-    # -- the core contract ---------------------------------------------------------
 
     @property
     def is_controller(self) -> bool:
         """Whether this node holds the lease."""
         return self.lease_epoch is not None
 
-    def start(self, now: float) -> None:
-        """Begin: look for a configuration or a controller.
+    @property
+    def granted_epoch(self) -> int:
+        """The highest epoch this node ever granted."""
+        return self.voter.granted_epoch
 
-        A voter that granted before does not know whether that grant is
-        still running (grants are not persisted, only the epoch is), so it
-        grants nothing until any grant it could have made has expired.
-        """
+    # -- the core contract ---------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Begin: look for a configuration or a controller (a voter that
+        granted before waits out any grant it may have running)."""
         self._view_changed_at = now
         self._wake_at = now
-        if self.granted_epoch > 0:
-            self._grant = _Grant("", self.granted_epoch, now + self.config.voter_grant_s)
+        self.voter.restart(now)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Handle one decoded election message."""
@@ -285,15 +197,14 @@ class LeaseElection:
         `notice_interval_s + lease_s`) when no successor takes over.
         """
         self._view_changed_at = now
-        self._view_dirty = True
+        self.notices.view_changed()
         known = self.known
-        if known is not None and known[0] != self.name and self._state_of is not None:
-            if self._state_of(known[0]) in _GONE:
+        if known is not None and known[0] != self.name and self._liveness_of is not None:
+            liveness = self._liveness_of(known[0])
+            if liveness is not None and liveness is not _LIVE:
                 self._set_known(None, known[1])
         if self.voters is None:
-            at = now + self.config.bootstrap_settle_s
-            if self._wake_at is None or at < self._wake_at:
-                self._wake_at = at
+            self._wake_by(now + self.config.bootstrap_settle_s)
 
     def leave(self, now: float) -> None:
         """Stop standing; as controller, release the lease to the voters.
@@ -306,23 +217,16 @@ class LeaseElection:
         released too, so nobody waits for them to run out.
         """
         self._leaving = True
-        req, self._request = self._request, None
-        late, self._late = self._late, None
+        dropped = self.campaign.drop()
         releases: dict[int, set[str]] = {}
         if self.lease_epoch is not None and self.voters is not None:
             releases[self.lease_epoch] = set(self.voters.voters)
-        for r in (req, late):
-            if r is not None:
-                asked = releases.setdefault(r.epoch, set())
-                asked.update(self._targets(r))
+        for r in dropped:
+            releases.setdefault(r.epoch, set()).update(r.targets())
         for epoch, voters in releases.items():
-            for voter in sorted(voters):
-                if voter == self.name:
-                    self._on_release(LeaseRelease(epoch, self.name), ("", 0), now)
-                else:
-                    self._send_to(voter, LeaseRelease(epoch, self.name))
+            self._release(epoch, sorted(voters), now)
         if self.lease_epoch is not None:
-            self._lose(now, "released")
+            self._become_follower(now, "released")
 
     def rejoin(self, now: float) -> None:
         """Stand again after a leave (a `join` after `leave`)."""
@@ -334,44 +238,32 @@ class LeaseElection:
         Returns False when this node is not the controller or a change runs."""
         if not self.is_controller or self.voters is None or name not in self.voters.voters:
             return False
-        if self._request is not None or len(self.voters.voters) == 1:
+        if self.campaign.request is not None or len(self.voters.voters) == 1:
             return False
         if self.voters != self._quorum_config:
             return False  # a change is still in flight
         self._renew(now, self.voters.without_voter(name))
         return True
 
-    # -- evaluation (timers) ---------------------------------------------------------
+    # -- timers ----------------------------------------------------------------------
 
     def _evaluate(self, now: float) -> None:
         self._wake_at = None
         if self.lease_epoch is not None and now >= self.lease_end_at:
-            self._lose(now, "expired")
-        req = self._request
-        if req is not None and now >= req.deadline_at and not self._wait_longer(req, now):
-            self._request_failed(req, now)
-        elif req is not None:
-            msg = LeaseRequest(req.seq, req.epoch, self.name, req.config)
-            if now >= req.resend_at:
-                req.resend_at = float("inf")
-                for voter in self._targets(req):
-                    if voter not in req.answered and voter not in req.retry_at:
-                        self.counters.resends += 1
-                        self._send_to(voter, msg)
-            for voter, at in list(req.retry_at.items()):
-                if now >= at:
-                    del req.retry_at[voter]
-                    req.answered.discard(voter)  # the resend covers the retry too
-                    resend_at = now + self.config.request_timeout_s * _RESEND_AFTER
-                    req.resend_at = min(req.resend_at, resend_at)
-                    self._send_to(voter, msg)
-        if self._late is not None and now >= self._late.resend_at:
-            self._resend_late(self._late, now)
+            self._become_follower(now, "expired")
+        campaign = self.campaign
+        req = campaign.request
+        if req is not None:
+            if campaign.timed_out(req, now):
+                self._request_failed(req, now)
+            else:
+                campaign.resend_due(req, now)
+        campaign.resend_late(now, self._renew_at)
         if self.known is not None and now >= self.known_until and not self.is_controller:
             self._set_known(None, self.known[1])
         if self.is_controller:
             self._controller_duties(now)
-        elif self._request is None and not self._leaving:
+        elif campaign.request is None and not self._leaving:
             if self.voters is None:
                 self._maybe_bootstrap(now)
             else:
@@ -379,113 +271,77 @@ class LeaseElection:
         self._schedule(now)
 
     def _schedule(self, now: float) -> None:
-        times = []
+        times = list(self.campaign.deadlines())
         if self.is_controller:
-            times += [self.lease_end_at, self._renew_at, self._notice_at]
-        if self._request is not None:
-            times += [self._request.deadline_at, self._request.resend_at]
-            times += self._request.retry_at.values()
-        if self._late is not None:
-            times.append(self._late.resend_at)
-        if self._stand_at is not None:
-            times.append(self._stand_at)
+            times += [self.lease_end_at, self._renew_at, self.notices.notice_at]
+        if self.standing.stand_at is not None:
+            times.append(self.standing.stand_at)
         if not self.is_controller and self.voters is not None and not self._leaving:
             # Look again when what blocks us ends, and at least once per lease
             # (a safety net: liveness never hangs on one lost message).
-            times += [self._blocked_until, now + self.config.lease_s]
+            times += [self.standing.blocked_until, now + self.config.lease_s]
         if self.known is not None and not self.is_controller:
             times.append(self.known_until)
         if self.voters is None and not self._leaving:
             times.append(self._view_changed_at + self.config.bootstrap_settle_s)
-        grant = self._grant
+        grant = self.voter.grant
         if grant is not None and grant.until_at > now:
             times.append(grant.until_at)
         future = [t for t in times if t > now]
-        soonest = min(future) if future else None
-        if soonest is not None and (self._wake_at is None or soonest < self._wake_at):
-            self._wake_at = soonest
+        if future:
+            self._wake_by(min(future))
 
     def _wake(self, now: float) -> None:
         self._wake_at = now
 
+    def _wake_by(self, at: float) -> None:
+        if self._wake_at is None or at < self._wake_at:
+            self._wake_at = at
+
     def _maybe_bootstrap(self, now: float) -> None:
         if now < self._view_changed_at + self.config.bootstrap_settle_s:
             return
-        members = self._candidates_if_first()
+        members = self.ranking.candidates_if_first()
         if len(members) < self.bootstrap_expect:
             return
         chosen = tuple(sorted(members[: self.config.max_voters]))
         config = VoterConfig(self.rng.randbytes(8), 1, chosen)
-        self._campaign(now, config)
+        self._become_candidate(now, config)
 
     def _maybe_stand(self, now: float) -> None:
         voters = self.voters
         assert voters is not None
-        if self.name not in voters.voters or not self._self_eligible():
-            self._stand_at = None
-            return
-        grant = self._grant
-        blocked = self._blocked_until
-        if grant is not None and grant.holder != self.name:
-            blocked = max(blocked, grant.until_at)  # our own grant is the real bound
-        elif grant is None and self.known is not None and self.known[0] != self.name:
-            blocked = max(blocked, self.known_until)
-        if blocked > now:
-            self._stand_at = None
-            return
-        if self._stand_at is None:
-            # The holder whose grant ran out without renewal, or who released
-            # it, is not a candidate: it is gone or leaving.
-            gone = {self._released_by, grant.holder if grant is not None else ""}
-            ranked = [n for n in self._candidates() if n in voters.voters and n not in gone]
-            rank = ranked.index(self.name) if self.name in ranked else len(ranked)
-            delay = rank * self.config.rank_backoff_s + self.rng.uniform(0, 0.01)
-            self._stand_at = max(now, blocked) + delay
-        if now >= self._stand_at:
-            self._stand_at = None
-            self._campaign(now, voters)
+        if self.standing.due(now, voters, self.voter.grant, self.known, self.known_until):
+            self._become_candidate(now, voters)
 
     def _controller_duties(self, now: float) -> None:
-        self._now_hint = now
-        if self._request is None and now >= self._renew_at:
-            if self._view_dirty:
-                self._notify(now, everyone=False)  # members not told yet
-            if self.voters != self._quorum_config and self._quorum_config is not None:
+        if self.campaign.request is None and now >= self._renew_at:
+            if self.notices.dirty:
+                self.notices.tell(self._notice(now), everyone=False)  # members not told yet
+            voters = self.voters
+            assert voters is not None
+            if voters != self._quorum_config and self._quorum_config is not None:
                 # Finish the change in flight (ours, or one adopted on sight)
                 # before any other: two uncommitted steps could make
                 # majorities that do not intersect.
-                self._renew(now, self.voters, old=self._quorum_config)
+                self._renew(now, voters, old=self._quorum_config)
             else:
-                self._renew(now, self._next_config())
-        if now >= self._notice_at:
-            self._notify_all(now)
-        if self.config.preempt and self._request is None:
-            best = [n for n in self._candidates() if self.voters and n in self.voters.voters]
-            if best and best[0] != self.name:
+                settled = now - self.elected_at >= _REAPED_GUARD_S
+                change = self.ranking.next_config(voters, settled, self.config.max_voters)
+                self._renew(now, change)
+        if now >= self.notices.notice_at:
+            self.notices.tell_everyone(now, self._notice(now))
+        if self.config.preempt and self.campaign.request is None and self.voters is not None:
+            best = self.ranking.best_voter(self.voters)
+            if best is not None and best != self.name:
                 self.leave(now)
                 self._leaving = False
 
-    def _next_config(self) -> VoterConfig | None:
-        """One voter change the controller should make now, if any."""
-        voters = self.voters
-        assert voters is not None
-        states = {name: state for name, _, state in self._view()}
-        settled = self._now_hint - self.elected_at >= _REAPED_GUARD_S
-        for name in voters.voters:
-            gone = name not in states and settled
-            if name != self.name and (states.get(name) == "left" or gone):
-                return voters.without_voter(name)
-        if len(voters.voters) < self.config.max_voters:
-            for name in self._candidates():
-                if name not in voters.voters:
-                    return voters.with_voter(name)
-        return None
+    # -- transitions -----------------------------------------------------------------
 
-    # -- sending requests --------------------------------------------------------------
-
-    def _campaign(self, now: float, config: VoterConfig) -> None:
+    def _become_candidate(self, now: float, config: VoterConfig) -> None:
         self.counters.campaigns += 1
-        epoch = max(self.epoch_known, self.granted_epoch) + 1
+        epoch = max(self.epoch_known, self.voter.granted_epoch) + 1
         self._issue(now, epoch, config, None, renewal=False)
 
     def _renew(self, now: float, change: VoterConfig | None,
@@ -495,7 +351,7 @@ class LeaseElection:
         self._renew_at = now + self.config.renew_interval_s
         epoch = self.lease_epoch
         if self._fresh_epoch:  # a voter is past our epoch (after a merge): move above it
-            epoch = max(self.epoch_known, self.granted_epoch) + 1
+            epoch = max(self.epoch_known, self.voter.granted_epoch) + 1
             self._fresh_epoch = False
         if change is not None:
             self._issue(now, epoch, change, old or self.voters, renewal=True)
@@ -504,204 +360,14 @@ class LeaseElection:
 
     def _issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
                renewal: bool) -> None:  # fmt: skip
-        self._seq += 1
-        self._late = None  # the new request asks every voter
-        timeout = self.config.request_timeout_s
-        req = _Request(self._seq, epoch, config, old, now, now + timeout, renewal,
-                       now + timeout * _RESEND_AFTER)  # fmt: skip
-        self._request = req
-        msg = LeaseRequest(req.seq, epoch, self.name, config)
-        for voter in self._targets(req):
-            if voter == self.name:
-                self._answer(self._vote(msg, now), ("", 0), now)
-            else:
-                self._send_to(voter, msg)
+        def ask_self(msg: LeaseRequest) -> None:
+            self._on_answer(self.voter.vote(msg, now), _SELF, now)
 
-    def _resend_late(self, late: _Request, now: float) -> None:
-        """Ask a voter that has not answered a won renewal again, every
-        `request_timeout_s * _RESEND_AFTER`, until the next renewal.
+        self.campaign.issue(now, epoch, config, old, renewal, ask_self)
 
-        A voter's grant runs `voter_grant_s` (2.04 s) from the request's
-        arrival; with renewals 1 s apart a voter that misses one and is not
-        asked again may see its grant end before the next one arrives, and
-        then it stands: a new epoch for nothing. The simulator (5 nodes,
-        20 runs of 600 s) counted new epochs with the
-        controller alive: at 3 % loss 27 without these resends, 2 with the
-        old 0.6 s renewals, 0 with them; at 10 % loss 421, 26 and 0. A lost
-        copy costs one more datagram; a healthy cluster sends none. Voters
-        the view reports dead or left are not asked again."""
-        step = self.config.request_timeout_s * _RESEND_AFTER
-        for voter in self._targets(late):
-            if voter in late.answered or voter == self.name:
-                continue
-            if self._state_of is not None and self._state_of(voter) in _GONE:
-                continue
-            self.counters.resends += 1
-            self._send_to(voter, LeaseRequest(late.seq, late.epoch, self.name, late.config))
-        late.resend_at = now + step
-        if late.resend_at >= self._renew_at:
-            self._late = None  # the next renewal asks everyone
-
-    def _wait_longer(self, req: _Request, now: float) -> bool:
-        """Give an uncontested campaign more time, once: until there is just
-        time left for one renewal within the lease it would win.
-
-        Every grant waits for an fsync, the candidate's own and then the
-        voter's: on a slow disk the answers come after `request_timeout_s`
-        but are not refusals. Failing there would release the grants, back
-        off and fail again the same way. Only a campaign that nobody has
-        refused waits; the lease still counts from sending, so winning late
-        is safe (it only shortens the first term)."""
-        if req.renewal or req.extended or not req.answered <= req.granted:
-            return False
-        until = req.sent_at + self.config.holder_lease_s - self.config.request_timeout_s
-        if until <= now:
-            return False
-        req.extended = True
-        req.deadline_at = until
-        req.resend_at = now  # and ask the silent voters once more (below)
-        return True
-
-    @staticmethod
-    def _targets(req: _Request) -> list[str]:
-        """The voters a request asks: of its configuration, and of the old one."""
-        return sorted(set(req.config.voters) | set(req.old.voters if req.old else ()))
-
-    # -- voter ----------------------------------------------------------------------------
-
-    def _on_request(self, msg: LeaseRequest, sender: Address, now: float) -> None:
-        self.out.send_durable(Send(sender, (self._vote(msg, now),)))
-
-    def _vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject:
-        """The voter's rule (module docstring); persists before granting."""
-        mine = self.voters
-        if mine != msg.config:
-            if msg.config.supersedes(mine):
-                self._adopt(msg.config, now)
-            else:
-                return self._reject(msg, REJECT_CONFIG, now)
-        if self.name not in msg.config.voters:
-            return self._reject(msg, REJECT_NOT_VOTER, now)
-        grant = self._grant
-        yielded_epoch = 0
-        if grant is not None and grant.holder == self.name and self._outranked_by(msg.candidate):
-            # We are campaigning too, and a better candidate asks: give up our
-            # campaign (never claimed, so safe to drop) instead of duelling.
-            req = self._request
-            assert req is not None
-            yielded_epoch = req.epoch
-            self._request_failed(req, now)
-            grant = self._grant
-        if grant is not None and grant.holder != msg.candidate and now < grant.until_at:
-            if grant.holder != self.name and self._ranks_above_me(msg.candidate):
-                # A better candidate will ask again when this grant ends: do
-                # not stand against it meanwhile.
-                hold_off = grant.until_at + 2 * self.config.request_timeout_s
-                self._blocked_until = max(self._blocked_until, hold_off)
-            return self._reject(msg, REJECT_HELD, now)
-        self.epoch_known = max(self.epoch_known, msg.epoch)
-        if grant is not None and grant.holder == msg.candidate and grant.epoch == msg.epoch:
-            grant.until_at = now + self.config.voter_grant_s  # a renewal
-            self._refresh_known(msg.candidate, msg.epoch, now)
-            return LeaseGrant(msg.seq, msg.epoch, self.name)
-        if msg.epoch <= self.granted_epoch and not (msg.epoch == yielded_epoch > 0):
-            # (The epoch of a campaign we just abandoned was never claimed and
-            # never will be: the candidate we yielded to may take it.)
-            return self._reject(msg, REJECT_EPOCH, now)
-        self.granted_epoch = msg.epoch
-        self._grant = _Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s)
-        self.out.persist(PersistElection(self.granted_epoch, self.voters))
-        self.counters.grants += 1
-        self._stand_at = None
-        self._wake(now)
-        return LeaseGrant(msg.seq, msg.epoch, self.name)
-
-    def _outranked_by(self, candidate: str) -> bool:
-        """Whether our campaign in flight should yield to `candidate`."""
-        req = self._request
-        if req is None or req.renewal or self.is_controller:
-            return False
-        return self._ranks_above_me(candidate)
-
-    def _ranks_above_me(self, candidate: str) -> bool:
-        if candidate == self.name:
-            return False
-        ranked = self._candidates()
-        if candidate not in ranked or self.name not in ranked:
-            return False
-        return ranked.index(candidate) < ranked.index(self.name)
-
-    def _reject(self, msg: LeaseRequest, reason: int, now: float) -> LeaseReject:
-        grant = self._grant
-        holder, remaining_ms = "", 0
-        if grant is not None and now < grant.until_at:
-            holder, remaining_ms = grant.holder, int((grant.until_at - now) * 1000)
-        return LeaseReject(msg.seq, self.name, reason, self.granted_epoch, holder, remaining_ms,
-                           self.voters)  # fmt: skip
-
-    def _on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
-        grant = self._grant
-        if grant is not None and grant.holder == msg.holder and grant.epoch == msg.epoch:
-            self._grant = None
-            if msg.holder != self.name:
-                self._released_by = msg.holder  # leaving: not a candidate to rank
-            self._blocked_until = 0.0
-            if self.known is not None and self.known[0] == msg.holder:
-                self._set_known(None, msg.epoch)
-            self._wake(now)
-
-    # -- candidate / controller -------------------------------------------------------
-
-    def _on_grant(self, msg: LeaseGrant, sender: Address, now: float) -> None:
-        self._answer(msg, sender, now)
-
-    def _on_reject(self, msg: LeaseReject, sender: Address, now: float) -> None:
-        self._answer(msg, sender, now)
-
-    def _answer(self, msg: LeaseGrant | LeaseReject, sender: Address, now: float) -> None:
-        req = self._request
-        if req is None or msg.seq != req.seq:
-            late = self._late
-            if late is not None and msg.seq == late.seq:
-                late.answered.add(msg.voter)  # no need to ask it again
-                return
-            self.counters.stale_messages += 1
-            return
-        req.answered.add(msg.voter)
-        if isinstance(msg, LeaseGrant):
-            req.granted.add(msg.voter)
-            if req.config.has_quorum(req.granted) and (
-                req.old is None or req.old.has_quorum(req.granted)
-            ):
-                self._request = None
-                self._won(req, now)
-            return
-        self.counters.rejects += 1
-        self.epoch_known = max(self.epoch_known, msg.granted_epoch)
-        if msg.reason == REJECT_EPOCH and req.renewal:
-            self._fresh_epoch = True
-        if msg.holder and msg.holder != self.name:
-            wait_s = msg.remaining_ms / 1000
-            if msg.reason == REJECT_HELD and not req.renewal and wait_s <= _RETRY_HELD_S:
-                # The old holder's grant runs out in a moment (grants end up to
-                # 2 * drift * lease apart): ask this voter again then, instead
-                # of failing and letting the next candidate duel with us.
-                retry_at = now + wait_s + 0.005
-                req.retry_at[msg.voter] = retry_at
-                req.deadline_at = max(req.deadline_at, retry_at + self.config.request_timeout_s)
-                if self._wake_at is None or retry_at < self._wake_at:
-                    self._wake_at = retry_at
-                return
-            self._blocked_until = max(self._blocked_until, now + wait_s)
-        if msg.config is not None and msg.config.supersedes(self.voters):
-            self._adopt(msg.config, now)
-            self._request_failed(req, now)
-
-    def _won(self, req: _Request, now: float) -> None:
-        if req.renewal:
-            self._late = req
-            if req.resend_at == float("inf"):  # already asked again once
-                req.resend_at = now + self.config.request_timeout_s * _RESEND_AFTER
+    def _become_controller(self, req: Request, now: float) -> None:
+        """`req` won its majority: a new lease, or a renewal of ours."""
+        self.campaign.won(req, now)
         self._quorum_config = req.config
         self.lease_end_at = req.sent_at + self.config.holder_lease_s
         self._renew_at = req.sent_at + self.config.renew_interval_s
@@ -713,16 +379,15 @@ class LeaseElection:
         self.lease_epoch = req.epoch
         self.elected_at = now
         self.counters.elected += 1
-        self._events.append(ControllerElected(req.epoch))
+        self.out.events.append(ControllerElected(req.epoch))
         self._set_known((self.name, req.epoch), req.epoch)
         self.known_until = self.lease_end_at
-        self._notices_left = _NOTICE_REPEATS
-        self._notify_all(now)
+        self.notices.elected()
+        self.notices.tell_everyone(now, self._notice(now))
         self._wake(now)
 
-    def _request_failed(self, req: _Request, now: float) -> None:
-        if self._request is req:
-            self._request = None
+    def _request_failed(self, req: Request, now: float) -> None:
+        self.campaign.failed(req)
         if req.renewal:
             # Try again at once while the lease lasts (`renew_interval_s`).
             self.counters.renewals_failed += 1
@@ -731,50 +396,63 @@ class LeaseElection:
             return
         # A campaign that missed its majority gives back what it got, so that
         # the voters are free for the next candidate at once.
-        for voter in req.granted:
-            if voter == self.name:
-                self._on_release(LeaseRelease(req.epoch, self.name), ("", 0), now)
-            else:
-                self._send_to(voter, LeaseRelease(req.epoch, self.name))
-        backoff = self.config.rank_backoff_s * (1 + self.rng.random() * 3)
-        self._blocked_until = max(self._blocked_until, now + backoff)
+        self._release(req.epoch, req.granted, now)
+        self.standing.block(now + self.config.rank_backoff_s * (1 + self.rng.random() * 3))
         self._wake(now)
 
-    def _lose(self, now: float, reason: str) -> None:
+    def _become_follower(self, now: float, reason: str) -> None:
         epoch = self.lease_epoch
         assert epoch is not None
         self.lease_epoch = None
-        self._late = None
-        self._events.append(ControllerLost(epoch, reason))
+        self.campaign.late = None
+        self.out.events.append(ControllerLost(epoch, reason))
         self._set_known(None, epoch)
         self._wake(now)
 
-    def _notify_all(self, now: float) -> None:
-        if self._notices_left > 0:
-            self._notices_left -= 1
-            self._notice_at = now + _NOTICE_GAP_S
-        else:
-            self._notice_at = now + self.config.notice_interval_s
-        self._notify(now, everyone=True)
+    def _release(self, epoch: int, voters: Iterable[str], now: float) -> None:
+        """Give back our grants of `epoch` from `voters` (our own at once)."""
+        for voter in voters:
+            if voter == self.name:
+                self._on_release(LeaseRelease(epoch, self.name), _SELF, now)
+            else:
+                self._send_to(voter, LeaseRelease(epoch, self.name))
 
-    def _notify(self, now: float, everyone: bool) -> None:
-        """Tell every live member who the controller is, or (not `everyone`)
-        only those not told in this lease."""
-        assert self.lease_epoch is not None and self.voters is not None
-        self._view_dirty = False
-        remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
-        notice = ControllerNotice(self.lease_epoch, self.name, remaining_ms, self.voters)
-        told, live = self._told, set()
-        for name, _, state in self._view():
-            if state in _LIVE and name != self.name:
-                live.add(name)
-                if everyone or name not in told:
-                    self._send_to(name, notice)
-        self._told = live  # a member that dies and comes back is told again
+    # -- messages ------------------------------------------------------------------------
+
+    def _on_answer(self, msg: LeaseGrant | LeaseReject, sender: Address, now: float) -> None:
+        req = self.campaign.record(msg)
+        if req is None:
+            return
+        if isinstance(msg, LeaseGrant):
+            if req.has_quorum():
+                self._become_controller(req, now)
+            return
+        self.counters.rejects += 1
+        self.epoch_known = max(self.epoch_known, msg.granted_epoch)
+        if msg.reason == REJECT_EPOCH and req.renewal:
+            self._fresh_epoch = True
+        if msg.holder and msg.holder != self.name:
+            retry_at = self.campaign.retry_when_free(req, msg, now)
+            if retry_at is not None:  # ask this voter again the moment it is free
+                self._wake_by(retry_at)
+                return
+            self.standing.block(now + msg.remaining_ms / 1000)
+        if msg.config is not None and msg.config.supersedes(self.voters):
+            self.adopt(msg.config, now)
+            self._request_failed(req, now)
+
+    def _on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
+        if self.voter.release(msg.holder, msg.epoch):
+            if msg.holder != self.name:
+                self.standing.released_by = msg.holder  # leaving: not a candidate to rank
+            self.standing.blocked_until = 0.0
+            if self.known is not None and self.known[0] == msg.holder:
+                self._set_known(None, msg.epoch)
+            self._wake(now)
 
     def _on_notice(self, msg: ControllerNotice, sender: Address, now: float) -> None:
         if msg.config.supersedes(self.voters):
-            self._adopt(msg.config, now)
+            self.adopt(msg.config, now)
         elif msg.config != self.voters:
             return  # a notice from the lineage or configuration we left behind
         self.epoch_known = max(self.epoch_known, msg.epoch)
@@ -788,59 +466,66 @@ class LeaseElection:
         self.known_until = max(until, now + self.config.notice_interval_s + self.config.lease_s)
         self._wake(now)
 
-    # -- state changes --------------------------------------------------------------------
-
-    def _adopt(self, config: VoterConfig, now: float) -> None:
-        old = self.voters
-        self.voters = config
-        self.out.persist(PersistElection(self.granted_epoch, config))
-        self._events.append(VotersChanged(config))
-        if old is not None and old.lineage != config.lineage:
-            self._fresh_epoch = True
-            if self.lease_epoch is not None:
-                self._lose(now, "merged")
-        self._wake(now)
-
-    def _refresh_known(self, holder: str, epoch: int, now: float) -> None:
-        if self.known == (holder, epoch):
-            self.known_until = now + self.config.voter_grant_s
+    def _notice(self, now: float) -> ControllerNotice:
+        assert self.lease_epoch is not None and self.voters is not None
+        remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
+        return ControllerNotice(self.lease_epoch, self.name, remaining_ms, self.voters)
 
     def _set_known(self, known: tuple[str, int] | None, epoch: int) -> None:
         if known is not None:
-            self._released_by = ""  # a new controller: the last leaver is history
+            self.standing.released_by = ""  # a new controller: the last leaver is history
         if known != self.known:
             self.known = known
-            self._events.append(ControllerChanged(known[0] if known else "", epoch))
+            self.out.events.append(ControllerChanged(known[0] if known else "", epoch))
 
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _candidates(self) -> list[str]:
-        """Alive eligible members (this node included), best-ranked first."""
-        ranked = [(rank_key(name, tags), name) for name, tags, state in self._view()
-                  if state in _LIVE and eligible(tags)]  # fmt: skip
-        return [name for _, name in sorted(ranked)]
-
-    def _candidates_if_first(self) -> list[str]:
-        """`_candidates()` if this node ranks first among them, else [].
-
-        Every node without a configuration asks this on each view change;
-        the scan stops at the first better-ranked live member, so a formed
-        cluster of N asks in about N·ln N steps, not N².
-        """
-        view = self._view
-        mine = next((rank_key(n, t) for n, t, st in view()
-                     if n == self.name and st in _LIVE and eligible(t)), None)  # fmt: skip
-        if mine is None:
-            return []
-        for name, tags, state in view():
-            if state in _LIVE and eligible(tags) and rank_key(name, tags) < mine:
-                return []
-        return self._candidates()
-
-    def _self_eligible(self) -> bool:
-        return any(name == self.name and eligible(tags) for name, tags, _ in self._view())
-
-    def _send_to(self, name: str, msg: Any) -> None:
+    def _send_to(self, name: str, msg: object) -> None:
         addr = self._addr_of(name)
         if addr is not None:
             self.out.send_durable(Send(addr, (msg,)))
+
+    # -- what the voter asks of the node (voter.VoterHost) -------------------------------
+
+    def adopt(self, config: VoterConfig, now: float) -> None:
+        """Adopt a newer voter configuration (written before any answer)."""
+        old = self.voters
+        self.voters = config
+        self.out.persist(PersistElection(self.voter.granted_epoch, config))
+        self.out.events.append(VotersChanged(config))
+        if old is not None and old.lineage != config.lineage:
+            self._fresh_epoch = True
+            if self.lease_epoch is not None:
+                self._become_follower(now, "merged")
+        self._wake(now)
+
+    def yield_campaign(self, candidate: str, now: float) -> int:
+        """Abandon our campaign in flight (never claimed, so safe to drop)
+        when `candidate` outranks us; the epoch given up, or 0."""
+        req = self.campaign.request
+        if req is None or req.renewal or self.is_controller:
+            return 0
+        if not self.ranking.ranks_above_me(candidate):
+            return 0
+        self._request_failed(req, now)
+        return req.epoch
+
+    def ranks_above_me(self, candidate: str) -> bool:
+        """Whether `candidate` ranks above this node."""
+        return self.ranking.ranks_above_me(candidate)
+
+    def hold_off(self, until: float) -> None:
+        """Do not stand before `until`."""
+        self.standing.block(until)
+
+    def saw_epoch(self, epoch: int) -> None:
+        """A request for `epoch` exists: campaign above it."""
+        self.epoch_known = max(self.epoch_known, epoch)
+
+    def renewed(self, holder: str, epoch: int, now: float) -> None:
+        """The controller we know of renewed with us: keep knowing it."""
+        if self.known == (holder, epoch):
+            self.known_until = now + self.config.voter_grant_s
+
+    def granted(self, now: float) -> None:
+        """We granted a new lease: stop standing, look again."""
+        self.standing.stand_at = None
+        self._wake(now)

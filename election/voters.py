@@ -12,13 +12,9 @@ other's members adopt it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
 import msgspec
-
-from shoal.election.config import ELIGIBLE_TAG, PRIORITY_TAG
-from shoal.membership.member import Tags
 
 
 class VoterConfig(msgspec.Struct, frozen=True):
@@ -53,24 +49,3 @@ class VoterConfig(msgspec.Struct, frozen=True):
         """The next configuration, with `name` removed."""
         voters = tuple(v for v in self.voters if v != name)
         return VoterConfig(self.lineage, self.version + 1, voters)
-
-
-# Tags are hashable tuples shared by every row of one member, and a cluster
-# has few distinct tag sets: parse each once, not once per member per scan.
-@functools.lru_cache(maxsize=4096)
-def eligible(tags: Tags) -> bool:
-    """Whether a member with `tags` may be a voter and controller."""
-    return dict(tags).get(ELIGIBLE_TAG, "true").lower() not in ("false", "0", "no")
-
-
-def rank_key(name: str, tags: Tags) -> tuple[int, str]:
-    """Sort key of candidates: higher priority tag first, then name."""
-    return (-_priority(tags), name)
-
-
-@functools.lru_cache(maxsize=4096)
-def _priority(tags: Tags) -> int:
-    try:
-        return int(dict(tags).get(PRIORITY_TAG, "0"))
-    except ValueError:
-        return 0

@@ -19,16 +19,26 @@ from typing import Any
 
 from shoal.election.config import LeaseConfig
 from shoal.election.lease import LeaseElection
+from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import EMPTY, Address, Output
-from shoal.membership.member import MemberState, MemberView, NodeIdentity, Tags
+from shoal.kernel.contract import EMPTY, Address, Output, Tags
+from shoal.membership.member import MemberState, MemberView, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
-from shoal.storage.antientropy import AntiEntropy, SyncConfig
+from shoal.storage.antientropy import AntiEntropy
+from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
 from shoal.storage.store import MemoryStore, RecordStore, Replica
 
-_LABELS = tuple(state.label for state in MemberState)  # indexed by state
+# The election's reading of each SWIM state, indexed by state. A suspect is
+# live to the election: it acts on verdicts, not on suspicions.
+_LIVENESS_OF_STATE = {
+    MemberState.ALIVE: Liveness.LIVE,
+    MemberState.SUSPECT: Liveness.LIVE,
+    MemberState.DEAD: Liveness.DEAD,
+    MemberState.LEFT: Liveness.LEFT,
+}
+_LIVENESS = tuple(_LIVENESS_OF_STATE[state] for state in sorted(MemberState))
 
 
 class ShoalNode:
@@ -75,7 +85,7 @@ class ShoalNode:
         granted_epoch, voters = election_state
         self.election = LeaseElection(
             ident.name, lease_config or LeaseConfig(), random.Random(rng.getrandbits(64)),
-            self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._state_of,
+            self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._liveness_of,
         )  # fmt: skip
         self._view_version = -1
         # Message type -> the handler of the core it belongs to: one lookup
@@ -198,19 +208,19 @@ class ShoalNode:
         out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
         return out
 
-    def _view(self) -> Iterator[tuple[str, Tags, str]]:
+    def _view(self) -> Iterator[ViewMember]:
         # A generator: the election's scans often stop after a few rows.
-        labels = _LABELS
-        return ((m.ident.name, m.ident.tags, labels[m.state])
+        liveness = _LIVENESS
+        return (ViewMember(m.ident.name, m.ident.tags, liveness[m.state])
                 for m in self.swim.table.members.values())  # fmt: skip
 
     def _addr_of(self, name: str) -> Address | None:
         m = self.swim.table.members.get(name)
         return None if m is None else m.ident.addr
 
-    def _state_of(self, name: str) -> str | None:
+    def _liveness_of(self, name: str) -> Liveness | None:
         m = self.swim.table.members.get(name)
-        return None if m is None else _LABELS[m.state]
+        return None if m is None else _LIVENESS[m.state]
 
     def _sample_peers(self, rng: random.Random, k: int) -> list[Address]:
         table = self.swim.table

@@ -4,7 +4,7 @@ import random
 
 from shoal.election.config import LeaseConfig
 from shoal.election.events import ControllerElected, PersistElection
-from shoal.election.lease import _NOTICE_GAP_S, LeaseElection
+from shoal.election.lease import LeaseElection
 from shoal.election.messages import (
     REJECT_EPOCH,
     REJECT_HELD,
@@ -14,6 +14,8 @@ from shoal.election.messages import (
     LeaseRelease,
     LeaseRequest,
 )
+from shoal.election.notices import _NOTICE_GAP_S
+from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel import codec
 
@@ -22,7 +24,7 @@ PEER = ("10.0.0.9", 7946)
 
 
 def voter(name: str = "b", epoch: int = 0) -> LeaseElection:
-    view = lambda: [(n, (), "alive") for n in ("a", "b", "c")]  # noqa: E731
+    view = lambda: [ViewMember(n, (), Liveness.LIVE) for n in ("a", "b", "c")]  # noqa: E731
     el = LeaseElection(name, LeaseConfig(), random.Random(1), view,
                        lambda n: (f"10.0.0.{ord(n)}", 7946), epoch, CONFIG)  # fmt: skip
     return el
@@ -83,7 +85,7 @@ def test_a_candidate_becomes_controller_on_a_majority_and_counts_from_sending():
     el.start(0.0)
     el.tick(0.0)  # the best-ranked stands within 10 ms (jitter)
     el.tick(el.next_deadline())
-    stood_at = el._request.sent_at
+    stood_at = el.campaign.request.sent_at
     sent = el.drain()
     requests = [s for s in sent.all_sends() if isinstance(s.messages[0], LeaseRequest)]
     assert len(requests) == 2 and not el.is_controller  # b and c; a granted itself
@@ -162,10 +164,10 @@ def test_a_request_that_got_no_answer_is_sent_again_before_the_campaign_gives_up
     first = stand(el)
     assert len(first) == 2
     timeout = LeaseConfig().request_timeout_s
-    again = [(t, m) for t, _, m in sent_until(el, el._request.deadline_at - 0.001)
+    again = [(t, m) for t, _, m in sent_until(el, el.campaign.request.deadline_at - 0.001)
              if isinstance(m, LeaseRequest)]  # fmt: skip
     assert len(again) == 2 and all(m == first[0] for _, m in again)
-    assert all(t < el._request.sent_at + timeout for t, _ in again)
+    assert all(t < el.campaign.request.sent_at + timeout for t, _ in again)
     el.receive(LeaseGrant(first[0].seq, first[0].epoch, "c"), PEER, again[0][0] + 0.01)
     assert el.is_controller and el.counters.resends == 2
 
@@ -174,7 +176,7 @@ def test_a_voter_that_answered_is_not_asked_again():
     el = voter("a")
     (req, _) = stand(el)
     el.receive(LeaseReject(req.seq, "b", REJECT_EPOCH, 9, "", 0, CONFIG), PEER, 0.05)
-    again = [to for _, to, m in sent_until(el, el._request.deadline_at - 0.001)
+    again = [to for _, to, m in sent_until(el, el.campaign.request.deadline_at - 0.001)
              if isinstance(m, LeaseRequest)]  # fmt: skip
     assert again == [(f"10.0.0.{ord('c')}", 7946)]
 
@@ -192,7 +194,7 @@ def test_a_new_controller_repeats_its_notice_so_one_loss_costs_little():
     repeats = [t for t, to, m in sent_until(el, 0.05 + 2 * cfg.renew_interval_s + 0.02, "b")
                if isinstance(m, ControllerNotice) and to == first[1]]  # fmt: skip
     assert len(repeats) == 2 and repeats[-1] <= 0.05 + 2 * _NOTICE_GAP_S + 0.01
-    assert el._notice_at == repeats[-1] + cfg.notice_interval_s  # then the slow pace
+    assert el.notices.notice_at == repeats[-1] + cfg.notice_interval_s  # then the slow pace
 
 
 def test_an_unrefused_campaign_waits_for_late_grants_and_a_refused_one_does_not():
@@ -201,37 +203,37 @@ def test_an_unrefused_campaign_waits_for_late_grants_and_a_refused_one_does_not(
     cfg = LeaseConfig()
     el = voter("a")
     (req, _) = stand(el)
-    sent_at = el._request.sent_at
+    sent_at = el.campaign.request.sent_at
     sent_until(el, sent_at + cfg.request_timeout_s + 0.01)
-    assert el._request is not None  # still asking
+    assert el.campaign.request is not None  # still asking
     el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, sent_at + 1.0)
     assert el.is_controller and el.lease_end_at == sent_at + cfg.holder_lease_s
 
     refused = voter("a")
     (req, _) = stand(refused)
     refused.receive(LeaseReject(req.seq, "b", REJECT_EPOCH, 9, "", 0, CONFIG), PEER, 0.05)
-    sent_until(refused, refused._request.sent_at + cfg.request_timeout_s + 0.01)
-    assert refused._request is None and not refused.is_controller
+    sent_until(refused, refused.campaign.request.sent_at + cfg.request_timeout_s + 0.01)
+    assert refused.campaign.request is None and not refused.is_controller
 
 
-def member_view(states: dict[str, str], name: str) -> LeaseElection:
-    """A core whose view is `states` (name -> state), changed by the test."""
-    view = lambda: [(n, (), st) for n, st in states.items()]  # noqa: E731
+def member_view(states: dict[str, Liveness], name: str) -> LeaseElection:
+    """A core whose view is `states` (name -> liveness), changed by the test."""
+    view = lambda: [ViewMember(n, (), st) for n, st in states.items()]  # noqa: E731
     return LeaseElection(name, LeaseConfig(), random.Random(1), view,
                          lambda n: (f"10.0.0.{ord(n)}", 7946), 0, CONFIG,
-                         state_of=states.get)  # fmt: skip
+                         liveness_of=states.get)  # fmt: skip
 
 
 def test_a_member_that_joins_hears_of_the_controller_at_its_next_renewal():
     """Notices refresh every 15 s; a newcomer must not wait for one, and
     members already told are not told again in between."""
-    states = {"a": "alive", "b": "alive", "c": "alive"}
+    states = {"a": Liveness.LIVE, "b": Liveness.LIVE, "c": Liveness.LIVE}
     el = member_view(states, "a")
     (req, _) = stand(el)
     el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
     el.drain()
     sent_until(el, 3.0, "b")  # the fast repeats are over
-    states["d"] = "alive"
+    states["d"] = Liveness.LIVE
     el.view_changed(3.0)
     cfg = LeaseConfig()
     sent = [(t, to) for t, to, m in sent_until(el, 3.0 + cfg.notice_interval_s - 1, "b")
@@ -259,14 +261,14 @@ def test_a_failed_renewal_is_tried_again_at_once():
 
 
 def test_a_member_forgets_a_controller_its_view_reports_dead():
-    states = {"a": "alive", "b": "alive", "c": "alive"}
+    states = {"a": Liveness.LIVE, "b": Liveness.LIVE, "c": Liveness.LIVE}
     el = member_view(states, "c")
     el.start(0.0)
     el.receive(ControllerNotice(1, "a", 1900, CONFIG), PEER, 0.1)
     assert el.known == ("a", 1)
-    states["a"] = "suspect"
+    states["a"] = Liveness.LIVE  # suspect: the composition reports it live
     el.view_changed(2.0)
     assert el.known == ("a", 1)  # suspicion is not enough
-    states["a"] = "dead"
+    states["a"] = Liveness.DEAD
     el.view_changed(6.0)
     assert el.known is None

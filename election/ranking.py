@@ -1,0 +1,183 @@
+"""Who should stand, and who should vote: the candidates, ranked.
+
+A member is *eligible* unless its `controller_eligible` tag says no; only
+eligible live members are candidates and voters. Candidates rank by the
+`controller_priority` tag (higher first), then by name, so every node that
+sees the same view ranks them the same way without talking. Rank *k* among
+the voters waits `k * rank_backoff_s` before standing (`Standing`), so the
+best candidate usually wins without a duel.
+
+The controller uses the same ranking to grow the voter set (best-ranked
+live non-voter first) and to hand over under `preempt`. `Standing` decides
+when this node stands: what blocks it, then its rank's wait.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+from shoal.election.config import ELIGIBLE_TAG, PRIORITY_TAG
+from shoal.election.view import Liveness, ViewFn
+from shoal.election.voter import Grant
+from shoal.election.voters import VoterConfig
+from shoal.kernel.contract import Tags
+
+_LIVE = Liveness.LIVE
+_LEFT = Liveness.LEFT
+
+
+# Tags are hashable tuples shared by every row of one member, and a cluster
+# has few distinct tag sets: parse each once, not once per member per scan.
+@functools.lru_cache(maxsize=4096)
+def eligible(tags: Tags) -> bool:
+    """Whether a member with `tags` may be a voter and controller."""
+    return dict(tags).get(ELIGIBLE_TAG, "true").lower() not in ("false", "0", "no")
+
+
+def rank_key(name: str, tags: Tags) -> tuple[int, str]:
+    """Sort key of candidates: higher priority tag first, then name."""
+    return (-_priority(tags), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _priority(tags: Tags) -> int:
+    try:
+        return int(dict(tags).get(PRIORITY_TAG, "0"))
+    except ValueError:
+        return 0
+
+
+class Ranking:
+    """The candidates of one node's view, as that node ranks them."""
+
+    def __init__(self, name: str, view: ViewFn) -> None:
+        """Args:
+        name: this node's name.
+        view: the members this node knows (see `view.ViewFn`).
+        """
+        self.name = name
+        self._view = view
+
+    def candidates(self) -> list[str]:
+        """Live eligible members (this node included), best-ranked first."""
+        ranked = [(rank_key(m.name, m.tags), m.name) for m in self._view()
+                  if m.liveness is _LIVE and eligible(m.tags)]  # fmt: skip
+        return [name for _, name in sorted(ranked)]
+
+    def candidates_if_first(self) -> list[str]:
+        """`candidates()` if this node ranks first among them, else [].
+
+        Every node without a configuration asks this on each view change;
+        the scan stops at the first better-ranked live member, so a formed
+        cluster of N asks in about N·ln N steps, not N².
+        """
+        view, me = self._view, self.name
+        mine = next((rank_key(m.name, m.tags) for m in view()
+                     if m.name == me and m.liveness is _LIVE and eligible(m.tags)),
+                    None)  # fmt: skip
+        if mine is None:
+            return []
+        for m in view():
+            if m.liveness is _LIVE and eligible(m.tags) and rank_key(m.name, m.tags) < mine:
+                return []
+        return self.candidates()
+
+    def self_eligible(self) -> bool:
+        """Whether this node's own tags let it stand (whatever its liveness)."""
+        return any(m.name == self.name and eligible(m.tags) for m in self._view())
+
+    def ranks_above_me(self, candidate: str) -> bool:
+        """Whether `candidate` is a live eligible member ranked above this node."""
+        if candidate == self.name:
+            return False
+        ranked = self.candidates()
+        if candidate not in ranked or self.name not in ranked:
+            return False
+        return ranked.index(candidate) < ranked.index(self.name)
+
+    def my_rank(self, voters: VoterConfig, gone: set[str]) -> int:
+        """This node's place among the candidate voters, leaving out `gone`
+        (a holder whose grant ran out or was released: it is not standing);
+        the count of them when this node is not one."""
+        ranked = [n for n in self.candidates() if n in voters.voters and n not in gone]
+        return ranked.index(self.name) if self.name in ranked else len(ranked)
+
+    def best_voter(self, voters: VoterConfig) -> str | None:
+        """The best-ranked candidate among `voters`, if any."""
+        return next((n for n in self.candidates() if n in voters.voters), None)
+
+    def next_config(self, voters: VoterConfig, settled: bool,
+                    max_voters: int) -> VoterConfig | None:  # fmt: skip
+        """One voter change the controller should make now, if any.
+
+        A voter that left is removed at once; one missing from the view
+        (reaped) only once the controller is `settled`, so that a fresh
+        controller whose view is still filling up does not remove voters it
+        has not heard of yet. Then the best-ranked live non-voter is added,
+        up to `max_voters`.
+        """
+        states = {m.name: m.liveness for m in self._view()}
+        for name in voters.voters:
+            gone = name not in states and settled
+            if name != self.name and (states.get(name) is _LEFT or gone):
+                return voters.without_voter(name)
+        if len(voters.voters) < max_voters:
+            for name in self.candidates():
+                if name not in voters.voters:
+                    return voters.with_voter(name)
+        return None
+
+
+class Standing:
+    """When this node stands: once nothing blocks it, after its rank's wait."""
+
+    def __init__(self, ranking: Ranking, rank_backoff_s: float, rng: random.Random) -> None:
+        """Args:
+        ranking: this node's ranking of the candidates.
+        rank_backoff_s: the wait per rank.
+        rng: the election's randomness (a jitter of up to 10 ms).
+        """
+        self.ranking = ranking
+        self.rank_backoff_s = rank_backoff_s
+        self.rng = rng
+        self.blocked_until = 0.0  # no standing before this (back-off, a better candidate)
+        self.stand_at: float | None = None  # when this node stands, once decided
+        self.released_by = ""  # the last holder that released: not a candidate
+
+    def block(self, until: float) -> None:
+        """Do not stand before `until`."""
+        self.blocked_until = max(self.blocked_until, until)
+
+    def due(self, now: float, voters: VoterConfig, grant: Grant | None,
+            known: tuple[str, int] | None, known_until: float) -> bool:  # fmt: skip
+        """Whether this node should stand now, with `grant` the one its voter
+        holds and `known` the controller it knows of (until `known_until`).
+
+        A grant to another binds until it ends; with no grant, a controller
+        this node knows of blocks until it is no longer known. Then rank k
+        among the voters waits k * `rank_backoff_s`, leaving out the holder
+        whose grant ran out without renewal, or who released it: it is gone
+        or leaving.
+        """
+        me = self.ranking.name
+        if me not in voters.voters or not self.ranking.self_eligible():
+            self.stand_at = None
+            return False
+        blocked = self.blocked_until
+        if grant is not None and grant.holder != me:
+            blocked = max(blocked, grant.until_at)  # our own grant is the real bound
+        elif grant is None and known is not None and known[0] != me:
+            blocked = max(blocked, known_until)
+        if blocked > now:
+            self.stand_at = None
+            return False
+        if self.stand_at is None:
+            gone = {self.released_by, grant.holder if grant is not None else ""}
+            rank = self.ranking.my_rank(voters, gone)
+            delay = rank * self.rank_backoff_s + self.rng.uniform(0, 0.01)
+            self.stand_at = max(now, blocked) + delay
+        if now >= self.stand_at:
+            self.stand_at = None
+            return True
+        return False

@@ -1,0 +1,199 @@
+"""The voter: what a voter may promise, and what must be durable first.
+
+Theory of operation (Gray & Cheriton's leases; the grant is a promise, the
+epoch a fencing token as Kafka's `controller_epoch`).
+
+A voter holds at most one *grant*: (holder, epoch, until_at). It answers a
+`LeaseRequest(seq, epoch, candidate, config)` with a `LeaseGrant` or a
+`LeaseReject`, by this rule, checked in this order (`Voter.vote`):
+
+1. **Configuration.** The request's voter configuration must be ours. A newer
+   one is adopted on sight (as Raft servers use the newest configuration in
+   their log); an older one is refused (`REJECT_CONFIG`, carrying ours, so
+   the candidate adopts it). A node that is not a voter of it refuses
+   (`REJECT_NOT_VOTER`).
+2. **Yield.** If the grant we hold is our own, for a campaign still in
+   flight, and a better-ranked candidate asks, our campaign is abandoned
+   (its epoch was never claimed: no majority granted it), so the grant is
+   released and the better candidate may take even that epoch.
+3. **One grant at a time.** An unexpired grant to another holder is a
+   refusal (`REJECT_HELD`, with the holder and the time left, so a candidate
+   asks again the moment it ends). A voter refusing a better-ranked
+   candidate this way holds off standing itself until that grant has ended
+   and the candidate has had time to ask again.
+4. **Renewal.** The holder of the grant, asking for the same epoch, gets it
+   extended: nothing new is promised, nothing new is written.
+5. **Epochs only grow.** A new grant's epoch must be above every epoch this
+   node ever granted (`REJECT_EPOCH` otherwise), save the yielded one of 2.
+
+**Durability.** A new grant raises `granted_epoch` and writes it, with the
+configuration, through `Output.persist` (`PersistElection`) *before* the grant
+can leave: every answer is queued with `Outbox.send_durable`, riding on the
+last write made (this one) or on a barrier after earlier ones. An adopted
+configuration is written the same way. A crash therefore never forgets an
+epoch it granted, and a voter that restarts grants nothing for
+`voter_grant_s` (`Voter.restart`): grants themselves are not written, so it
+cannot know whether one is still running.
+
+**How long a grant binds.** `lease_s * (1 + drift_ratio_max)` on the voter's
+clock from when the request *arrived*; the holder counts its lease
+`lease_s * (1 - drift_ratio_max)` from when it *sent* the request. With
+every clock within `drift_ratio_max` of real time the grant outlasts the
+lease, and any two majorities share a voter, so no two leases overlap.
+
+**Release.** The holder's `LeaseRelease(epoch)` ends the grant at once
+(graceful leave, or a campaign that missed its majority giving back what
+it got).
+
+What the rule needs from the rest of the node (the configuration, the
+ranking, the campaign in flight) it asks through `VoterHost`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from shoal.election.config import LeaseConfig
+from shoal.election.events import ElectionCounters, PersistElection
+from shoal.election.messages import (
+    REJECT_CONFIG,
+    REJECT_EPOCH,
+    REJECT_HELD,
+    REJECT_NOT_VOTER,
+    LeaseGrant,
+    LeaseReject,
+    LeaseRequest,
+)
+from shoal.election.voters import VoterConfig
+from shoal.kernel.contract import Address, Send
+from shoal.kernel.outbox import Outbox
+
+
+class Grant(msgspec.Struct):
+    """The one lease this voter has promised: to `holder`, for `epoch`,
+    binding until `until_at` on this node's clock."""
+
+    holder: str
+    epoch: int
+    until_at: float
+
+
+class VoterHost(Protocol):
+    """What the voter's rule asks of the rest of the node (`LeaseElection`)."""
+
+    voters: VoterConfig | None  # the configuration this node has adopted
+
+    def adopt(self, config: VoterConfig, now: float) -> None:
+        """Adopt a newer configuration (written before any answer leaves)."""
+
+    def yield_campaign(self, candidate: str, now: float) -> int:
+        """Abandon our campaign in flight if `candidate` outranks us; the
+        epoch given up, or 0."""
+
+    def ranks_above_me(self, candidate: str) -> bool:
+        """Whether `candidate` ranks above this node."""
+
+    def hold_off(self, until: float) -> None:
+        """Do not stand before `until`."""
+
+    def saw_epoch(self, epoch: int) -> None:
+        """A request for `epoch` exists: campaign above it."""
+
+    def renewed(self, holder: str, epoch: int, now: float) -> None:
+        """`holder` renewed its grant: it is alive and controller."""
+
+    def granted(self, now: float) -> None:
+        """A new grant went out: stop standing, and look again."""
+
+
+class Voter:
+    """The grant rule of one node and the state it rests on."""
+
+    def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
+                 granted_epoch: int, host: VoterHost) -> None:  # fmt: skip
+        """Args:
+        name: this node's name.
+        config: timing (`voter_grant_s`, `request_timeout_s`).
+        out: the election's outbox (writes, and answers that wait for them).
+        counters: the election's counters.
+        granted_epoch: the highest epoch this node ever granted (persisted).
+        host: the rest of the node (see `VoterHost`).
+        """
+        self.name = name
+        self.config = config
+        self.out = out
+        self.counters = counters
+        self.granted_epoch = granted_epoch
+        self.grant: Grant | None = None
+        self._host = host
+
+    def restart(self, now: float) -> None:
+        """After a restart, bind as if a grant of the persisted epoch had
+        just been made: one may be running, and nobody may be promised
+        anything against it until it would have expired."""
+        if self.granted_epoch > 0:
+            self.grant = Grant("", self.granted_epoch, now + self.config.voter_grant_s)
+
+    def on_request(self, msg: LeaseRequest, sender: Address, now: float) -> None:
+        """Answer a candidate; the answer waits for every write before it."""
+        self.out.send_durable(Send(sender, (self.vote(msg, now),)))
+
+    def vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject:
+        """The rule (module docstring, steps 1-5); persists before granting."""
+        host = self._host
+        mine = host.voters
+        if mine != msg.config:  # 1
+            if msg.config.supersedes(mine):
+                host.adopt(msg.config, now)
+            else:
+                return self.reject(msg, REJECT_CONFIG, now)
+        if self.name not in msg.config.voters:
+            return self.reject(msg, REJECT_NOT_VOTER, now)
+        grant = self.grant
+        yielded_epoch = 0
+        if grant is not None and grant.holder == self.name:  # 2
+            yielded_epoch = host.yield_campaign(msg.candidate, now)
+            grant = self.grant
+        if grant is not None and grant.holder != msg.candidate and now < grant.until_at:  # 3
+            if grant.holder != self.name and host.ranks_above_me(msg.candidate):
+                # A better candidate will ask again when this grant ends: do
+                # not stand against it meanwhile.
+                host.hold_off(grant.until_at + 2 * self.config.request_timeout_s)
+            return self.reject(msg, REJECT_HELD, now)
+        host.saw_epoch(msg.epoch)
+        if grant is not None and grant.holder == msg.candidate and grant.epoch == msg.epoch:  # 4
+            grant.until_at = now + self.config.voter_grant_s
+            host.renewed(msg.candidate, msg.epoch, now)
+            return LeaseGrant(msg.seq, msg.epoch, self.name)
+        if msg.epoch <= self.granted_epoch and not (msg.epoch == yielded_epoch > 0):  # 5
+            # (The epoch of a campaign we just abandoned was never claimed and
+            # never will be: the candidate we yielded to may take it.)
+            return self.reject(msg, REJECT_EPOCH, now)
+        self.granted_epoch = msg.epoch
+        self.grant = Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s)
+        self.out.persist(PersistElection(self.granted_epoch, host.voters))
+        self.counters.grants += 1
+        host.granted(now)
+        return LeaseGrant(msg.seq, msg.epoch, self.name)
+
+    def reject(self, msg: LeaseRequest, reason: int, now: float) -> LeaseReject:
+        """A refusal of `msg`, with what the candidate needs to do better:
+        the grant we hold and its time left, our highest epoch, and our
+        configuration."""
+        grant = self.grant
+        holder, remaining_ms = "", 0
+        if grant is not None and now < grant.until_at:
+            holder, remaining_ms = grant.holder, int((grant.until_at - now) * 1000)
+        return LeaseReject(msg.seq, self.name, reason, self.granted_epoch, holder, remaining_ms,
+                           self._host.voters)  # fmt: skip
+
+    def release(self, holder: str, epoch: int) -> bool:
+        """End the grant to `holder` for `epoch`, if that is the one held;
+        whether it was."""
+        grant = self.grant
+        if grant is not None and grant.holder == holder and grant.epoch == epoch:
+            self.grant = None
+            return True
+        return False
