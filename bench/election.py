@@ -41,7 +41,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from shoal.daemon.client import ApiClient  # noqa: E402
+from shoal.daemon.api.client import ApiClient  # noqa: E402
 from shoal.election.config import LeaseConfig  # noqa: E402
 from shoal.kernel.errors import ApiError  # noqa: E402
 from shoal.membership.profiles import PROFILES  # noqa: E402

@@ -153,7 +153,7 @@ def _rec(key: bytes):
 
 
 def bench_commit(root: Path, seconds: float) -> None:
-    from shoal.daemon.commit import GroupCommit
+    from shoal.daemon.disk.commit import GroupCommit
 
     print(f"\n== commit: 32 concurrent writers, each write acknowledged once durable, "
           f"{seconds:.0f} s, no HTTP")  # fmt: skip

@@ -18,14 +18,14 @@ from typing import Any
 import msgspec
 import msgspec.structs
 
-from shoal.daemon.access import ApiAccess, parse_access
+from shoal.daemon.api.access import ApiAccess, parse_access
 from shoal.daemon.keys import EncryptionConfig, parse_encryption
 from shoal.election.config import LeaseConfig
 from shoal.kernel.contract import Address
 from shoal.kernel.errors import ConfigError
 from shoal.membership.member import Tags, make_tags
 from shoal.membership.profiles import PROFILES, SwimConfig
-from shoal.storage.antientropy import SyncConfig
+from shoal.storage.config import SyncConfig
 from shoal.storage.history import HistoryConfig
 
 DEFAULT_GOSSIP_PORT = 7946
@@ -132,7 +132,8 @@ def _swim(profile: str, overrides: Mapping[str, Any]) -> SwimConfig:
     if profile not in PROFILES:
         names = ", ".join(sorted(PROFILES))
         raise ConfigError(f"profile: unknown profile {profile!r} (choose from {names})")
-    return _section("swim", PROFILES[profile], overrides)
+    swim: SwimConfig = _section("swim", PROFILES[profile], overrides)
+    return swim
 
 
 def _section(name: str, base: Any, overrides: Any) -> Any:
@@ -371,7 +372,7 @@ def _service(value: Any) -> str:
         raise ConfigError(
             f"discovery_service: expected a DNS-SD type like _shoal._udp.local., got {value!r}"
         )
-    return value
+    return str(value)
 
 
 def _faults(raw: Any) -> FaultConfig:

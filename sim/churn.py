@@ -21,10 +21,11 @@ from typing import Any
 
 from shoal.membership.member import MemberState, MemberView
 from shoal.membership.profiles import PROFILES
+from shoal.node.history import Observer, history_row, member_row
 from shoal.sim.cluster import SIM_WALL_BASE_MS, SimCluster
 from shoal.sim.network import LinkProfile
 from shoal.sim.scenarios import form_cluster
-from shoal.storage.history import Observer, encode_row, history_row, member_row
+from shoal.storage.history import encode_row
 
 LEAVE_GRACE_S = 1.0
 # No session ends in the last stretch, so that every failure is detected.

@@ -1,9 +1,13 @@
 """The membership history log: every change an agent observes, one JSON
 object per line, for `shoal history` and the churn job (docs/history.md).
 
-`history_row` (pure) turns a core event into a row; `HistoryWriter` (IO)
-appends rows from a thread of its own, so the event loop only enqueues. The
-current file is `history.jsonl`; it rotates by size and by age into
+This module holds the schema (`SCHEMA_VERSION`, `FIELDS`, `EVENTS`), which
+the churn job imports without the cores, and the IO: `HistoryWriter`
+appends rows from a thread of its own, so the event loop only enqueues, and
+`read_history` reads them back. Rows are built from core events above the
+cores, in `node/history.py`.
+
+The current file is `history.jsonl`; it rotates by size and by age into
 `history-<first event, UTC>-<n>.jsonl.gz`, and rotated files older than the
 retention are removed. `close()` writes everything queued before it returns,
 so a clean shutdown loses nothing; each batch is flushed to the kernel as it
@@ -23,18 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from shoal.election.events import ControllerElected, ControllerLost
-from shoal.membership.events import (
-    MemberDied,
-    MemberJoined,
-    MemberLeft,
-    MemberReaped,
-    MemberRefuted,
-    MemberSuspected,
-    MemberUpdated,
-)
-from shoal.membership.member import MemberView
 
 SCHEMA_VERSION = 1
 CURRENT = "history.jsonl"
@@ -63,23 +55,6 @@ FIELD_NAMES = tuple(name for name, _ in FIELDS)
 # controller, with the epoch.
 EVENTS = ("join", "alive", "suspect", "dead", "left", "update", "reap",
           "controller_elected", "controller_lost")  # fmt: skip
-_MEMBER_EVENTS: dict[type, str] = {
-    MemberJoined: "join",
-    MemberRefuted: "alive",
-    MemberSuspected: "suspect",
-    MemberDied: "dead",
-    MemberLeft: "left",
-    MemberUpdated: "update",
-    MemberReaped: "reap",
-}
-
-
-class Observer(msgspec.Struct, frozen=True):
-    """Who writes the rows: the agent's identity."""
-
-    cluster: str
-    name: str
-    node_id: str  # hex
 
 
 class HistoryConfig(msgspec.Struct, frozen=True):
@@ -93,37 +68,6 @@ class HistoryConfig(msgspec.Struct, frozen=True):
         for name in self.__struct_fields__:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-
-
-def _row(observer: Observer, ts_ms: int, event: str, **fields: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(FIELD_NAMES)
-    row.update(v=SCHEMA_VERSION, ts_ms=ts_ms, cluster=observer.cluster,
-               observer=observer.name, observer_id=observer.node_id, event=event)  # fmt: skip
-    row.update(fields)
-    return row
-
-
-def member_row(observer: Observer, ts_ms: int, event: str, member: MemberView,
-               source: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """A row about `member`."""
-    tags = dict(member.tags) if event in ("join", "update") else None
-    return _row(observer, ts_ms, event, node=member.name, node_id=member.node_id.hex(),
-                address=f"{member.addr[0]}:{member.addr[1]}",
-                incarnation=member.incarnation, source=source or None, tags=tags)  # fmt: skip
-
-
-def history_row(observer: Observer, ts_ms: int, event: object) -> dict[str, Any] | None:
-    """The row for a core event, or None for events the history does not keep
-    (join attempts, name conflicts, voter changes, sync sessions)."""
-    kind = _MEMBER_EVENTS.get(type(event))
-    if kind is not None:
-        return member_row(observer, ts_ms, kind, event.member,  # type: ignore[attr-defined]
-                          getattr(event, "source", None))  # fmt: skip
-    if isinstance(event, ControllerElected | ControllerLost):
-        kind = "controller_elected" if isinstance(event, ControllerElected) else "controller_lost"
-        return _row(observer, ts_ms, kind, node=observer.name, node_id=observer.node_id,
-                    epoch=event.epoch, source=getattr(event, "reason", None))  # fmt: skip
-    return None
 
 
 def encode_row(row: dict[str, Any]) -> str:

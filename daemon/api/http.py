@@ -24,6 +24,7 @@ other exception is a bug: logged, answered with 500, connection kept safe.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import socket
@@ -268,7 +269,7 @@ class HttpProtocol(asyncio.Protocol):
             self._busy = True
             if isinstance(result, Deferred):
                 result.future.add_done_callback(
-                    lambda done, r=result, k=keep_alive, q=item: self._deferred(q, r, k, done)
+                    functools.partial(self._deferred, item, result, keep_alive)
                 )
                 return
             self._task = self._loop.create_task(self._finish(item, result, keep_alive))

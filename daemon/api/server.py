@@ -12,12 +12,14 @@
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
-Writes return once durable on this node (group commit, see daemon/commit.py).
+Writes return once durable on this node (group commit, see daemon/disk/commit.py).
 
 Errors are JSON too, `{"error": "..."}`, with a 4xx status for a bad request
-(401 without the API token where one is needed, see daemon/access.py).
-The HTTP layer is daemon/http.py (httptools); this module only routes. The
-API listens on loopback by default; see docs/operations.md.
+(401 without the API token where one is needed, see api/access.py).
+The HTTP layer is api/http.py (httptools); this module only routes. It
+reads the agent through `AgentPort` (api/port.py): status snapshots and
+commands, never the agent's insides. The API listens on loopback by
+default; see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -27,18 +29,16 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from shoal.daemon.api.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
+from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
-from shoal.daemon.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
 from shoal.kernel.errors import ConfigError
 from shoal.membership.member import MemberState
 from shoal.storage import hlc
 from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
-
-if TYPE_CHECKING:
-    from shoal.daemon.agent import Agent
 
 MAX_BODY_BYTES = 64 * 1024
 KV_PREFIX = "/v1/kv/"
@@ -50,7 +50,7 @@ _STATUSES = {s.label for s in MemberState}
 class ApiServer:
     """Serves the API of one agent."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentPort) -> None:
         self.agent = agent
         self._http = HttpServer(self.handle, self.body_limit)
         self._routes = {
@@ -82,8 +82,7 @@ class ApiServer:
 
     async def stop(self) -> None:
         """Close the listener and every open connection."""
-        for watcher in list(self.agent.watchers):
-            watcher.queue.put_nowait(None)
+        self.agent.watchers.end_all()
         self._http.close()
 
     @staticmethod
@@ -95,7 +94,7 @@ class ApiServer:
         """Route one request (see the module docstring)."""
         if not self.agent.config.access.allows(request.method, request.path,
                                                request.authorization):  # fmt: skip
-            self.agent.counters["api_unauthorized"] += 1
+            self.agent.count("api_unauthorized")
             raise HttpError(401, "this call needs the API token (Authorization: Bearer ...; "
                             "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
         if request.path.startswith(KV_PREFIX):
@@ -112,20 +111,21 @@ class ApiServer:
         status = request.query.get("status", [None])[0]
         if status is not None and status not in _STATUSES:
             raise HttpError(400, f"status must be one of {', '.join(sorted(_STATUSES))}")
-        views = [m.to_json() for m in self.agent.node.members()]
+        views = [m.to_json() for m in self.agent.status().node.members]
         if status is not None:
             views = [v for v in views if v["status"] == status]
         return 200, {"members": views}
 
     def self_info(self, request: Request) -> Result:
-        node = self.agent.node
-        me: dict[str, Any] = node.swim.table.me.view().to_json()
+        status = self.agent.status()
+        node = status.node
+        me: dict[str, Any] = node.me.to_json()
         me["cluster"] = self.agent.config.cluster
-        me["health_score"] = node.swim.health.score
-        me["watchers"] = len(self.agent.watchers)
-        me["counters"] = {**node.counters(), **dict(self.agent.counters)}
-        if self.agent.faults is not None:
-            me["counters"]["fault_injected_drops"] = self.agent.faults.dropped
+        me["health_score"] = node.health_score
+        me["watchers"] = status.watchers
+        me["counters"] = {**node.counters, **status.counters}
+        if status.fault_drops is not None:
+            me["counters"]["fault_injected_drops"] = status.fault_drops
         return 200, me
 
     async def join(self, request: Request) -> Result:
@@ -162,10 +162,10 @@ class ApiServer:
                                 f"{method} needs a key: {KV_PREFIX}<key>")  # fmt: skip
             return 200, self._kv_list(query)
         if method == "GET":
-            rec = self.agent.node.read(key)
+            rec = self.agent.read(key)
             if rec is None or rec.value is None:
                 raise HttpError(404, f"no key {key.decode(errors='replace')!r}")
-            return 200, self._record_json(rec)
+            return 200, _record_json(rec, self.agent.member_name(rec.writer))
         if method not in ("PUT", "DELETE"):
             raise HttpError(405, f"no {method} {KV_PREFIX}<key>")
         rec, durable = self.agent.write(key, request.body if method == "PUT" else None)
@@ -187,36 +187,16 @@ class ApiServer:
             raise HttpError(400, f"limit must be 1 to {LIST_LIMIT_MAX}")
         limit = int(limit_text)
         items: list[dict[str, Any]] = []
-        store = self.agent.node.sync.replica.store
         more = True
         while len(items) < limit and more:
-            batch = store.scan(prefix, after, limit)
+            batch = self.agent.scan(prefix, after, limit)
             more = len(batch) == limit
             for rec in batch:
                 after = rec.key
                 if rec.value is not None and len(items) < limit:
-                    items.append(self._record_json(rec))
+                    items.append(_record_json(rec, self.agent.member_name(rec.writer)))
         next_after = items[-1]["key"] if len(items) == limit else None
         return {"items": items, "next_after": next_after}
-
-    def _record_json(self, rec: Record) -> dict[str, Any]:
-        writer = self.agent.node.swim.table.name_of(rec.writer)
-        out: dict[str, Any] = {
-            "key": rec.key.decode(errors="replace"),
-            "hlc": rec.hlc,
-            "modified_wall_ms": hlc.physical_ms(rec.hlc),
-            "writer": writer or rec.writer.hex(),
-            "writer_id": rec.writer.hex(),
-        }
-        if rec.value is None:
-            out["deleted"] = True
-        else:
-            try:
-                out["value"] = rec.value.decode()
-            except UnicodeDecodeError:
-                out["value"] = None
-            out["value_base64"] = base64.b64encode(rec.value).decode()
-        return out
 
     def controller(self, request: Request) -> Any:
         """The controller; with `?wait=S`, block up to S seconds until it
@@ -240,16 +220,14 @@ class ApiServer:
         return 200, self._controller_now()
 
     def _controller_now(self) -> dict[str, Any]:
-        from shoal.daemon.controller import controller_info
-
         agent = self.agent
-        return controller_info(agent.node, agent.controller_watch.since_wall_ms,
-                               agent.loop_time())  # fmt: skip
+        return _controller_info(agent.status(), agent.controller_watch.since_wall_ms,
+                                agent.loop_time())  # fmt: skip
 
     def metrics(self, request: Request) -> Result:
-        from shoal.daemon.metrics import CONTENT_TYPE, render
+        from shoal.daemon.api.metrics import CONTENT_TYPE, render
 
-        return Raw(200, CONTENT_TYPE, render(self.agent))
+        return Raw(200, CONTENT_TYPE, render(self.agent.status()))
 
     def debug_block(self, request: Request) -> Result:
         """Test hook (SHOAL_DEBUG_API=1 only): block the event loop, as a
@@ -271,28 +249,26 @@ class ApiServer:
                 raise ValueError
         except (ValueError, KeyError, TypeError):
             raise HttpError(400, 'body must be JSON: {"node": "NAME"}') from None
-        election = self.agent.node.election
-        if not election.is_controller:
-            known = election.known[0] if election.known else "none known"
+        node = self.agent.status().node
+        if not node.is_controller:
+            known = node.controller if node.controller is not None else "none known"
             raise HttpError(409, f"only the controller can remove a voter; ask {known}")
-        if election.voters is None or name not in election.voters.voters:
+        if name not in node.voters:
             raise HttpError(404, f"{name} is not a voter")
         if not self.agent.remove_voter(name):
             raise HttpError(409, "a voter change is in progress; try again")
         return 200, {"removing": name}
 
     def events(self, request: Request) -> Result:
-        from shoal.daemon.agent import Watcher
-
-        watcher = Watcher()
-        self.agent.watchers.add(watcher)
+        watchers = self.agent.watchers
+        watcher = watchers.open()
 
         async def lines() -> AsyncIterator[Any]:
             try:
                 while (record := await watcher.queue.get()) is not None:
                     yield record
             finally:
-                self.agent.watchers.discard(watcher)
+                watchers.close(watcher)
 
         return Stream(lines())
 
@@ -316,7 +292,46 @@ class ApiServer:
         except (ValueError, KeyError, TypeError, AttributeError):
             raise HttpError(400, 'body must be JSON: {"key": "BASE64", "local": false}') from None
         outcome = await self.agent.keys.run(KeyCommand(op, key), local)
-        me = self.agent.node.swim.ident.name
+        me = self.agent.config.node_name
         if me in outcome.errors:  # refused here: nothing was sent to the others
             raise HttpError(409, outcome.errors[me])
         return 200, outcome.to_json()
+
+
+def _record_json(rec: Record, writer: str | None) -> dict[str, Any]:
+    """A record as the API shows it, with its writer's name if known."""
+    out: dict[str, Any] = {
+        "key": rec.key.decode(errors="replace"),
+        "hlc": rec.hlc,
+        "modified_wall_ms": hlc.physical_ms(rec.hlc),
+        "writer": writer or rec.writer.hex(),
+        "writer_id": rec.writer.hex(),
+    }
+    if rec.value is None:
+        out["deleted"] = True
+    else:
+        try:
+            out["value"] = rec.value.decode()
+        except UnicodeDecodeError:
+            out["value"] = None
+        out["value_base64"] = base64.b64encode(rec.value).decode()
+    return out
+
+
+def _controller_info(status: AgentStatus, since_wall_ms: int, now: float) -> dict[str, Any]:
+    """`GET /v1/controller`: who controls, with which epoch, for how long."""
+    node = status.node
+    known = node.controller is not None
+    info: dict[str, Any] = {
+        "controller": node.controller,
+        "epoch": node.epoch,
+        "is_self": node.is_controller,
+        "since_wall_ms": since_wall_ms if known else None,
+        "voters": list(node.voters),
+        "voters_version": node.voters_version,
+    }
+    if node.is_controller:
+        info["lease_remaining_s"] = round(max(0.0, node.lease_end_at - now), 3)
+    elif known:
+        info["lease_remaining_s"] = None  # only the controller knows its lease exactly
+    return info

@@ -1,25 +1,67 @@
-"""The agent's side of the election: who the controller is, as the API
-reports it, change notification for blocking API calls, and the
-`controller_handler` command run on becoming or ceasing to be controller.
+"""Callers that wait on the agent: `/v1/events` streams and blocking
+`/v1/controller?wait=` calls. The agent's publisher feeds both; the API
+opens and closes them. Neither may block the loop: a stream's queue is
+bounded and an overflow ends that stream, so the slowest client drops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
-from typing import TYPE_CHECKING, Any
-
-import structlog
+from typing import Any
 
 from shoal.election.events import ControllerChanged
 
-if TYPE_CHECKING:
-    from shoal.node.composition import ShoalNode
+_WATCHER_QUEUE = 1024
 
-log = structlog.get_logger("shoal")
-HANDLER_TIMEOUT_S = 30.0
+
+class Watcher:
+    """One `/v1/events` client: a bounded queue; overflow ends the stream."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(_WATCHER_QUEUE)
+
+    def offer(self, record: dict[str, Any]) -> bool:
+        """Queue `record`; on overflow, end the stream and return False."""
+        try:
+            self.queue.put_nowait(record)
+            return True
+        except asyncio.QueueFull:
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
+            return False
+
+
+class Watchers:
+    """The open `/v1/events` streams."""
+
+    def __init__(self) -> None:
+        self._open: set[Watcher] = set()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def open(self) -> Watcher:
+        """A new stream, fed from the next event on."""
+        watcher = Watcher()
+        self._open.add(watcher)
+        return watcher
+
+    def close(self, watcher: Watcher) -> None:
+        """Stop feeding `watcher` (its client went away)."""
+        self._open.discard(watcher)
+
+    def offer(self, record: dict[str, Any]) -> None:
+        """Give `record` to every stream; one that overflows is ended."""
+        for watcher in list(self._open):
+            if not watcher.offer(record):
+                self._open.discard(watcher)
+
+    def end_all(self) -> None:
+        """End every stream (the API is stopping)."""
+        for watcher in list(self._open):
+            watcher.queue.put_nowait(None)
 
 
 class ControllerWatch:
@@ -29,7 +71,7 @@ class ControllerWatch:
         self._changed = asyncio.Event()
         self.since_wall_ms = int(time.time() * 1000)
 
-    def changed(self, event: Any, node: ShoalNode) -> None:
+    def changed(self, event: Any) -> None:
         """An election event was published."""
         if isinstance(event, ControllerChanged):
             self.since_wall_ms = int(time.time() * 1000)
@@ -42,48 +84,3 @@ class ControllerWatch:
             await asyncio.wait_for(self._changed.wait(), timeout_s)
         except TimeoutError:
             pass
-
-
-def controller_info(node: ShoalNode, since_wall_ms: int, now: float) -> dict[str, Any]:
-    """`GET /v1/controller`: who controls, with which epoch, for how long."""
-    el = node.election
-    known = el.known
-    voters = el.voters
-    info: dict[str, Any] = {
-        "controller": known[0] if known else None,
-        "epoch": known[1] if known else None,
-        "is_self": el.is_controller,
-        "since_wall_ms": since_wall_ms if known else None,
-        "voters": list(voters.voters) if voters else [],
-        "voters_version": voters.version if voters else 0,
-    }
-    if el.is_controller:
-        info["lease_remaining_s"] = round(max(0.0, el.lease_end_at - now), 3)
-    elif known:
-        info["lease_remaining_s"] = None  # only the controller knows its lease exactly
-    return info
-
-
-async def run_handler(command: str, env: dict[str, str], record: dict[str, Any]) -> None:
-    """Run `command` in a shell with the event in `env` and as JSON on
-    stdin; log its output; a failure or a timeout is logged, never fatal."""
-    try:
-        proc = await asyncio.create_subprocess_shell(
-            command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
-        )  # fmt: skip
-    except OSError as exc:
-        log.error("controller handler could not start", command=command, error=str(exc))
-        return
-    try:
-        out, _ = await asyncio.wait_for(
-            proc.communicate(json.dumps(record).encode()), HANDLER_TIMEOUT_S
-        )
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        log.error("controller handler timed out", command=command, timeout_s=HANDLER_TIMEOUT_S)
-        return
-    level = log.info if proc.returncode == 0 else log.error
-    level("controller handler ran", command=command, exit_code=proc.returncode,
-          output=out.decode(errors="replace")[-2000:])  # fmt: skip

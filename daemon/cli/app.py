@@ -32,14 +32,14 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from shoal.daemon.client import ApiClient
+    from shoal.daemon.api.client import ApiClient
     from shoal.daemon.config import parse_address
 
     token = os.environ.get("SHOAL_API_TOKEN", "")
     if args.token_file:
         from pathlib import Path
 
-        from shoal.daemon.access import read_token_file
+        from shoal.daemon.api.access import read_token_file
 
         token = read_token_file(Path(args.token_file), "--token-file")
     where = args.api[len("unix:"):] if args.api.startswith("unix:") else \
@@ -145,8 +145,8 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
-    from shoal.daemon.history_cli import add_parsers
-    from shoal.daemon.keys_cli import add_parsers as add_keys_parsers
+    from shoal.daemon.cli.history import add_parsers
+    from shoal.daemon.cli.keys import add_parsers as add_keys_parsers
 
     add_parsers(sub)
     add_keys_parsers(sub, _api_arg)
@@ -207,11 +207,11 @@ def _run(args: argparse.Namespace) -> int:
     if command == "agent":
         return _agent(args)
     if command == "demo":
-        from shoal.daemon.demo import run_demo
+        from shoal.daemon.cli.demo import run_demo
 
         return run_demo(args.nodes, keep=args.keep)
     if command in ("history", "churn"):
-        from shoal.daemon import history_cli
+        from shoal.daemon.cli import history as history_cli
 
         return history_cli.history_command(args) if command == "history" else \
             history_cli.churn_command(args)
@@ -220,12 +220,12 @@ def _run(args: argparse.Namespace) -> int:
 
         return simulate_command(args)
     if command == "keys" and args.keys_command == "generate":
-        from shoal.daemon.keys_cli import generate
+        from shoal.daemon.cli.keys import generate
 
         return generate()
     client = _client(args)
     if command == "keys":
-        from shoal.daemon.keys_cli import keys_command
+        from shoal.daemon.cli.keys import keys_command
 
         return keys_command(client, args)
     if command == "members":
@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"Removing voter {args.node}.")
         return 0
     if command == "kv":
-        from shoal.daemon.kv_cli import kv_command
+        from shoal.daemon.cli.kv import kv_command
 
         return kv_command(client, args)
     if command == "leave":
@@ -318,28 +318,7 @@ def _members(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(members, indent=2))
         return 0
+    from shoal.daemon.cli.format import format_members
+
     print(format_members(members))
     return 0
-
-
-def format_members(members: list[dict[str, Any]]) -> str:
-    """Members as the table `shoal members` prints (like `serf members`)."""
-    rows = [
-        (
-            m["name"],
-            m["address"],
-            m["status"],
-            str(m["incarnation"]),
-            ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())),
-        )  # fmt: skip
-        for m in sorted(members, key=lambda m: m["name"])
-    ]
-    header = ("Name", "Address", "Status", "Inc", "Tags")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]
-    )
-
-
-if __name__ == "__main__":
-    main()

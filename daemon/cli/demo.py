@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shoal.daemon.cli import format_members
-from shoal.daemon.client import ApiClient
+from shoal.daemon.api.client import ApiClient
+from shoal.daemon.cli.format import format_members
 from shoal.kernel.errors import ApiError, ConfigError, ShoalError
 
 FIRST_HOST = 11
@@ -109,7 +109,8 @@ def _new_controller(agents: list[DemoAgent], old_epoch: int) -> bool:
 
 def _read(agent: DemoAgent, key: str) -> bytes | None:
     try:
-        return agent.api.get(f"/v1/kv/{key}")["value"]
+        value: bytes | None = agent.api.get(f"/v1/kv/{key}")["value"]
+        return value
     except ApiError:
         return None
 

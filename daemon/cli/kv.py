@@ -14,7 +14,7 @@ import sys
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from shoal.daemon.client import ApiClient, NotFoundError
+from shoal.daemon.api.client import ApiClient, NotFoundError
 from shoal.kernel.errors import ConfigError
 
 

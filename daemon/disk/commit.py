@@ -127,3 +127,15 @@ class GroupCommit:
         if self._next is not None:
             self._running, self._next = self._next, None
             self._start()
+
+
+def slowed(sync: Callable[[], None], delay_s: float) -> Callable[[], None]:
+    """`sync`, then a pause of `delay_s` (fault injection: a slow disk)."""
+    if not delay_s:
+        return sync
+
+    def slow_sync() -> None:
+        sync()
+        time.sleep(delay_s)  # on the group-commit thread, never the loop
+
+    return slow_sync

@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import structlog
 
+from shoal.daemon.config import AgentConfig
 from shoal.daemon.keys import save_keyring
+from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
 from shoal.kernel.sealing import KeyCommand, KeyReply, KeyringError, format_key
 from shoal.membership.member import MemberState
 from shoal.membership.transport import read_frame
-
-if TYPE_CHECKING:
-    from shoal.daemon.agent import Agent
+from shoal.node.composition import ShoalNode
 
 log = structlog.get_logger("shoal")
 FANOUT_CONCURRENCY = 32
@@ -52,19 +52,23 @@ class KeyOutcome(msgspec.Struct):
 class KeyService:
     """Applies key commands to the agent's wire and keyring file."""
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, wire: Wire, config: AgentConfig, node: ShoalNode) -> None:
+        """Change `wire`'s keyring (saved under `config`'s data directory);
+        fan out to the live members of `node`'s view."""
+        self._wire = wire
+        self._config = config
+        self._node = node
 
     def apply(self, command: KeyCommand) -> KeyReply:
         """Apply `command` here; never raises (the reason goes in the reply)."""
-        ring = self.agent.wire.keyring
+        ring = self._wire.keyring
         if ring is None:
             return KeyReply(False, "encryption is off on this agent", ())
         try:
             if command.op != "list":
                 assert command.key is not None
                 getattr(ring, command.op)(command.key)  # install, use or remove
-                cfg = self.agent.config
+                cfg = self._config
                 save_keyring(cfg.encryption.keyring_path(cfg.data_dir), ring)
                 log.info("keyring changed", op=command.op, keys=len(ring.keys))
         except KeyringError as exc:
@@ -76,12 +80,12 @@ class KeyService:
     async def run(self, command: KeyCommand, local_only: bool) -> KeyOutcome:
         """Apply `command` here and on every live member; count the answers."""
         outcome = KeyOutcome()
-        me = self.agent.node.swim.ident.name
+        me = self._node.name
         self._count(outcome, me, self.apply(command))
         if local_only or outcome.errors:  # refused here: the others are not asked
             return outcome
         live = (MemberState.ALIVE, MemberState.SUSPECT)
-        peers = [m for m in self.agent.node.members() if m.state in live and m.name != me]
+        peers = [m for m in self._node.members() if m.state in live and m.name != me]
         limit = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
         async def ask(name: str, addr: tuple[str, int]) -> None:
@@ -102,8 +106,8 @@ class KeyService:
             outcome.keys[format_key(key)] += 1
 
     async def _ask(self, addr: tuple[str, int], command: KeyCommand) -> KeyReply:
-        wire = self.agent.wire
-        timeout_s = self.agent.config.swim.stream_timeout_s
+        wire = self._wire
+        timeout_s = self._config.swim.stream_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(*addr)

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from shoal.daemon.client import ApiClient
+from shoal.daemon.api.client import ApiClient
 from shoal.kernel.errors import ApiError
 from tests.conftest import poll_until
 

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-from shoal.daemon.wire import Wire
+from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
 from shoal.kernel.sealing import Keyring
 from shoal.membership.member import NodeIdentity

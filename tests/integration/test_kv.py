@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from shoal.daemon.client import NotFoundError
+from shoal.daemon.api.client import NotFoundError
 from shoal.kernel.errors import ApiError
 from tests.conftest import poll_until
 

@@ -8,7 +8,7 @@ import stat
 import time
 
 from shoal.daemon.keys import generate_key
-from shoal.daemon.wire import Wire
+from shoal.daemon.network.wire import Wire
 from shoal.kernel.errors import ApiError
 from shoal.kernel.sealing import Keyring, parse_key
 from shoal.membership.member import NodeIdentity

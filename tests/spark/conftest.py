@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from shoal.churn.job import LOG4J, add_arguments
-from shoal.storage.history import Observer, encode_row, member_row
+from shoal.node.history import Observer, member_row
+from shoal.storage.history import encode_row
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import shoal.election.messages  # noqa: F401 - registers tags 20-24
 import shoal.storage.messages  # noqa: F401 - registers tags 40-44
-from shoal.daemon.wire import Wire
+from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
 from shoal.kernel.sealing import Keyring
 from shoal.membership.messages import Alive, Suspect

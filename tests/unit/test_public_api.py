@@ -14,12 +14,10 @@ PINNED = {
     "sim": ["LinkProfile", "SimCluster", "SimNetwork", "SimResult", "run_simulation"],
     "storage": [
         "AntiEntropy",
-        "DataDir",
         "MemoryStore",
         "Record",
         "RecordStore",
         "Replica",
-        "StoredIdentity",
         "SyncConfig",
     ],
     "daemon": [],

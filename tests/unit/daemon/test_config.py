@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from shoal.daemon import config
-from shoal.daemon.addresses import choose_advertise
+from shoal.daemon.network.addresses import choose_advertise
 from shoal.kernel.errors import ConfigError
 
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from shoal.daemon import config
-from shoal.daemon.access import ApiAccess, parse_access
+from shoal.daemon.api.access import ApiAccess, parse_access
 from shoal.daemon.keys import EncryptionConfig, generate_key, load_keyring, parse_encryption
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import parse_key

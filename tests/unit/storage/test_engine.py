@@ -10,9 +10,9 @@ import textwrap
 import cbor2
 import pytest
 
-from shoal.daemon.commit import GroupCommit
+from shoal.daemon.disk.commit import GroupCommit
+from shoal.daemon.disk.datadir import DataDir
 from shoal.kernel.errors import DataDirError
-from shoal.storage.identity import DataDir
 from shoal.storage.store import Replica
 
 WRITER = textwrap.dedent("""

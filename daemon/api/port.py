@@ -1,0 +1,97 @@
+"""What the API and metrics read from the agent, and what they may ask of it.
+
+Readers get a snapshot, not the agent's insides (raft's `status.go`):
+`AgentStatus` holds the node's `NodeStatus` and the agent's own numbers,
+built fresh by `AgentPort.status()`. The commands are the agent's public
+methods; `AgentPort` names them so that the API never imports the agent
+(the agent loads the API, not the other way round).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
+
+from shoal.node.status import NodeStatus
+
+if TYPE_CHECKING:
+    from shoal.daemon.api.watch import ControllerWatch, Watchers
+    from shoal.daemon.config import AgentConfig
+    from shoal.daemon.network.keyops import KeyService
+    from shoal.kernel.contract import Address
+    from shoal.storage.records import Record
+
+
+class DiskStatus(msgspec.Struct, frozen=True):
+    """The group commit's numbers."""
+
+    fsyncs: int
+    slow_fsyncs: int
+    fsync_max_s: float
+
+
+class AgentStatus(msgspec.Struct, frozen=True):
+    """One agent at one moment: its node, and the agent's own counters."""
+
+    node: NodeStatus
+    counters: dict[str, int]  # the agent's counters, in the order they appeared
+    watchers: int  # open `/v1/events` streams
+    fault_drops: int | None  # datagrams fault injection dropped (None: it is off)
+    history_written: int | None  # rows on disk (None: no history log)
+    disk: DiskStatus | None  # None before the data directory is open
+
+
+class AgentPort(Protocol):
+    """The agent as the API sees it."""
+
+    @property
+    def config(self) -> AgentConfig:
+        """The running configuration (replaced on reload)."""
+
+    @property
+    def debug_api(self) -> bool:
+        """Whether test hooks are served (SHOAL_DEBUG_API=1)."""
+
+    @property
+    def watchers(self) -> Watchers:
+        """The open `/v1/events` streams."""
+
+    @property
+    def controller_watch(self) -> ControllerWatch:
+        """Wakes callers waiting for the controller to change."""
+
+    @property
+    def keys(self) -> KeyService:
+        """Keyring commands, here and across the cluster."""
+
+    def status(self) -> AgentStatus:
+        """A fresh snapshot."""
+
+    def member_name(self, node_id: bytes) -> str | None:
+        """The name of the member with `node_id`, if known (a record's writer)."""
+
+    def count(self, name: str) -> None:
+        """Add one to the agent counter `name`."""
+
+    def loop_time(self) -> float:
+        """The event loop's clock (the cores' `now`)."""
+
+    async def join(self, addrs: list[Address]) -> dict[str, bool]:
+        """Join through `addrs`; each attempt's outcome."""
+
+    def leave(self) -> None:
+        """Leave the cluster, keep running."""
+
+    def read(self, key: bytes) -> Record | None:
+        """The local record of `key`."""
+
+    def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
+        """Up to `limit` records under `prefix`, after key `after`, in key order."""
+
+    def write(self, key: bytes, value: bytes | None) -> tuple[Record, asyncio.Future[None]]:
+        """Put or delete `key`; the future completes once it is durable."""
+
+    def remove_voter(self, name: str) -> bool:
+        """As controller, remove voter `name`."""

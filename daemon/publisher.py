@@ -1,0 +1,161 @@
+"""Publishing: what the agent does with each event the cores emit.
+
+In order: a structlog line, a history row, the configured event handlers
+(`event_handlers`, `controller_handler`), systemd's STATUS line, every
+`/v1/events` stream, and the blocking `/v1/controller` callers. A finished
+join attempt is then handed back to the agent (its waiters and the
+discovery throttle). Nothing here blocks the loop: the history log is
+written from its own thread, handlers run as subprocesses, and the streams'
+queues are bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from shoal.daemon.api.watch import ControllerWatch, Watchers
+from shoal.daemon.config import AgentConfig
+from shoal.daemon.systemd import Notifier
+from shoal.election.events import (
+    ControllerChanged,
+    ControllerElected,
+    ControllerLost,
+    VotersChanged,
+    election_fields,
+)
+from shoal.membership.events import JoinCompleted, event_fields
+from shoal.node.composition import ShoalNode
+from shoal.node.history import Observer, history_row
+from shoal.node.status import summary
+from shoal.storage.antientropy import SyncCompleted
+from shoal.storage.history import HistoryWriter
+
+log = structlog.get_logger("shoal")
+ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
+HANDLER_TIMEOUT_S = 30.0
+
+
+class Publisher:
+    """Publishes one node's events (see the module docstring)."""
+
+    def __init__(self, config: Callable[[], AgentConfig], node: ShoalNode, observer: Observer,
+                 history: HistoryWriter, notifier: Notifier,
+                 on_join: Callable[[JoinCompleted], None]) -> None:  # fmt: skip
+        self._config = config  # read at each event: SIGHUP may replace it
+        self._node = node
+        self._observer = observer
+        self.history = history
+        self._notifier = notifier
+        self._on_join = on_join
+        self.watchers = Watchers()
+        self.controller_watch = ControllerWatch()
+        self._status = ""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def publish(self, event: Any) -> None:
+        """Publish one event (see the module docstring)."""
+        if isinstance(event, SyncCompleted):
+            _log_sync(event)
+            return
+        if isinstance(event, ELECTION_EVENTS):
+            record = election_fields(event)
+            self.controller_watch.changed(event)
+        else:
+            record = event_fields(event)
+        cfg = self._config()
+        record["at_ms"] = at_ms = int(time.time() * 1000)
+        record["observer"] = cfg.node_name
+        row = history_row(self._observer, at_ms, event)
+        if row is not None:
+            self.history.write(row)
+        kind = str(record.pop("type"))
+        log.info(kind, **record)
+        record["type"] = kind
+        self._run_event_handlers(cfg, kind, record)
+        self.update_status()
+        self.watchers.offer(record)
+        if isinstance(event, JoinCompleted):
+            self._on_join(event)
+
+    def status_text(self) -> str:
+        """systemd's STATUS line: members alive and the controller."""
+        s = summary(self._node)
+        controller = f"controller {s.controller} (epoch {s.epoch})" if s.controller is not None \
+            else "no controller"  # fmt: skip
+        return f"{s.live_peers + 1}/{s.known} members alive, {controller}"
+
+    def update_status(self) -> None:
+        """Send the STATUS line to systemd if it changed."""
+        if self._notifier.enabled:
+            text = self.status_text()
+            if text != self._status:
+                self._status = text
+                self._notifier.notify(f"STATUS={text}")
+
+    def cancel(self) -> None:
+        """Stop the handlers still running (the agent is exiting)."""
+        for task in self._tasks:
+            task.cancel()
+
+    def _run_event_handlers(self, cfg: AgentConfig, kind: str, record: dict[str, Any]) -> None:
+        handlers = list(cfg.event_handlers)
+        if cfg.controller_handler:  # shorthand for the two controller events
+            command = cfg.controller_handler
+            handlers += [("controller-elected", command), ("controller-lost", command)]
+        for event_filter, command in handlers:
+            if event_filter not in ("", kind):
+                continue
+            me = cfg.node_name
+            env = {"SHOAL_EVENT": kind, "SHOAL_SELF_NAME": me, "SHOAL_NODE": me}
+            for key in ("name", "address", "status", "incarnation", "controller", "epoch"):
+                if key in record:
+                    env[f"SHOAL_{key.upper()}"] = str(record[key])
+            self._spawn(run_handler(command, env, dict(record)))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _log_sync(event: SyncCompleted) -> None:
+    peer = f"{event.peer[0]}:{event.peer[1]}"
+    if not event.ok:
+        log.info("anti-entropy session failed", peer=peer)
+    elif event.sent or event.received:
+        log.info("anti-entropy repaired records", peer=peer, sent=event.sent,
+                 received=event.received, rounds=event.rounds)  # fmt: skip
+    else:
+        log.debug("anti-entropy: in sync", peer=peer)
+
+
+async def run_handler(command: str, env: dict[str, str], record: dict[str, Any]) -> None:
+    """Run `command` in a shell with the event in `env` and as JSON on
+    stdin; log its output; a failure or a timeout is logged, never fatal."""
+    try:
+        proc = await asyncio.create_subprocess_shell(
+            command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
+        )  # fmt: skip
+    except OSError as exc:
+        log.error("controller handler could not start", command=command, error=str(exc))
+        return
+    try:
+        out, _ = await asyncio.wait_for(
+            proc.communicate(json.dumps(record).encode()), HANDLER_TIMEOUT_S
+        )
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        log.error("controller handler timed out", command=command, timeout_s=HANDLER_TIMEOUT_S)
+        return
+    level = log.info if proc.returncode == 0 else log.error
+    level("controller handler ran", command=command, exit_code=proc.returncode,
+          output=out.decode(errors="replace")[-2000:])  # fmt: skip

@@ -1,0 +1,72 @@
+"""A status snapshot of one node, for readers (raft's `status.go`).
+
+The API, metrics and the systemd STATUS line read a `NodeStatus` built by
+`status(node)`, not the cores' tables: a reader cannot mutate the protocol
+state, and the cores can change their insides without breaking the readers.
+The snapshot is frozen and holds copies (member views are frozen already);
+building it walks the member table once. `summary(node)` is the cheap part,
+for a line written after every event.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from shoal.membership.member import MemberView
+from shoal.node.composition import ShoalNode
+
+
+class NodeSummary(msgspec.Struct, frozen=True):
+    """Counts and the controller, without walking the members."""
+
+    live_peers: int  # alive or suspect, not counting this node
+    known: int  # every member in the view, this node included
+    controller: str | None  # the controller this node knows of
+    epoch: int | None  # its epoch
+
+
+class NodeStatus(msgspec.Struct, frozen=True):
+    """What one node knows and counts, at one moment."""
+
+    me: MemberView  # this node's own row
+    members: tuple[MemberView, ...]  # every member, this node included, in table order
+    live_peers: int
+    leaving: bool
+    health_score: int  # Lifeguard local health multiplier (0 is healthy)
+    controller: str | None
+    epoch: int | None
+    is_controller: bool
+    lease_end_at: float  # while controller: when the lease ends (the node's `now`)
+    voters: tuple[str, ...]  # the voter configuration, sorted names ...
+    voters_version: int  # ... and its version (0: none formed yet)
+    records: int  # replicated records held, tombstones too
+    counters: dict[str, int]  # every core's counters, prefixed by core
+
+
+def summary(node: ShoalNode) -> NodeSummary:
+    """The counts and the controller of `node` (no member walk)."""
+    table = node.swim.table
+    known = node.election.known
+    return NodeSummary(len(table.live), len(table), known[0] if known else None,
+                       known[1] if known else None)  # fmt: skip
+
+
+def status(node: ShoalNode) -> NodeStatus:
+    """A frozen snapshot of `node` for readers."""
+    swim, election = node.swim, node.election
+    known, voters = election.known, election.voters
+    return NodeStatus(
+        me=swim.table.me.view(),
+        members=tuple(node.members()),
+        live_peers=len(swim.table.live),
+        leaving=swim.leaving,
+        health_score=swim.health.score,
+        controller=known[0] if known else None,
+        epoch=known[1] if known else None,
+        is_controller=election.is_controller,
+        lease_end_at=election.lease_end_at,
+        voters=voters.voters if voters else (),
+        voters_version=voters.version if voters else 0,
+        records=node.sync.replica.tree.count,
+        counters=node.counters(),
+    )
