@@ -48,7 +48,7 @@ sysdeps:
 run: $(STAMP) bytecode
 	$(SHOAL) demo --nodes 5
 
-test: $(STAMP) bytecode sysdeps
+test: $(STAMP) bytecode sysdeps lint
 	$(PY) -m pytest
 
 # Slow runs: big simulations, and a real systemd booted in a container.
