@@ -10,6 +10,10 @@ best candidate usually wins without a duel.
 The controller uses the same ranking to grow the voter set (best-ranked
 live non-voter first) and to hand over under `preempt`. `Standing` decides
 when this node stands: what blocks it, then its rank's wait.
+
+**Bootstrap**: with no configuration, the best-ranked eligible member
+proposes one (`Ranking.first_config`) once it sees `bootstrap_expect`
+eligible members and its view has been still for `bootstrap_settle_s`.
 """
 
 from __future__ import annotations
@@ -82,6 +86,16 @@ class Ranking:
             if m.liveness is _LIVE and eligible(m.tags) and rank_key(m.name, m.tags) < mine:
                 return []
         return self.candidates()
+
+    def first_config(self, expect: int, max_voters: int,
+                     rng: random.Random) -> VoterConfig | None:  # fmt: skip
+        """The first configuration, of the best `max_voters` candidates, if
+        this node ranks first and sees `expect` of them; else None."""
+        members = self.candidates_if_first()
+        if len(members) < expect:
+            return None
+        chosen = tuple(sorted(members[:max_voters]))
+        return VoterConfig(rng.randbytes(8), 1, chosen)
 
     def self_eligible(self) -> bool:
         """Whether this node's own tags let it stand (whatever its liveness)."""

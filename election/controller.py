@@ -1,0 +1,197 @@
+"""The controller role: holding the lease, renewing it, changing the voters.
+
+Theory of operation. A controller holds `lease_epoch` until `lease_end_at`,
+counted `holder_lease_s` (`lease_s * (1 - drift)`) from when the request
+that won was *sent* (`Controller.won`). It renews every `renew_interval_s`
+in the same epoch; a renewal that misses its majority is tried again at
+once while the lease lasts (`renewal_failed`). A voter that refuses our
+epoch as too old (after a merge of two lineages) makes the next renewal
+move to a fresh epoch, above everything this node has seen
+(`fresh_epoch`).
+
+**Voter changes.** A renewal carries at most one voter change
+(`voters.py`): the one `ranking.Ranking.next_config` proposes, or a
+force-leave (`remove_voter`). `quorum_config` is the configuration of our
+last request that won; while `voters` differs from it a change is in
+flight (ours, or one adopted on sight), and it is finished before any
+other starts: two uncommitted steps could make majorities that do not
+intersect. A voter that vanished from the view (reaped) is removed only
+after `_REAPED_GUARD_S` as controller, so that a fresh controller whose
+view is still filling up does not remove voters it has not heard of yet.
+
+**Notices.** A new controller (`ControllerElected`) knows itself as the
+controller and tells every member (`notices.Notices`); at each renewal it
+tells the members it has not told yet, if the view changed. One that
+steps down (`ControllerLost`) knows of no controller.
+
+**Preemption.** With `preempt`, a controller that sees a better-ranked
+voter steps aside (releases its lease, as a leave does, and stays a
+candidate).
+
+What the role needs from the rest of the node (the configuration, the
+epochs seen, issuing a request) it asks through `ControllerHost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from shoal.election.campaign import Campaign, Request
+from shoal.election.config import LeaseConfig
+from shoal.election.events import ControllerElected, ControllerLost, ElectionCounters
+from shoal.election.messages import ControllerNotice
+from shoal.election.notices import KnownController, Notices
+from shoal.election.ranking import Ranking
+from shoal.election.voters import VoterConfig
+from shoal.kernel.outbox import Outbox
+
+# A controller removes voters that vanished from its view (reaped) only
+# after holding the lease this long, so that a fresh controller whose view
+# is still filling up does not remove voters it has not heard of yet.
+_REAPED_GUARD_S = 60.0
+
+
+class ControllerHost(Protocol):
+    """What the controller role asks of the rest of the node (`LeaseElection`)."""
+
+    voters: VoterConfig | None  # the configuration this node has adopted
+
+    def next_epoch(self) -> int:
+        """An epoch above every epoch this node has seen or granted."""
+
+    def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
+              renewal: bool) -> None:  # fmt: skip
+        """Send a request for `epoch` with `config` (changing from `old`)."""
+
+    def step_aside(self, now: float) -> None:
+        """Release the lease to a better candidate, and keep standing."""
+
+
+class Controller:
+    """The lease this node holds, if any, and its renewals."""
+
+    def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
+                 campaign: Campaign, ranking: Ranking, notices: Notices,
+                 following: KnownController, host: ControllerHost) -> None:  # fmt: skip
+        """Args:
+        name: this node's name.
+        config: timing (`renew_interval_s`, `holder_lease_s`, `preempt`).
+        out: the election's outbox (its events).
+        counters: the election's counters.
+        campaign: the requests in flight.
+        ranking: who should vote, and who should be controller.
+        notices: how the members are told.
+        following: the controller this node knows of.
+        host: the rest of the node (see `ControllerHost`).
+        """
+        self.name, self.config, self.out, self.counters = name, config, out, counters
+        self.campaign, self.ranking, self.notices = campaign, ranking, notices
+        self.following = following
+        self._host = host
+        self.lease_epoch: int | None = None  # set while this node is controller
+        self.lease_end_at = self.elected_at = 0.0
+        self.renew_at = 0.0
+        self.fresh_epoch = False  # the next renewal moves to a new epoch
+        self.quorum_config: VoterConfig | None = None  # of our last request that won
+
+    @property
+    def is_controller(self) -> bool:
+        """Whether this node holds the lease."""
+        return self.lease_epoch is not None
+
+    def deadlines(self) -> Iterable[float]:
+        """When the controller has something to do."""
+        return (self.lease_end_at, self.renew_at, self.notices.notice_at)
+
+    def remove_voter(self, name: str, now: float) -> bool:
+        """Start removing `name` from the voters (force-leave). False when
+        this node is not the controller or a change runs."""
+        voters = self._host.voters
+        if not self.is_controller or voters is None or name not in voters.voters:
+            return False
+        if self.campaign.request is not None or len(voters.voters) == 1:
+            return False
+        if voters != self.quorum_config:
+            return False  # a change is still in flight
+        self.renew(now, voters.without_voter(name))
+        return True
+
+    def duties(self, now: float) -> None:
+        """Renew, tell the members, and step aside for a better candidate."""
+        if self.campaign.request is None and now >= self.renew_at:
+            if self.notices.dirty:
+                self.notices.tell(self.notice(now), everyone=False)  # members not told yet
+            voters = self._host.voters
+            assert voters is not None
+            if voters != self.quorum_config and self.quorum_config is not None:
+                # Finish the change in flight (module docstring).
+                self.renew(now, voters, old=self.quorum_config)
+            else:
+                settled = now - self.elected_at >= _REAPED_GUARD_S
+                change = self.ranking.next_config(voters, settled, self.config.max_voters)
+                self.renew(now, change)
+        if now >= self.notices.notice_at:
+            self.notices.tell_everyone(now, self.notice(now))
+        voters = self._host.voters
+        if self.config.preempt and self.campaign.request is None and voters is not None:
+            best = self.ranking.best_voter(voters)
+            if best is not None and best != self.name:
+                self._host.step_aside(now)
+
+    def renew(self, now: float, change: VoterConfig | None,
+              old: VoterConfig | None = None) -> None:  # fmt: skip
+        """Ask the voters to renew our lease, with `change` if not None."""
+        voters = self._host.voters
+        assert self.lease_epoch is not None and voters is not None
+        self.counters.renewals += 1
+        self.renew_at = now + self.config.renew_interval_s
+        epoch = self.lease_epoch
+        if self.fresh_epoch:  # a voter is past our epoch (after a merge): move above it
+            epoch = self._host.next_epoch()
+            self.fresh_epoch = False
+        if change is not None:
+            self._host.issue(now, epoch, change, old or voters, renewal=True)
+        else:
+            self._host.issue(now, epoch, voters, None, renewal=True)
+
+    def won(self, req: Request, now: float) -> None:
+        """`req` won its majority: a new lease, or a renewal of ours."""
+        self.campaign.won(req, now)
+        self.quorum_config = req.config
+        self.lease_end_at = req.sent_at + self.config.holder_lease_s
+        self.renew_at = req.sent_at + self.config.renew_interval_s
+        if req.old is not None:
+            self.counters.voter_changes += 1
+        if self.lease_epoch == req.epoch:
+            return
+        self.lease_epoch = req.epoch
+        self.elected_at = now
+        self.counters.elected += 1
+        self.out.events.append(ControllerElected(req.epoch))
+        self.following.set((self.name, req.epoch), req.epoch)
+        self.following.until = self.lease_end_at
+        self.notices.elected()
+        self.notices.tell_everyone(now, self.notice(now))
+
+    def renewal_failed(self, now: float) -> None:
+        """A renewal missed its majority: try again at once."""
+        self.counters.renewals_failed += 1
+        self.renew_at = now
+
+    def step_down(self, reason: str) -> None:
+        """Stop being controller: the lease `expired`, was `released` or
+        `merged` into a larger lineage."""
+        epoch = self.lease_epoch
+        assert epoch is not None
+        self.lease_epoch = None
+        self.campaign.late = None
+        self.out.events.append(ControllerLost(epoch, reason))
+        self.following.set(None, epoch)
+
+    def notice(self, now: float) -> ControllerNotice:
+        """Who the controller is, for the members."""
+        voters = self._host.voters
+        assert self.lease_epoch is not None and voters is not None
+        remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
+        return ControllerNotice(self.lease_epoch, self.name, remaining_ms, voters)
