@@ -162,7 +162,7 @@ class Agent:
         # The agent's own start is the first row of its history: the churn
         # job sees a restart even before any peer has noticed it.
         me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
-                        self.node.swim.incarnation, MemberState.ALIVE)  # fmt: skip
+                        self.node.incarnation, MemberState.ALIVE)  # fmt: skip
         self.history.write(member_row(observer, int(time.time() * 1000), "join", me))
         if cfg.join:
             self.node.join(list(cfg.join), now, retry=True)
@@ -173,7 +173,7 @@ class Agent:
         log.info("agent started", node=cfg.node_name, node_id=stored.node_id.hex(),
                  cluster=cfg.cluster, bind=f"{cfg.bind[0]}:{cfg.bind[1]}",
                  advertise=f"{advertise[0]}:{advertise[1]}", advertise_reason=why,
-                 incarnation=self.node.swim.incarnation, profile=cfg.profile)  # fmt: skip
+                 incarnation=self.node.incarnation, profile=cfg.profile)  # fmt: skip
         if cfg.faults.enabled:
             log.warning("fault injection is on", **vars_of(cfg.faults))
 
@@ -263,7 +263,7 @@ class Agent:
 
     async def join(self, addrs: list[Address]) -> dict[str, bool]:
         """Join through `addrs`; wait for each attempt's outcome."""
-        if self.node.swim.leaving:
+        if self.node.leaving:
             self.discovery.readvertise()
         waiting = self._join_waiters.add(set(addrs) - {self.node.swim.ident.addr})
         self.node.join(addrs, self._loop.time())
@@ -332,7 +332,7 @@ class Agent:
 
     def member_name(self, node_id: bytes) -> str | None:
         """The name of the member with `node_id`, if known (a record's writer)."""
-        return self.node.swim.table.name_of(node_id)
+        return self.node.name_of(node_id)
 
     def count(self, name: str) -> None:
         """Add one to the agent counter `name`."""

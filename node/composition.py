@@ -100,6 +100,16 @@ class ShoalNode:
         """This node's name."""
         return self.swim.ident.name
 
+    @property
+    def incarnation(self) -> int:
+        """This node's own incarnation."""
+        return self.swim.incarnation
+
+    @property
+    def leaving(self) -> bool:
+        """Whether this node has left (and stays out until told to join)."""
+        return self.swim.leaving
+
     # -- the core contract -----------------------------------------------------
 
     def start(self, now: float) -> None:
@@ -199,6 +209,31 @@ class ShoalNode:
     def members(self) -> list[MemberView]:
         """This node's view of the cluster."""
         return self.swim.members()
+
+    def state_of(self, name: str) -> MemberState | None:
+        """What this node's view holds of member `name` (None: unknown).
+
+        The simulator's checks ask this of every node after every step, so it
+        costs a lookup, not a snapshot (node/status.py has the full one)."""
+        m = self.swim.table.get(name)
+        return None if m is None else m.state
+
+    def peers_up(self) -> list[str]:
+        """The other members this node counts as up (alive or suspect)."""
+        return list(self.swim.table.live.items())
+
+    def identity_of(self, name: str) -> NodeIdentity | None:
+        """Member `name`'s identity as this node's view holds it."""
+        m = self.swim.table.get(name)
+        return None if m is None else m.ident
+
+    def name_of(self, node_id: bytes) -> str | None:
+        """The name of the member with `node_id` (a scan: for the API)."""
+        return self.swim.table.name_of(node_id)
+
+    def peers_up_count(self) -> int:
+        """len(peers_up()), without building the list."""
+        return len(self.swim.table.live)
 
     def counters(self) -> dict[str, int]:
         """Every core's counters, prefixed by core."""

@@ -61,21 +61,16 @@ def converged(cluster: SimCluster) -> bool:
         return False
     live = cluster.live_hosts()
     n = len(live)
-    for i in live:
-        node = cluster.nodes[i]
+    nodes = [cluster.nodes[i] for i in live]
+    for node in nodes:
         assert node is not None
-        table = node.swim.table
-        if len(table.live) != n - 1:
+        if node.peers_up_count() != n - 1:
             return False
     names = {cluster.idents[i].name for i in live}
-    for i in live:
-        node = cluster.nodes[i]
+    for node in nodes:
         assert node is not None
-        for name in node.swim.table.live.items():
-            if name not in names:
-                return False
-            m = node.swim.table.get(name)
-            if m is None or m.state is not MemberState.ALIVE:
+        for name in node.peers_up():
+            if name not in names or node.state_of(name) is not MemberState.ALIVE:
                 return False
     return True
 
@@ -87,7 +82,6 @@ def sees_dead(cluster: SimCluster, subject: int) -> list[int]:
     for i in cluster.live_hosts():
         node = cluster.nodes[i]
         assert node is not None
-        m = node.swim.table.get(name)
-        if m is not None and m.state in (MemberState.ALIVE, MemberState.SUSPECT):
+        if node.state_of(name) in (MemberState.ALIVE, MemberState.SUSPECT):
             waiting.append(i)
     return waiting

@@ -77,7 +77,7 @@ class HistoryRecorder:
         assert node is not None
         ident = self.cluster.idents[i]
         me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
-                        node.swim.incarnation, MemberState.ALIVE)  # fmt: skip
+                        node.incarnation, MemberState.ALIVE)  # fmt: skip
         self._write(i, member_row(self.observers[i], self._wall_ms(i), "join", me))
 
     def on_event(self, now: float, node: int, event: Any) -> None:

@@ -146,10 +146,9 @@ class DiscoveryJoins:
         """Whether a discovery label is a live member's (no need to resolve it)."""
         from shoal.membership.discovery import service_label
 
-        members = self._node.swim.table.members
-        for name in self._node.swim.table.live.items():
-            ident = members[name].ident
-            if service_label(ident.name, ident.node_id.hex()) == label:
+        for name in self._node.peers_up():
+            ident = self._node.identity_of(name)
+            if ident is not None and service_label(ident.name, ident.node_id.hex()) == label:
                 log.debug("discovered peer, a member already", label=label)
                 return True
         return False
@@ -165,7 +164,7 @@ class DiscoveryJoins:
                 level = log.warning if found.reason.startswith("encryption") else log.info
                 level("discovered peer ignored", peer=found.name, reason=found.reason)
             return
-        if self._node.swim.leaving:
+        if self._node.leaving:
             # A node that left stays out until told to join again.
             log.debug("discovered peer not joined: this node has left", peer=found.name)
             return
@@ -185,8 +184,7 @@ class DiscoveryJoins:
         self._join(found.addr)
 
     def _is_live_member(self, peer: DiscoveredPeer) -> bool:
-        m = self._node.swim.table.get(peer.name)
-        return m is not None and m.state in (MemberState.ALIVE, MemberState.SUSPECT)
+        return self._node.state_of(peer.name) in (MemberState.ALIVE, MemberState.SUSPECT)
 
     def _join_done(self, addr: Address) -> None:
         if addr not in self._joins:
