@@ -2,7 +2,7 @@
 
 The agent (daemon/agent.py) syncs the incarnation in place, and writes the
 election's state unsynced, then makes it durable with a group commit off the
-event loop (daemon/commit.py): one fsync covers every write made before it
+event loop (daemon/disk/commit.py): one fsync covers every write made before it
 starts, a write made while one runs waits for the next. Meanwhile the sends
 that the `Persist` items release are held, in order, and leave together once
 every write so far is durable. This models exactly that, with an fsync

@@ -7,7 +7,7 @@ rolling switch) and accepts only sealed packets (unless `verify_incoming`
 is off). The names are Consul's (`encrypt_verify_incoming/outgoing`), so
 the migration runbook in docs/security.md reads the same.
 
-This is the IO half of membership/keyring.py: the wall clock for stamps
+This is the IO half of kernel/sealing.py: the wall clock for stamps
 and the OS's CSPRNG for nonces are read here, never in the core.
 """
 
