@@ -7,7 +7,7 @@ Nothing else in shoal imports rocksdict. One database per node, in
   incarnation, and whatever another core must keep across a crash (the
   election's highest granted epoch). Every write here is synced (WAL fsync)
   before the call returns, because each one backs a promise the node is
-  about to make to others (see `membership.output.Output`).
+  about to make to others (see `kernel.contract.Output`).
 - ``records``: the replicated key-value records, key -> `encode_value`.
 - ``leaves``: an index, ``leaf (4 bytes, big-endian) + key -> b""``, so
   that the records under a Merkle node are one range scan.
