@@ -13,6 +13,8 @@ STAMP   := $(VENV)/.installed
 # command:Debian package, for what the LAN tests run.
 TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux
 SHOAL   := $(VENV)/bin/shoal
+LINT_VENV  := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed
 
 .PHONY: run test test-slow bench lint sysdeps clean bytecode
 
@@ -70,11 +72,18 @@ bench: $(STAMP) bytecode
 
 # Style, types (mypy strict on the whole package) and the layering contracts
 # (import-linter, pyproject.toml). `make test` runs it first.
-lint: $(STAMP)
+lint: $(STAMP) $(LINT_STAMP)
 	$(VENV)/bin/ruff check .
 	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/shoal
 	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
+	PYTHONPATH=build/typecheck $(LINT_VENV)/bin/lint-imports
+
+# import-linter in a venv of its own: its dependency rich, once installed,
+# is imported by structlog in every agent of .venv (pyproject.toml, dev).
+$(LINT_STAMP):
+	$(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install -qq --disable-pip-version-check 'import-linter>=2.1'
+	touch $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) .pytest_cache build *.egg-info
