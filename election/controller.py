@@ -194,4 +194,5 @@ class Controller:
         voters = self._host.voters
         assert self.lease_epoch is not None and voters is not None
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
-        return ControllerNotice(self.lease_epoch, self.name, remaining_ms, voters)
+        return ControllerNotice(self.lease_epoch, self.name, self.campaign.seq, remaining_ms,
+                                voters)  # fmt: skip

@@ -384,7 +384,9 @@ class LeaseElection:
         """Send a request for `epoch` (this node answers its own at once)."""
 
         def ask_self(msg: LeaseRequest) -> None:
-            self._on_answer(self.voter.vote(msg, now), _SELF, now)
+            answer = self.voter.vote(msg, now)
+            if answer is not None:
+                self._on_answer(answer, _SELF, now)
 
         self.campaign.issue(now, epoch, config, old, renewal, ask_self)
 

@@ -60,10 +60,12 @@ class LeaseRelease(msgspec.Struct, frozen=True):
 
 
 class ControllerNotice(msgspec.Struct, frozen=True):
-    """`holder` controls with `epoch` for about `remaining_ms` more."""
+    """`holder` controls with `epoch` for about `remaining_ms` more, as of
+    its lease request `seq` (notices of one tenure only grow in `seq`)."""
 
     epoch: int
     holder: str
+    seq: int
     remaining_ms: int
     config: VoterConfig
 
@@ -107,8 +109,8 @@ def _encode(msg: Any) -> list[Any] | None:
             return [22, seq, voter, reason, granted, holder, remaining, _enc_config(config)]
         case LeaseRelease(epoch, holder):
             return [23, epoch, holder]
-        case ControllerNotice(epoch, holder, remaining, config):
-            return [24, epoch, holder, remaining, _enc_config(config)]
+        case ControllerNotice(epoch, holder, seq, remaining, config):
+            return [24, epoch, holder, seq, remaining, _enc_config(config)]
     return None
 
 
@@ -125,5 +127,5 @@ codec.register(22, 8, lambda f: LeaseReject(u64(f[1]), _name(f[2]), _reason(f[3]
                                             _name(f[5], empty=True), u64(f[6]),
                                             _opt_config(f[7])), _encode)  # fmt: skip
 codec.register(23, 3, lambda f: LeaseRelease(counter(f[1]), _name(f[2])), _encode)
-codec.register(24, 5, lambda f: ControllerNotice(counter(f[1]), _name(f[2]), u64(f[3]),
-                                                 _config(f[4])), _encode)  # fmt: skip
+codec.register(24, 6, lambda f: ControllerNotice(counter(f[1]), _name(f[2]), u64(f[3]),
+                                                 u64(f[4]), _config(f[5])), _encode)  # fmt: skip

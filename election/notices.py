@@ -15,6 +15,12 @@ it holds for the lease the notice reports plus `lease_s`, and at least
 renewal granted by this member extends it; it is forgotten when that time
 runs out, when the view reports the controller dead or left, or when the
 controller releases its lease. Every change is a `ControllerChanged` event.
+
+Copies (the network's duplicates, or a replayer's captures) change nothing:
+a notice that is not newer, by (epoch, seq), than the last one accepted
+extends nothing, and a notice naming a holder this member's view reports
+dead or left is ignored, so a dead controller is never named again by its
+own old notices.
 """
 
 from __future__ import annotations
@@ -130,6 +136,7 @@ class KnownController:
         self.standing = standing
         self.known: tuple[str, int] | None = None  # (controller, epoch)
         self.until = 0.0  # when `known` is forgotten unless heard of again
+        self._last_notice = (0, 0)  # (epoch, seq) of the newest notice accepted
         self._liveness_of = liveness_of
         self._host = host
 
@@ -146,10 +153,19 @@ class KnownController:
         if self.known is not None and self.known[1] > msg.epoch:
             self.counters.stale_messages += 1
             return
+        if (msg.epoch, msg.seq) <= self._last_notice or self._gone(msg.holder):
+            self.counters.stale_messages += 1
+            return
+        self._last_notice = (msg.epoch, msg.seq)
         until = now + msg.remaining_ms / 1000 + self.config.lease_s
         self.set((msg.holder, msg.epoch), msg.epoch)
         self.until = max(until, now + self.config.notice_interval_s + self.config.lease_s)
         host.wake(now)
+
+    def _gone(self, holder: str) -> bool:
+        """Whether the view reports `holder` dead or left."""
+        liveness = None if self._liveness_of is None else self._liveness_of(holder)
+        return liveness is not None and liveness is not _LIVE
 
     def set(self, known: tuple[str, int] | None, epoch: int) -> None:
         """Know `known` now (None: no controller), after `epoch`."""
@@ -162,10 +178,8 @@ class KnownController:
     def view_changed(self) -> None:
         """Forget a controller the view reports dead or left."""
         known = self.known
-        if known is not None and known[0] != self.name and self._liveness_of is not None:
-            liveness = self._liveness_of(known[0])
-            if liveness is not None and liveness is not _LIVE:
-                self.set(None, known[1])
+        if known is not None and known[0] != self.name and self._gone(known[0]):
+            self.set(None, known[1])
 
     def expire(self, now: float) -> None:
         """Forget a controller not heard of in time (a follower only)."""

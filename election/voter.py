@@ -21,8 +21,12 @@ A voter holds at most one *grant*: (holder, epoch, until_at). It answers a
    asks again the moment it ends). A voter refusing a better-ranked
    candidate this way holds off standing itself until that grant has ended
    and the candidate has had time to ask again.
-4. **Renewal.** The holder of the grant, asking for the same epoch, gets it
-   extended: nothing new is promised, nothing new is written.
+4. **Renewal.** The holder of the grant, asking for the same epoch with a
+   request newer (`seq`) than the last one this voter accepted from it, gets
+   it extended: nothing new is promised, nothing new is written. A request
+   not newer is a copy (the network's, or a replayer's): it extends nothing
+   (the last accepted is answered again, an older one not at all), so a dead holder's captured renewals cannot hold a
+   grant beyond the lease its last real renewal asked for.
 5. **Epochs only grow.** A new grant's epoch must be above every epoch this
    node ever granted (`REJECT_EPOCH` otherwise), save the yielded one of 2.
 
@@ -73,11 +77,13 @@ from shoal.kernel.outbox import Outbox
 
 class Grant(msgspec.Struct):
     """The one lease this voter has promised: to `holder`, for `epoch`,
-    binding until `until_at` on this node's clock."""
+    binding until `until_at` on this node's clock, by request `seq` (or a
+    later renewal)."""
 
     holder: str
     epoch: int
     until_at: float
+    seq: int = 0
 
 
 class VoterHost(Protocol):
@@ -138,10 +144,13 @@ class Voter:
 
     def on_request(self, msg: LeaseRequest, sender: Address, now: float) -> None:
         """Answer a candidate; the answer waits for every write before it."""
-        self.out.send_durable(Send(sender, (self.vote(msg, now),)))
+        answer = self.vote(msg, now)
+        if answer is not None:
+            self.out.send_durable(Send(sender, (answer,)))
 
-    def vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject:
-        """The rule (module docstring, steps 1-5); persists before granting."""
+    def vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject | None:
+        """The rule (module docstring, steps 1-5); persists before granting.
+        None: a copy of a renewal already accepted (no answer)."""
         host = self._host
         mine = host.voters
         if mine != msg.config:  # 1
@@ -164,6 +173,13 @@ class Voter:
             return self.reject(msg, REJECT_HELD, now)
         host.saw_epoch(msg.epoch)
         if grant is not None and grant.holder == msg.candidate and grant.epoch == msg.epoch:  # 4
+            if msg.seq <= grant.seq:
+                # A copy. The one accepted is answered again (its answer may
+                # have been lost: the candidate re-sends before giving up),
+                # but nothing is extended; older ones get nothing.
+                self.counters.stale_messages += 1
+                return LeaseGrant(msg.seq, msg.epoch, self.name) if msg.seq == grant.seq else None
+            grant.seq = msg.seq
             grant.until_at = now + self.config.voter_grant_s
             host.renewed(msg.candidate, msg.epoch, now)
             return LeaseGrant(msg.seq, msg.epoch, self.name)
@@ -172,7 +188,7 @@ class Voter:
             # never will be: the candidate we yielded to may take it.)
             return self.reject(msg, REJECT_EPOCH, now)
         self.granted_epoch = msg.epoch
-        self.grant = Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s)
+        self.grant = Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s, msg.seq)
         self.out.persist(PersistElection(self.granted_epoch, host.voters))
         self.counters.grants += 1
         host.granted(now)

@@ -30,8 +30,8 @@ def voter(name: str = "b", epoch: int = 0) -> LeaseElection:
     return el
 
 
-def ask(el: LeaseElection, candidate: str, epoch: int, now: float):
-    el.receive(LeaseRequest(7, epoch, candidate, CONFIG), PEER, now)
+def ask(el: LeaseElection, candidate: str, epoch: int, now: float, seq: int = 7):
+    el.receive(LeaseRequest(seq, epoch, candidate, CONFIG), PEER, now)
     return el.drain()
 
 
@@ -50,11 +50,28 @@ def test_one_unexpired_grant_at_a_time_and_renewal_by_the_holder():
     (reject,) = ask(el, "c", 2, 1.0).all_sends()[0].messages
     assert isinstance(reject, LeaseReject) and reject.reason == REJECT_HELD
     assert reject.holder == "a" and 0 < reject.remaining_ms <= 2100
-    renewal = ask(el, "a", 1, 1.5)
+    renewal = ask(el, "a", 1, 1.5, seq=8)
     # A renewal writes nothing, but still waits for any write before it.
     assert [p.write for p in renewal.persist] == [None]
     assert isinstance(renewal.all_sends()[0].messages[0], LeaseGrant)
     late = LeaseConfig().voter_grant_s + 1.5 + 0.01
+    assert isinstance(ask(el, "c", 2, late).all_sends()[0].messages[0], LeaseGrant)
+
+
+def test_a_copy_of_a_renewal_extends_nothing_and_gets_no_answer():
+    """A dead holder's captured renewals, replayed to its voters, must not
+    keep its grant alive: only a request newer than the last accepted renews."""
+    el = voter()
+    ask(el, "a", 1, 0.0, seq=7)
+    assert ask(el, "a", 1, 1.0, seq=8).all_sends()  # a real renewal: granted
+    until = el.voter.grant.until_at
+    # copies, later: the last accepted is answered again, the older not at all
+    (again,) = ask(el, "a", 1, 1.9, seq=8).all_sends()
+    assert again.messages == (LeaseGrant(8, 1, "b"),)
+    assert ask(el, "a", 1, 1.9, seq=7).all_sends() == ()
+    assert el.voter.grant.until_at == until
+    assert el.counters.stale_messages == 2
+    late = until + 0.01
     assert isinstance(ask(el, "c", 2, late).all_sends()[0].messages[0], LeaseGrant)
 
 
@@ -130,7 +147,7 @@ def test_election_messages_round_trip_through_the_codec():
     tag = codec.cluster_tag("x")
     msgs = [LeaseRequest(1, 2, "a", CONFIG), LeaseGrant(1, 2, "b"),
             LeaseReject(1, "b", 0, 2, "a", 1500, CONFIG), LeaseReject(1, "b", 3, 0, "", 0, None),
-            LeaseRelease(2, "a"), ControllerNotice(2, "a", 1999, CONFIG)]  # fmt: skip
+            LeaseRelease(2, "a"), ControllerNotice(2, "a", 7, 1999, CONFIG)]  # fmt: skip
     assert codec.decode_datagram(codec.encode_datagram(msgs, tag), tag) == msgs
 
 
@@ -264,11 +281,27 @@ def test_a_member_forgets_a_controller_its_view_reports_dead():
     states = {"a": Liveness.LIVE, "b": Liveness.LIVE, "c": Liveness.LIVE}
     el = member_view(states, "c")
     el.start(0.0)
-    el.receive(ControllerNotice(1, "a", 1900, CONFIG), PEER, 0.1)
+    el.receive(ControllerNotice(1, "a", 5, 1900, CONFIG), PEER, 0.1)
     assert el.known == ("a", 1)
     states["a"] = Liveness.LIVE  # suspect: the composition reports it live
     el.view_changed(2.0)
     assert el.known == ("a", 1)  # suspicion is not enough
     states["a"] = Liveness.DEAD
     el.view_changed(6.0)
+    assert el.known is None
+
+
+def test_copies_of_a_notice_extend_nothing_and_a_dead_holder_is_not_named_again():
+    states = {"a": Liveness.LIVE, "b": Liveness.LIVE, "c": Liveness.LIVE}
+    el = member_view(states, "c")
+    el.start(0.0)
+    notice = ControllerNotice(1, "a", 5, 1900, CONFIG)
+    el.receive(notice, PEER, 0.1)
+    until = el.following.until
+    el.receive(notice, PEER, 3.0)  # a copy, later: the same knowledge, no longer
+    assert el.following.until == until
+    states["a"] = Liveness.DEAD
+    el.view_changed(4.0)
+    assert el.known is None
+    el.receive(ControllerNotice(1, "a", 9, 1900, CONFIG), PEER, 4.5)  # even a newer one
     assert el.known is None
