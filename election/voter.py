@@ -25,8 +25,9 @@ A voter holds at most one *grant*: (holder, epoch, until_at). It answers a
    request newer (`seq`) than the last one this voter accepted from it, gets
    it extended: nothing new is promised, nothing new is written. A request
    not newer is a copy (the network's, or a replayer's): it extends nothing
-   (the last accepted is answered again, an older one not at all), so a dead holder's captured renewals cannot hold a
-   grant beyond the lease its last real renewal asked for.
+   (the last accepted is answered again, an older one not at all), so a dead
+   holder's captured renewals cannot hold a grant beyond the lease its last
+   real renewal asked for.
 5. **Epochs only grow.** A new grant's epoch must be above every epoch this
    node ever granted (`REJECT_EPOCH` otherwise), save the yielded one of 2.
 
