@@ -140,7 +140,7 @@ class Agent:
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
         self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
         stored = self.data_dir.load_identity()
-        self.wire, swim_cfg = open_wire(cfg)
+        self.wire, swim_cfg = open_wire(cfg, stored.node_id, self.data_dir.next_run())
         engine = self.data_dir.engine
         self.commits = GroupCommit(self._loop, slowed(engine.sync, cfg.faults.fsync_delay_s))
         observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
@@ -181,7 +181,7 @@ class Agent:
         """Build the roles that need the node."""
         cfg, node = self.config, self.node
         assert self.data_dir is not None and self.commits is not None and self.history is not None
-        self.keys = KeyService(self.wire, cfg, node)
+        self.keys = KeyService(self.wire, self.net.contact, cfg, node)
         self.persister = Persister(self.data_dir, self.commits, self.net.send,
                                    lambda: self.net.sending, self.counters)  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
@@ -228,6 +228,9 @@ class Agent:
     # -- inputs ----------------------------------------------------------------------
 
     def _receive(self, messages: list[Any], sender: Address) -> None:
+        if not self.node.understands(messages):
+            self.net.dropped("unexpected", sender, "a message no core takes")
+            return
         self.node.receive_all(messages, sender, self._loop.time())
         self.flush()
 

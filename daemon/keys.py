@@ -5,10 +5,11 @@
     keyring_file = ""        # default <data_dir>/keyring
     verify_incoming = true   # refuse plaintext packets
     verify_outgoing = true   # seal what we send
-    replay_window_s = 30     # accepted distance between a packet's stamp and our clock
+    replay_window_s = 30     # ignored since 0.2: packets are bound to runs, not stamped
 
-The keyring file is a JSON array of base64 keys, the primary first (the
-shape of Serf's keyring file). The agent rewrites it on every `shoal keys`
+The keyring file is `{"version": N, "keys": [base64 keys, primary first]}`
+(version 0.1 wrote the bare array, the shape of Serf's keyring file; it is
+read as version 0). The agent rewrites it on every `shoal keys`
 change, so a restarted agent keeps the rotated keys; it must be private to
 the agent's user (no group or other permission bits), like an SSH key.
 """
@@ -39,8 +40,8 @@ class EncryptionConfig(msgspec.Struct, frozen=True):
     keyring_file: str = ""
     verify_incoming: bool = True
     verify_outgoing: bool = True
-    # 30 s: NTP keeps LAN clocks within milliseconds; a node far outside
-    # this is named in the log (drop reason `stale`) rather than accepted.
+    # Read and checked so that 0.1's config files still load; nothing uses
+    # it since packets carry run numbers and counters instead of stamps.
     replay_window_s: float = 30.0
 
     def keyring_path(self, data_dir: Path) -> Path:
@@ -100,11 +101,11 @@ def load_keyring(cfg: EncryptionConfig, data_dir: Path, cluster: str) -> Keyring
     """
     path = cfg.keyring_path(data_dir)
     if path.exists():
-        keys = read_keyring_file(path)
+        keys, version = read_keyring_file(path)
         if cfg.key and parse_key(cfg.key) not in keys:
             log.warning("encryption.key is ignored: the keyring file exists and wins",
                         keyring=str(path))  # fmt: skip
-        return Keyring(keys, cluster)
+        return Keyring(keys, cluster, version)
     if not cfg.key:
         return None
     ring = Keyring([parse_key(cfg.key)], cluster)
@@ -112,8 +113,10 @@ def load_keyring(cfg: EncryptionConfig, data_dir: Path, cluster: str) -> Keyring
     return ring
 
 
-def read_keyring_file(path: Path) -> list[bytes]:
-    """The keys in a keyring file, primary first.
+def read_keyring_file(path: Path) -> tuple[list[bytes], int]:
+    """The keys in a keyring file, primary first, and the version of the last
+    key command applied (`{"version": N, "keys": [...]}`; a bare array, as
+    version 0.1 wrote it, is version 0).
 
     Raises:
         ConfigError: as for `load_keyring`.
@@ -127,12 +130,22 @@ def read_keyring_file(path: Path) -> list[bytes]:
     except OSError as exc:
         raise ConfigError(f"encryption.keyring_file: cannot read {path}: {exc.strerror}") from None
     try:
-        items = json.loads(text)
+        raw = json.loads(text)
+        items, version = (raw, 0) if isinstance(raw, list) else _versioned(raw)
         if not isinstance(items, list) or not items:
             raise ValueError("expected a JSON array of base64 keys")
-        return [parse_key(item if isinstance(item, str) else "") for item in items]
+        return [parse_key(item if isinstance(item, str) else "") for item in items], version
     except ValueError as exc:  # KeyringError and JSONDecodeError are ValueErrors
         raise ConfigError(f"encryption.keyring_file: {path}: {exc}") from None
+
+
+def _versioned(raw: object) -> tuple[object, int]:
+    if not isinstance(raw, dict) or set(raw) != {"version", "keys"}:
+        raise ValueError('expected {"version": N, "keys": [base64 keys]}')
+    version = raw["version"]
+    if type(version) is not int or not 0 <= version < 2**63:
+        raise ValueError("the version is a whole number")
+    return raw["keys"], version
 
 
 def save_keyring(path: Path, ring: Keyring) -> None:
@@ -145,7 +158,7 @@ def save_keyring(path: Path, ring: Keyring) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump([format_key(k) for k in ring.keys], f)
+        json.dump({"version": ring.version, "keys": [format_key(k) for k in ring.keys]}, f)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())

@@ -123,6 +123,12 @@ class ShoalNode:
         self._routes[type(message)](message, sender, now)
         self._check_view(now)
 
+    def understands(self, messages: Any) -> bool:
+        """Whether every one of `messages` is one a core takes (a reply to a
+        key command, say, is not: the driver counts and drops it)."""
+        routes = self._routes
+        return all(type(m) in routes for m in messages)
+
     def receive_all(self, messages: Any, sender: Address, now: float) -> None:
         """`receive` for each message of one datagram or frame, in order."""
         routes = self._routes

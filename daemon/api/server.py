@@ -274,12 +274,12 @@ class ApiServer:
 
     async def keys(self, request: Request) -> Result:
         """`shoal keys`: list, or change the keyring here and on every member."""
-        from shoal.kernel.sealing import KeyCommand, KeyringError, parse_key
+        from shoal.kernel.sealing import KeyringError, parse_key
 
         op = request.path.rpartition("/")[2]
         if op == "keys":
             local = request.query.get("local", ["0"])[0] in ("1", "true")
-            outcome = await self.agent.keys.run(KeyCommand("list", None), local)
+            outcome = await self.agent.keys.run("list", None, local)
             return 200, outcome.to_json()
         try:
             body = json.loads(request.body)
@@ -291,7 +291,7 @@ class ApiServer:
             raise HttpError(400, str(exc)) from None
         except (ValueError, KeyError, TypeError, AttributeError):
             raise HttpError(400, 'body must be JSON: {"key": "BASE64", "local": false}') from None
-        outcome = await self.agent.keys.run(KeyCommand(op, key), local)
+        outcome = await self.agent.keys.run(op, key, local)
         me = self.agent.config.node_name
         if me in outcome.errors:  # refused here: nothing was sent to the others
             raise HttpError(409, outcome.errors[me])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,10 +25,12 @@ import cbor2
 import msgspec
 
 from shoal.kernel.errors import DataDirError
+from shoal.kernel.sealing import next_run
 from shoal.storage.engine import Engine
 
 _NODE_ID = b"node_id"
 _INCARNATION = b"incarnation"
+_RUN = b"run"
 _ELECTION = b"election"
 NODE_ID_BYTES = 16
 
@@ -82,6 +85,16 @@ class DataDir:
         if len(node_id) != NODE_ID_BYTES or raw_inc is None or len(raw_inc) != 8:
             raise DataDirError(f"data_dir: the identity in {self.path} is damaged; move it away")
         return StoredIdentity(node_id, int.from_bytes(raw_inc, "big"))
+
+    def next_run(self) -> int:
+        """This start's run number, above every earlier one and durable
+        (fsync) before it is used: every sealed packet is bound to it
+        (kernel/sealing.py)."""
+        raw = self.engine.local_get(_RUN)
+        stored = int.from_bytes(raw, "big") if raw is not None and len(raw) == 8 else 0
+        run = next_run(stored, time.time_ns() // 1000)
+        self.engine.local_put(_RUN, run.to_bytes(8, "big"))
+        return run
 
     def save_incarnation(self, incarnation: int) -> None:
         """Make `incarnation` durable (fsync) before returning."""

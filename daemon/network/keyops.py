@@ -8,6 +8,13 @@ a command only when it arrived sealed under a key it holds; plaintext (in a
 migration) never changes a keyring. Each change is written to the keyring
 file before it is acknowledged, so a restart keeps it.
 
+Each change carries a version one above the issuing keyring's; a member
+applies it only above its own keyring's version, which is written with the
+keys: a change is applied once, and a copy of it (or of an older one) sent
+later changes nothing, even after a restart. A member ahead of the issuer
+(it applied a later change the issuer missed) refuses with its version, and
+the issuer moves its own up to it, so that running the step again works.
+
 `local_only` skips the fan-out: after a key is stolen, the new key must not
 travel encrypted under the stolen one, so it is installed node by node
 through each agent's own API (docs/security.md).
@@ -24,6 +31,7 @@ import structlog
 
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.keys import save_keyring
+from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
 from shoal.kernel.sealing import KeyCommand, KeyReply, KeyringError, format_key
@@ -42,6 +50,7 @@ class KeyOutcome(msgspec.Struct):
     acks: int = 0
     errors: dict[str, str] = msgspec.field(default_factory=dict)
     keys: Counter[str] = msgspec.field(default_factory=Counter)
+    newest: int = 0  # the highest keyring version answered
 
     def to_json(self) -> dict[str, Any]:
         """The API answer."""
@@ -52,10 +61,12 @@ class KeyOutcome(msgspec.Struct):
 class KeyService:
     """Applies key commands to the agent's wire and keyring file."""
 
-    def __init__(self, wire: Wire, config: AgentConfig, node: ShoalNode) -> None:
+    def __init__(self, wire: Wire, contact: FirstContact, config: AgentConfig,
+                 node: ShoalNode) -> None:  # fmt: skip
         """Change `wire`'s keyring (saved under `config`'s data directory);
-        fan out to the live members of `node`'s view."""
+        fan out to the live members of `node`'s view (bound by `contact`)."""
         self._wire = wire
+        self._contact = contact
         self._config = config
         self._node = node
 
@@ -63,22 +74,47 @@ class KeyService:
         """Apply `command` here; never raises (the reason goes in the reply)."""
         ring = self._wire.keyring
         if ring is None:
-            return KeyReply(False, "encryption is off on this agent", ())
+            return KeyReply(False, "encryption is off on this agent", (), 0)
+        if command.op == "list":
+            return KeyReply(True, "", ring.keys, ring.version)
+        if command.version <= ring.version:
+            return KeyReply(False, f"this keyring is at version {ring.version}, the command at "
+                            f"{command.version}: applied already, or older than a later change; "
+                            "run the step again", ring.keys, ring.version)  # fmt: skip
+        assert command.key is not None
+        before = (ring.keys, ring.version)
         try:
-            if command.op != "list":
-                assert command.key is not None
-                getattr(ring, command.op)(command.key)  # install, use or remove
-                cfg = self._config
-                save_keyring(cfg.encryption.keyring_path(cfg.data_dir), ring)
-                log.info("keyring changed", op=command.op, keys=len(ring.keys))
+            getattr(ring, command.op)(command.key)  # install, use or remove
+            ring.version = command.version
+            cfg = self._config
+            save_keyring(cfg.encryption.keyring_path(cfg.data_dir), ring)
         except KeyringError as exc:
-            return KeyReply(False, str(exc), ring.keys)
+            return KeyReply(False, str(exc), ring.keys, ring.version)
         except OSError as exc:
-            return KeyReply(False, f"cannot write the keyring file: {exc.strerror}", ring.keys)
-        return KeyReply(True, "", ring.keys)
+            self._restore(*before)
+            return KeyReply(False, f"cannot write the keyring file: {exc.strerror}", ring.keys,
+                            ring.version)  # fmt: skip
+        log.info("keyring changed", op=command.op, keys=len(ring.keys), version=ring.version)
+        return KeyReply(True, "", ring.keys, ring.version)
 
-    async def run(self, command: KeyCommand, local_only: bool) -> KeyOutcome:
-        """Apply `command` here and on every live member; count the answers."""
+    def _restore(self, keys: tuple[bytes, ...], version: int) -> None:
+        ring = self._wire.keyring
+        assert ring is not None
+        for key in keys:
+            ring.install(key)
+        ring.use(keys[0])
+        for key in set(ring.keys) - set(keys):
+            ring.remove(key)
+        ring.version = version
+
+    def next_version(self) -> int:
+        """The version a new change issued here carries."""
+        ring = self._wire.keyring
+        return 0 if ring is None else ring.version + 1
+
+    async def run(self, op: str, key: bytes | None, local_only: bool) -> KeyOutcome:
+        """Apply `op` here and on every live member; count the answers."""
+        command = KeyCommand(op, key, 0 if op == "list" else self.next_version())
         outcome = KeyOutcome()
         me = self._node.name
         self._count(outcome, me, self.apply(command))
@@ -93,6 +129,9 @@ class KeyService:
                 self._count(outcome, name, await self._ask(addr, command))
 
         await asyncio.gather(*(ask(m.name, m.addr) for m in peers))
+        ring = self._wire.keyring
+        if ring is not None and outcome.newest > ring.version:
+            ring.version = outcome.newest  # a member is ahead: the next step goes above it
         return outcome
 
     @staticmethod
@@ -104,26 +143,28 @@ class KeyService:
             outcome.errors[name] = reply.error
         for key in reply.keys:
             outcome.keys[format_key(key)] += 1
+        outcome.newest = max(outcome.newest, reply.version)
 
     async def _ask(self, addr: tuple[str, int], command: KeyCommand) -> KeyReply:
         wire = self._wire
         timeout_s = self._config.swim.stream_timeout_s
         try:
+            to = await self._contact.bound(addr, timeout_s)
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(*addr)
             try:
-                writer.write(wire.frame([command]))
+                writer.write(wire.frame([command], to))
                 await writer.drain()
                 body = await read_frame(reader, timeout_s)
             finally:
                 writer.close()
             if body is None:
-                return KeyReply(False, "closed without an answer (does it hold the key?)", ())
+                return KeyReply(False, "closed without an answer (does it hold the key?)", (), 0)
             answer = wire.decode(body).messages
         except codec.DecodeError as exc:
-            return KeyReply(False, f"unreadable answer ({exc.reason})", ())
+            return KeyReply(False, f"unreadable answer ({exc.reason})", (), 0)
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            return KeyReply(False, f"no answer: {type(exc).__name__}", ())
+            return KeyReply(False, f"no answer: {type(exc).__name__}", (), 0)
         if len(answer) != 1 or not isinstance(answer[0], KeyReply):
-            return KeyReply(False, "unexpected answer", ())
+            return KeyReply(False, "unexpected answer", (), 0)
         return answer[0]

@@ -21,6 +21,7 @@ import structlog
 
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.keys import load_keyring
+from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.streams import Receive, Streams
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
@@ -46,7 +47,6 @@ _DROP_HINTS = {
     "auth": "no installed key opens it: that node has another key (or this one does)",
     "plaintext": "that node does not encrypt: give it the cluster key",
     "encrypted": "that node encrypts and this one has no key: set encryption.key",
-    "stale": "its stamp is too far from our clock: check NTP on both machines",
 }
 log = structlog.get_logger("shoal")
 
@@ -72,8 +72,9 @@ class Network:
         self._counters = counters
         self._receive = receive
         self._unreachable = unreachable
-        self.streams = Streams(wire, config.swim.stream_timeout_s, counters, receive, failed,
-                               apply_key, self.dropped)  # fmt: skip
+        self.contact = FirstContact(wire, self._send_datagram, self.send, counters)
+        self.streams = Streams(wire, self.contact, config.swim.stream_timeout_s, counters, receive,
+                               failed, apply_key, self.dropped)  # fmt: skip
         self.faults: FaultInjector | None = None
         self.api_sock: socket.socket  # bound in `open`, served by the API
         self._udp: asyncio.DatagramTransport | None = None
@@ -123,9 +124,15 @@ class Network:
         if send.channel is Channel.STREAM:
             self.streams.send(send)
             return
-        data = self._wire.datagram(send.messages)
+        to = self.contact.to(send.to)
+        if to is None:  # not bound yet: held until the hello is answered
+            self.contact.hold(send)
+            return
+        self._send_datagram(self._wire.datagram(send.messages, to), send.to)
+
+    def _send_datagram(self, data: bytes, addr: Address) -> None:
         assert self._packets is not None
-        self._packets.send(data, send.to)
+        self._packets.send(data, addr)
         self._counters["datagrams_out"] += 1
         self._counters["bytes_out"] += len(data)
 
@@ -154,24 +161,28 @@ class Network:
         self._counters["datagrams_in"] += 1
         self._counters["bytes_in"] += len(data)
         try:
-            messages = self._wire.decode(data).messages
+            received = self._wire.decode(data)
         except codec.DecodeError as exc:
             self.dropped(exc.reason, addr, str(exc))
+            if exc.reason == "misdirected":
+                self.contact.misdirected(addr)  # it may hold our previous run
             return
+        if self.contact.arrived(received, addr):
+            return  # a hello or a welcome
+        messages = received.messages
         if any(type(msg) in _STREAM_ONLY for msg in messages):
             self.dropped("stream_only_datagram", addr)  # state exchanges only over streams
             return
         self._receive(messages, addr)
 
 
-def open_wire(cfg: AgentConfig) -> tuple[Wire, SwimConfig]:
-    """The wire, with the keyring (if any) loaded; the SWIM config with the
-    MTU budget left after sealing."""
+def open_wire(cfg: AgentConfig, node_id: bytes, run: int) -> tuple[Wire, SwimConfig]:
+    """The wire of node `node_id` in `run`, with the keyring (if any) loaded;
+    the SWIM config with the MTU budget left after sealing."""
     enc = cfg.encryption
     ring = load_keyring(enc, cfg.data_dir, cfg.cluster)
-    wire = Wire(cfg.cluster, ring, verify_incoming=enc.verify_incoming,
-                verify_outgoing=enc.verify_outgoing,
-                replay_window_s=enc.replay_window_s)  # fmt: skip
+    wire = Wire(cfg.cluster, ring, node_id=node_id, run=run, verify_incoming=enc.verify_incoming,
+                verify_outgoing=enc.verify_outgoing)  # fmt: skip
     if ring is None:
         log.warning("encryption is off: anyone on this network can join and gossip "
                     "(see docs/security.md)")  # fmt: skip

@@ -8,7 +8,9 @@ stream is one task; a failure is told to the cores (`stream_failed`).
 
 A `KeyCommand` never reaches the cores: it is applied here, and only when
 it arrived sealed (never plaintext, even while a migration accepts
-plaintext gossip).
+plaintext gossip). An outbound stream is bound to its receiver's run
+(`FirstContact.bound`); an answer on an inbound stream to the run of the
+request it answers.
 """
 
 from __future__ import annotations
@@ -18,24 +20,30 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from shoal.daemon.network.wire import Wire
+from shoal.daemon.network.first_contact import FirstContact
+from shoal.daemon.network.wire import Received, Wire
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Send
-from shoal.kernel.sealing import KeyCommand, KeyReply
+from shoal.kernel.sealing import UNBOUND, Hello, KeyCommand, KeyReply, Welcome
 from shoal.membership.transport import read_frame
 
 Receive = Callable[[list[Any], Address], None]
+# Never the first frame of an inbound stream: answers, and first contact
+# (a datagram's business).
+_NOT_ON_STREAMS = {KeyReply, Hello, Welcome}
 Dropped = Callable[[str, Address, str], None]
 
 
 class Streams:
     """Inbound and outbound streams of one agent."""
 
-    def __init__(self, wire: Wire, timeout_s: float, counters: Counter[str], receive: Receive,
-                 failed: Callable[[Address], None], apply_key: Callable[[KeyCommand], KeyReply],
+    def __init__(self, wire: Wire, contact: FirstContact, timeout_s: float,
+                 counters: Counter[str], receive: Receive, failed: Callable[[Address], None],
+                 apply_key: Callable[[KeyCommand], KeyReply],
                  dropped: Dropped) -> None:  # fmt: skip
         """Args:
         wire: encodes and decodes frames.
+        contact: binds an outbound stream to its receiver.
         timeout_s: connect and read timeout (`swim.stream_timeout_s`).
         counters: the agent's counters.
         receive: hands decoded messages from a peer to the node (and flushes).
@@ -44,13 +52,15 @@ class Streams:
         dropped: counts and logs a rejected frame.
         """
         self._wire = wire
+        self._contact = contact
         self._timeout_s = timeout_s
         self._counters = counters
         self._receive = receive
         self._failed = failed
         self._apply_key = apply_key
         self._dropped = dropped
-        self._inbound: dict[Address, asyncio.StreamWriter] = {}
+        # An inbound stream's writer, and the binding of the request's sender.
+        self._inbound: dict[Address, tuple[asyncio.StreamWriter, bytes]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -63,11 +73,15 @@ class Streams:
             if body is not None:
                 received = self._wire.decode(body)
                 messages = received.messages
+                to = self._answer_to(received)
+                if any(type(m) in _NOT_ON_STREAMS for m in messages):
+                    self._dropped("unexpected", peer, "a reply or first contact on a stream")
+                    return
                 if any(isinstance(m, KeyCommand) for m in messages):
-                    self._on_key_command(received.sealed, messages, writer, peer)
+                    self._on_key_command(received.sealed, messages, writer, peer, to)
                     await writer.drain()
                     return
-                self._inbound[peer] = writer
+                self._inbound[peer] = (writer, to)
                 self._receive(messages, peer)
                 await writer.drain()
         except codec.DecodeError as exc:
@@ -80,9 +94,10 @@ class Streams:
 
     def send(self, send: Send) -> None:
         """Send on the peer's open inbound stream, or open one."""
-        writer = self._inbound.get(send.to)
-        if writer is not None:
-            writer.write(self._wire.frame(send.messages))
+        inbound = self._inbound.get(send.to)
+        if inbound is not None:
+            writer, to = inbound
+            writer.write(self._wire.frame(send.messages, to))
             return
         task = asyncio.get_running_loop().create_task(self._stream_out(send))
         self._tasks.add(task)
@@ -93,25 +108,33 @@ class Streams:
         for task in self._tasks:
             task.cancel()
 
+    def _answer_to(self, received: Received) -> bytes:
+        envelope = received.envelope
+        if envelope is None:
+            return UNBOUND
+        found = self._wire.sessions.binding_of(envelope.sender)
+        return UNBOUND if found is None else found
+
     def _on_key_command(self, sealed: bool, messages: list[Any], writer: asyncio.StreamWriter,
-                        peer: Address) -> None:  # fmt: skip
+                        peer: Address, to: bytes) -> None:  # fmt: skip
         # Only a member holding a key may change keyrings: never plaintext,
         # even while a migration accepts plaintext gossip.
         if not sealed or len(messages) != 1:
             self._dropped("key_command_refused", peer, "plaintext or mixed key command")
             return
         self._counters["key_commands"] += 1
-        writer.write(self._wire.frame([self._apply_key(messages[0])]))
+        writer.write(self._wire.frame([self._apply_key(messages[0])], to))
 
     async def _stream_out(self, send: Send) -> None:
         timeout_s = self._timeout_s
         expects_reply = any(getattr(m, "expects_reply", False) for m in send.messages)
         self._counters["streams_out"] += 1
         try:
+            to = await self._contact.bound(send.to, timeout_s)
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(*send.to)
             try:
-                writer.write(self._wire.frame(send.messages))
+                writer.write(self._wire.frame(send.messages, to))
                 await writer.drain()
                 if expects_reply:
                     body = await read_frame(reader, timeout_s)

@@ -7,29 +7,37 @@ rolling switch) and accepts only sealed packets (unless `verify_incoming`
 is off). The names are Consul's (`encrypt_verify_incoming/outgoing`), so
 the migration runbook in docs/security.md reads the same.
 
-This is the IO half of kernel/sealing.py: the wall clock for stamps
-and the OS's CSPRNG for nonces are read here, never in the core.
+A sealed packet names its sender, the sender's run, its receiver's
+binding and its place in the sender's count (kernel/sealing.py); what to
+bind a packet for an address to is `FirstContact`'s (first_contact.py).
+
+This is the IO half of kernel/sealing.py: the OS's CSPRNG for nonces is
+read here, never in the core.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from shoal.kernel import codec
-from shoal.kernel.sealing import NONCE_BYTES, Keyring, ReplayGuard
+from shoal.kernel.sealing import NONCE_BYTES, UNBOUND, Envelope, Hello, Keyring, Sessions
 
 
 class Received(msgspec.Struct, frozen=True):
-    """Decoded messages, and whether they arrived sealed."""
+    """Decoded messages, and the envelope they arrived in (None: plaintext)."""
 
     messages: list[Any]
-    sealed: bool
+    envelope: Envelope | None
+
+    @property
+    def sealed(self) -> bool:
+        """Whether they arrived sealed."""
+        return self.envelope is not None
 
 
 class Wire:
@@ -38,18 +46,20 @@ class Wire:
     Args:
         cluster: the cluster name.
         keyring: the installed keys, or None for plaintext.
+        node_id: this node's id (its first 8 bytes are its tag on the wire).
+        run: this node's run number (`DataDir.next_run`).
         verify_incoming: refuse plaintext packets (with a keyring).
         verify_outgoing: seal what we send (with a keyring).
-        replay_window_s: the +-window for stamps (see ReplayGuard).
     """
 
-    def __init__(self, cluster: str, keyring: Keyring | None, *, verify_incoming: bool = True,
-                 verify_outgoing: bool = True, replay_window_s: float = 30.0) -> None:  # fmt: skip
+    def __init__(self, cluster: str, keyring: Keyring | None, *, node_id: bytes, run: int,
+                 verify_incoming: bool = True, verify_outgoing: bool = True) -> None:  # fmt: skip
         self.tag = codec.cluster_tag(cluster)
         self.keyring = keyring
         self.verify_incoming = verify_incoming
         self.verify_outgoing = verify_outgoing
-        self.guard = ReplayGuard(int(replay_window_s * 1000))
+        self.sessions = Sessions(node_id[:8], run)
+        self._counter = 0
         self._head = bytes((codec.PROTOCOL_VERSION, 0)) + self.tag
 
     @property
@@ -62,17 +72,21 @@ class Wire:
         """Whether a peer without our key cannot talk to us."""
         return self.keyring is not None and self.verify_incoming
 
-    def datagram(self, messages: Sequence[Any]) -> bytes:
-        """One datagram (sealed when encryption is on)."""
+    def datagram(self, messages: Sequence[Any], to: bytes = UNBOUND) -> bytes:
+        """One datagram for the receiver bound as `to` (sealed when
+        encryption is on; `to` is ignored otherwise)."""
         payload = codec.encode_payload(messages)
         if not self.sealing:
             return self._head + payload
         assert self.keyring is not None
-        return self.keyring.seal(self._head, payload, _now_ms(), os.urandom(NONCE_BYTES))
+        self._counter += 1
+        s = self.sessions
+        envelope = Envelope(s.node_tag, s.run, to, self._counter)
+        return self.keyring.seal(self._head, payload, envelope, os.urandom(NONCE_BYTES))
 
-    def frame(self, messages: Sequence[Any]) -> bytes:
+    def frame(self, messages: Sequence[Any], to: bytes = UNBOUND) -> bytes:
         """One length-prefixed stream frame."""
-        body = self.datagram(messages)
+        body = self.datagram(messages, to)
         return struct.pack(">I", len(body)) + body
 
     def decode(self, data: bytes) -> Received:
@@ -80,19 +94,21 @@ class Wire:
 
         Raises:
             codec.DecodeError: with the drop reason (`plaintext`, `auth`,
-                `stale`, `replay`, or one of the codec's).
+                `misdirected`, `stale_run`, `replay`, `unbound`, or one of
+                the codec's).
         """
         flags, payload = codec.split_header(data, self.tag)
         if not flags & codec.FLAG_ENCRYPTED:
             if self.requires_key:
                 raise codec.DecodeError("plaintext", "encryption is required")
-            return Received(codec.decode_payload(payload), False)
+            return Received(codec.decode_payload(payload), None)
         if self.keyring is None:
             raise codec.DecodeError("encrypted", "no keyring configured")
-        stamp_ms, nonce, payload = self.keyring.open(data)
-        self.guard.check(stamp_ms, nonce, _now_ms())
-        return Received(codec.decode_payload(payload), True)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+        envelope, payload = self.keyring.open(data)
+        self.sessions.check(envelope)
+        messages = codec.decode_payload(payload)
+        if envelope.to == UNBOUND and not (
+            len(messages) == 1 and type(messages[0]) is Hello
+        ):  # fmt: skip
+            raise codec.DecodeError("unbound", "a first-contact packet holds only a Hello")
+        return Received(messages, envelope)

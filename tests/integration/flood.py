@@ -29,8 +29,8 @@ def packets(cluster: str, victim: str, n: int) -> list[bytes]:
     """`n` hostile packets, a few hundred distinct ones repeated."""
     rng = random.Random(7)
     tag = codec.cluster_tag(cluster)
-    wrong = Wire(cluster, Keyring([os.urandom(32)], cluster))
-    plain = Wire(cluster, None)
+    wrong = Wire(cluster, node_id=bytes(16), run=1, keyring=Keyring([os.urandom(32)], cluster))
+    plain = Wire(cluster, node_id=bytes(16), run=1, keyring=None)
     stranger = NodeIdentity("intruder", b"i" * 16, ("127.0.0.1", 9))
     kinds = [
         lambda: rng.randbytes(rng.randrange(1, 1400)),

@@ -60,9 +60,10 @@ def test_agents_without_the_key_cannot_join_be_listed_vote_or_write(agents):
     from shoal.election.messages import LeaseRequest
 
     forged_vote = LeaseRequest(1, 1 << 30, "mallory", None)
-    other_key = Wire("shoal", Keyring([parse_key(generate_key())], "shoal"))
+    other_ring = Keyring([parse_key(generate_key())], "shoal")
+    other_key = Wire("shoal", node_id=bytes(16), run=1, keyring=other_ring)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for wire in (Wire("shoal", None), other_key):
+    for wire in (Wire("shoal", node_id=bytes(16), run=1, keyring=None), other_key):
         for msg in [*forged, forged_vote]:
             sock.sendto(wire.datagram([msg]), (seed.ip, 7946))
     sock.close()

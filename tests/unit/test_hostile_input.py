@@ -4,7 +4,6 @@ arithmetic inside what the wire and the store can hold."""
 
 import os
 import struct
-import time
 
 import cbor2
 import pytest
@@ -15,7 +14,7 @@ import shoal.election.messages  # noqa: F401 - registers tags 20-24
 import shoal.storage.messages  # noqa: F401 - registers tags 40-44
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
-from shoal.kernel.sealing import Keyring
+from shoal.kernel.sealing import UNBOUND, Envelope, Keyring
 from shoal.membership.messages import Alive, Suspect
 from tests.unit.election.test_lease import ask, voter
 from tests.unit.membership.helpers import Net, ident
@@ -33,11 +32,11 @@ cbor_values = st.recursive(
 
 
 def plaintext_wire() -> Wire:
-    return Wire("c", None)
+    return Wire("c", node_id=bytes(16), run=1, keyring=None)
 
 
 def sealed_wire() -> Wire:
-    return Wire("c", Keyring([KEY], "c"))
+    return Wire("c", node_id=bytes(16), run=1, keyring=Keyring([KEY], "c"))
 
 
 @settings(max_examples=600, deadline=None)
@@ -70,8 +69,8 @@ def test_garbage_sealed_under_the_right_key_is_still_refused(payload):
     """Someone holding the key and sending garbage CBOR gets only DecodeErrors."""
     wire = sealed_wire()
     assert wire.keyring is not None
-    data = wire.keyring.seal(bytes([1, 0]) + TAG, payload, int(time.time() * 1000),
-                             os.urandom(12))
+    envelope = Envelope(b"s" * 8, 1, UNBOUND, 1)
+    data = wire.keyring.seal(bytes([1, 0]) + TAG, payload, envelope, os.urandom(12))
     try:
         wire.decode(data)
     except codec.DecodeError:

@@ -6,7 +6,13 @@ import pytest
 
 from shoal.daemon import config
 from shoal.daemon.api.access import ApiAccess, parse_access
-from shoal.daemon.keys import EncryptionConfig, generate_key, load_keyring, parse_encryption
+from shoal.daemon.keys import (
+    EncryptionConfig,
+    generate_key,
+    load_keyring,
+    parse_encryption,
+    save_keyring,
+)
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import parse_key
 
@@ -25,6 +31,20 @@ def test_a_key_seeds_a_private_keyring_file_that_wins_afterwards(tmp_path):
     assert load_keyring(EncryptionConfig(), tmp_path / "none", "c") is None
 
 
+def test_the_keyring_file_keeps_its_version_and_a_0_1_file_still_loads(tmp_path):
+    """The version of the last key command survives a restart (a replayed
+    command must not apply after it); 0.1's bare array reads as version 0."""
+    path = tmp_path / "keyring"
+    path.write_text(f'["{KEY}"]')
+    os.chmod(path, 0o600)
+    ring = load_keyring(EncryptionConfig(), tmp_path, "c")
+    assert ring is not None and ring.version == 0 and ring.keys == (parse_key(KEY),)
+    ring.version = 12
+    save_keyring(path, ring)
+    again = load_keyring(EncryptionConfig(), tmp_path, "c")
+    assert again is not None and again.version == 12 and again.keys == ring.keys
+
+
 @pytest.mark.parametrize(
     ("content", "mode", "message"),
     [
@@ -32,6 +52,8 @@ def test_a_key_seeds_a_private_keyring_file_that_wins_afterwards(tmp_path):
         ("not json", 0o600, "keyring_file"),
         ('["c2hvcnQ="]', 0o600, "32 bytes"),
         ("[]", 0o600, "JSON array"),
+        (f'{{"version": -1, "keys": ["{KEY}"]}}', 0o600, "whole number"),
+        (f'{{"keys": ["{KEY}"]}}', 0o600, "version"),
     ],
 )
 def test_a_bad_keyring_file_is_refused_naming_the_setting(tmp_path, content, mode, message):
