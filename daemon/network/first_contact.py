@@ -33,12 +33,13 @@ REPLY_GAP_S = 1.0  # at most one hello per address per gap in answer to misdirec
 
 
 class _Pending:
-    __slots__ = ("sent_at", "held", "waiters")
+    __slots__ = ("sent_at", "held", "waiters", "retry")
 
     def __init__(self) -> None:
         self.sent_at = -HELLO_RETRY_S
         self.held: list[tuple[float, Send]] = []
         self.waiters: list[asyncio.Future[bytes]] = []
+        self.retry: asyncio.TimerHandle | None = None
 
 
 class FirstContact:
@@ -80,6 +81,27 @@ class FirstContact:
             self._counters["held_dropped"] += 1
         pending.held.append((now, send))
         self._hello(send.to, pending, now)
+        if pending.retry is None:
+            pending.retry = asyncio.get_running_loop().call_later(
+                HELLO_RETRY_S, self._retry, send.to)  # fmt: skip
+
+    def _retry(self, addr: Address) -> None:
+        """Say hello again while something is held for `addr` (a lost hello
+        must not wait for the next send), until it is too old to send."""
+        pending = self._pending.get(addr)
+        if pending is None:
+            return
+        pending.retry = None
+        now = _now()
+        kept = [(at, send) for at, send in pending.held if now - at <= HELD_FOR_S]
+        self._counters["held_dropped"] += len(pending.held) - len(kept)
+        pending.held = kept
+        if not kept:
+            if not pending.waiters:
+                del self._pending[addr]
+            return
+        self._hello(addr, pending, now)
+        pending.retry = asyncio.get_running_loop().call_later(HELLO_RETRY_S, self._retry, addr)
 
     async def bound(self, addr: Address, timeout_s: float) -> bytes:
         """The binding for `addr`, saying hello first if needed.
@@ -97,15 +119,22 @@ class FirstContact:
             pending = self._pending[addr] = _Pending()
         waiter: asyncio.Future[bytes] = loop.create_future()
         pending.waiters.append(waiter)
-        while True:
-            self._hello(addr, pending, _now())
-            left = deadline - loop.time()
-            if left <= 0:
-                raise TimeoutError(f"no answer to hello from {addr[0]}:{addr[1]}")
-            try:
-                return await asyncio.wait_for(asyncio.shield(waiter), min(left, HELLO_RETRY_S))
-            except TimeoutError:
-                continue
+        try:
+            while True:
+                self._hello(addr, pending, _now())
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError(f"no answer to hello from {addr[0]}:{addr[1]}")
+                try:
+                    return await asyncio.wait_for(asyncio.shield(waiter), min(left, HELLO_RETRY_S))
+                except TimeoutError:
+                    continue
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+                pending.waiters.remove(waiter)
+                if not pending.waiters and not pending.held and self._pending.get(addr) is pending:
+                    del self._pending[addr]
 
     def arrived(self, received: Received, addr: Address) -> bool:
         """Learn from an accepted sealed datagram from `addr`; whether it was a
@@ -171,6 +200,8 @@ class FirstContact:
         if pending is None or self.to(addr) is None:
             return
         del self._pending[addr]
+        if pending.retry is not None:
+            pending.retry.cancel()
         binding = self.to(addr)
         assert binding is not None
         for waiter in pending.waiters:
