@@ -55,6 +55,12 @@ def status(node: ShoalNode) -> NodeStatus:
     """A frozen snapshot of `node` for readers."""
     swim, election = node.swim, node.election
     known, voters = election.known, election.voters
+    lease_epoch = election.lease_epoch
+    if lease_epoch is not None:
+        # While this node holds a lease it reports that lease's epoch, never a
+        # successor's it may have heard of: `is_self` with an epoch is a
+        # fencing token, and two claimants must never share one (issue 28).
+        known = (swim.table.me.name, lease_epoch)
     return NodeStatus(
         me=swim.table.me.view(),
         members=tuple(node.members()),

@@ -41,3 +41,22 @@ def test_the_snapshot_is_frozen_and_does_not_follow_the_node():
     with pytest.raises(AttributeError):
         before.records = 5  # type: ignore[misc]
     assert isinstance(before, NodeStatus)
+
+
+def test_a_controller_reports_its_own_lease_epoch_never_a_successors():
+    """`is_self` with an epoch is a fencing token: a controller that has heard
+    of a successor (its clock slow, its lease not yet run out by it) still
+    reports the epoch of the lease it holds, not the successor's."""
+    ident = NodeIdentity("n1", b"\x01" * 16, ("10.0.0.1", 7946), ())
+    n = ShoalNode(ident, PROFILES["local"], random.Random(1), bootstrap_expect=1)
+    n.start(0.0)
+    now = 0.0
+    while not n.election.is_controller and now < 30:
+        now += 0.05
+        n.tick(now)
+        n.drain()
+    mine = n.election.lease_epoch
+    assert mine is not None
+    n.election.following.set(("n2", mine + 3), mine + 3)  # a successor heard of
+    s = status(n)
+    assert (s.controller, s.epoch, s.is_controller) == ("n1", mine, True)
