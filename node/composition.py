@@ -7,8 +7,9 @@ happens here and nowhere else. This module must stay sans-IO (the boundary
 test checks it): it never reads a clock, opens a socket or logs.
 
 It holds the membership core and the anti-entropy core (which picks its
-sync and push peers from the membership view); the election core plugs in
-at the same places.
+sync and push peers among the alive members of the membership view, and is
+told when a member becomes alive again, to sync with it at once); the
+election core plugs in at the same places.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Tags
+from shoal.membership.events import MemberJoined, MemberRefuted, MemberUpdated
 from shoal.membership.member import MemberState, MemberView, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
@@ -39,6 +41,8 @@ _LIVENESS_OF_STATE = {
     MemberState.LEFT: Liveness.LEFT,
 }
 _LIVENESS = tuple(_LIVENESS_OF_STATE[state] for state in sorted(MemberState))
+# Membership events after which a member is alive again (see _note_returns).
+_RETURNS = (MemberJoined, MemberRefuted, MemberUpdated)
 
 
 class ShoalNode:
@@ -88,6 +92,7 @@ class ShoalNode:
             self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._liveness_of,
         )  # fmt: skip
         self._view_version = -1
+        self._swim_events_seen = 0  # membership events already read (_note_returns)
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
         self._routes = dict(self.swim.handlers)
@@ -159,6 +164,7 @@ class ShoalNode:
         # Every core returns the shared EMPTY when it has nothing: an
         # identity test per core, on a path the simulator takes per message.
         outs = [out for core in self._cores if (out := core.drain()) is not EMPTY]
+        self._swim_events_seen = 0  # swim's event list was emptied by its drain
         if len(outs) <= 1:
             return outs[0] if outs else EMPTY
         return Output(
@@ -180,7 +186,28 @@ class ShoalNode:
         version = self.swim.table.version
         if version != self._view_version:
             self._view_version = version
+            self._note_returns(now)
             self.election.view_changed(now)
+
+    def _note_returns(self, now: float) -> None:
+        """Tell anti-entropy about members that became alive again.
+
+        A member back from dead or left (a join at an incarnation above the
+        first: it refuted or restarted), back from suspect, or at a new
+        address missed writes, and its own writes missed us. A first join is
+        not a return: the newcomer syncs within a second of its own start.
+        The events are read where membership queued them, before the drain.
+        """
+        events = self.swim.out.events
+        if len(events) == self._swim_events_seen:
+            return
+        me = self.swim.table.self_name
+        for event in events[self._swim_events_seen :]:
+            if type(event) in _RETURNS:
+                m = event.member
+                if m.name != me and (type(event) is not MemberJoined or m.incarnation > 1):
+                    self.sync.peer_returned(m.addr, now)
+        self._swim_events_seen = len(events)
 
     # -- commands ----------------------------------------------------------------
 
@@ -264,7 +291,15 @@ class ShoalNode:
         return None if m is None else _LIVENESS[m.state]
 
     def _sample_peers(self, rng: random.Random, k: int) -> list[Address]:
+        """Up to `k` random alive members (not suspect: a write pushed to,
+        or a session opened with, a member cut off by a partition is lost)."""
         table = self.swim.table
         if self.swim.leaving:
             return []
-        return [table.members[name].ident.addr for name in table.live.sample(rng, k)]
+        members = table.members
+        names = table.live.sample(rng, k)
+        alive = [n for n in names if members[n].state is MemberState.ALIVE]
+        if len(alive) < len(names):  # a suspect was drawn: draw among the alive only
+            pool = [n for n in table.live.items() if members[n].state is MemberState.ALIVE]
+            alive = rng.sample(pool, min(k, len(pool)))
+        return [members[name].ident.addr for name in alive]

@@ -3,15 +3,19 @@
 Theory of operation. Two mechanisms, as in Dynamo and Cassandra:
 
 1. **Push on write** (fast path). A local write is sent at once to
-   `push_fanout` random live members in a `RecordPush`, in one datagram when
+   `push_fanout` random alive members in a `RecordPush`, in one datagram when
    it fits the MTU and over a stream otherwise. Most writes reach most
    replicas this way in well under one sync period; nothing is retried.
 
 2. **Anti-entropy** (repair). Every `sync_interval_s` (and within about a
    second of start, to catch up after a join or a restart) the node opens a
-   session with one random live member; while sessions find nothing to do
-   and nothing is written, the interval doubles, up to 4x. The initiator walks the two Merkle
-   trees (storage/merkle.py) top-down:
+   session with one random alive member; while sessions find nothing to do
+   and nothing is written, the interval doubles, up to 4x. A member that
+   becomes alive again (`peer_returned`: back from suspect, dead or left, or
+   at a new address) gets a session at once, whatever the interval: it
+   missed what was written while it was away, and we missed its writes
+   (Dynamo's hinted handoff solves the same problem with more state). The
+   initiator walks the two Merkle trees (storage/merkle.py) top-down:
 
        I -> R  SyncTree(level 0: my root sum)
        R -> I  SyncTreeDiff(the nodes that differ, with R's counts)
@@ -31,8 +35,15 @@ Theory of operation. Two mechanisms, as in Dynamo and Cassandra:
 
 The responder keeps no session state: each request names everything needed
 to answer it, so a crashed or slow initiator costs the responder nothing.
-The initiator runs one session at a time; a session ends on completion, on
-a stream failure or at `session_timeout_s`.
+The initiator runs one session at a time, and other sessions due meanwhile
+(a returned member, the rest of a large catch-up) wait in a short queue. A
+session ends on completion, on a stream failure, at `session_timeout_s`, or
+when its first answer has not come within `_FIRST_ANSWER_TIMEOUT_S`: a
+member cut off by a partition (still alive in the view until it is
+suspected) cannot hold the one session slot for the stream timeout. A peer
+that did not answer is skipped by sessions and pushes for
+`_UNANSWERED_SKIP_S`, or until it returns; membership already keeps
+suspect, dead and left members out of the peer sampler.
 
 Versions are compared by `Replica` (last writer wins, HLC bounded skew,
 tombstones collected after `tombstone_grace_s` by a periodic sweep).
@@ -62,6 +73,32 @@ from shoal.storage.store import Replica
 
 PeerSampler = Callable[[random.Random, int], list[Address]]
 _FIRST_SYNC_RETRY_S = 1.0
+# The first answer of a session is the root comparison: a few dozen bytes
+# the responder computes without reading its store. On a LAN it takes
+# well under 10 ms, or just over 1 s when the first SYN was lost (RFC 6298's
+# initial RTO). Until membership suspects a member cut off by a partition
+# (at 6 members, round-robin probing reaches each one every ~5 s), sessions
+# may pick several of them in a row, and each costs this long. Giving up on
+# a peer that lost a SYN is cheap (another one is tried at once).
+# Later rounds may scan a large store, so they get all of session_timeout_s.
+_FIRST_ANSWER_TIMEOUT_S = 1.0
+# A peer that did not answer is left out of sessions and pushes this long
+# (or until membership sees it come back): two sync intervals, long enough
+# for membership to suspect it if it is really gone.
+_UNANSWERED_SKIP_S = 10.0
+# A local write brings the next session this close (if it is further). A
+# push is one unacknowledged datagram to a few members, and in the seconds
+# after a partition begins, before membership suspects anyone, it goes to
+# members on the other side as often as not; the session after the write
+# carries it to whoever was missed and is reachable. The price: a node that
+# writes all the time starts about one session a second, not one per
+# sync_interval_s (a session is one round trip of ~40 bytes when the push
+# got everywhere; memberlist pushes and pulls its whole member list).
+_AFTER_WRITE_SYNC_S = 1.0
+# Sessions waiting for the slot. A heal returns the whole other side at
+# once; a few sessions with it reach every record it holds (its members
+# are in step with each other), and periodic sessions do the rest.
+_QUEUE_MAX = 8
 # While sessions find the replicas equal and nothing is written, the
 # interval doubles, up to this factor; any write, push or difference brings
 # it back (see _due_sync).
@@ -80,6 +117,8 @@ class SyncCounters(Counters):
     records_received: int = 0
     pushes_sent: int = 0
     pushes_received: int = 0
+    sessions_unanswered: int = 0
+    sessions_on_return: int = 0
     unexpected: int = 0
     depth_mismatch: int = 0
 
@@ -97,7 +136,9 @@ class SyncCompleted(msgspec.Struct, frozen=True):
 class _Session(msgspec.Struct):
     id: int
     peer: Address
+    started_at: float
     deadline_at: float
+    answered: bool = False  # the peer has answered at least once
     rounds: int = 0
     received: int = 0
     sent: int = 0
@@ -124,7 +165,7 @@ class AntiEntropy:
             replica: this node's records.
             config: intervals and sizes.
             rng: the core's only randomness.
-            peers: returns up to k random live members' addresses.
+            peers: returns up to k random alive members' addresses.
             wall_offset_ms: wall-clock ms minus `now` in ms; see
                 `set_wall_offset`.
         """
@@ -139,7 +180,16 @@ class AntiEntropy:
         self._session_ids = itertools.count(rng.getrandbits(32))
         self._synced_once = False
         self._quiet = 1  # the interval's factor: doubles while all is equal
-        self._follow_up: Address | None = None
+        # The one periodic session pending: when, and its token (an earlier
+        # one may be scheduled after a write; the later entry goes stale).
+        self._next_sync_at = float("inf")
+        self._sync_token = 0
+        # Peers to sync with as soon as the slot is free, in order.
+        self._queue: list[Address] = []
+        # The members the last write was pushed to (see _sync_with_any).
+        self._pushed: list[Address] = []
+        # Peers that did not answer -> when they may be picked again.
+        self._unanswered: dict[Address, float] = {}
         self._deadlines = Deadlines()
         self.out = Outbox()
         self._send = self.out.sends
@@ -156,7 +206,7 @@ class AntiEntropy:
 
     def start(self, now: float) -> None:
         """Begin the periodic sessions and tombstone sweeps."""
-        self._deadlines.push(now + self.rng.uniform(0.1, _FIRST_SYNC_RETRY_S), self._due_sync)
+        self._schedule_sync(now + self.rng.uniform(0.1, _FIRST_SYNC_RETRY_S))
         self._deadlines.push(now + self.config.gc_interval_s, self._due_gc)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
@@ -177,8 +227,12 @@ class AntiEntropy:
 
     def stream_failed(self, peer: Address, now: float) -> None:
         """A stream to `peer` failed: end the session with it, if any."""
-        if self._session is not None and self._session.peer == peer:
-            self._end_session(ok=False, now=now)
+        s = self._session
+        if s is not None and s.peer == peer:
+            if s.answered:
+                self._end_session(ok=False, now=now)
+            else:
+                self._end_unanswered(now)
 
     def set_wall_offset(self, wall_offset_ms: int) -> None:
         """The driver's current wall clock minus `now`, in ms."""
@@ -195,21 +249,42 @@ class AntiEntropy:
         members. Durability is the driver's job (`RecordStore.sync`)."""
         rec = self.replica.write(key, value, self.wall_ms(now))
         self._quiet = 1
+        if self._next_sync_at > now + _AFTER_WRITE_SYNC_S * 1.2:
+            self._schedule_sync(now + _AFTER_WRITE_SYNC_S * self.rng.uniform(0.8, 1.2))
         push = RecordPush((rec,))
         # key + value + 16-byte writer + ~20 bytes of CBOR heads and header:
         # a bound, not an exact size, so a push near the MTU goes by stream.
         size = len(key) + len(value or b"") + 64
         channel = Channel.PACKET if size <= self.config.mtu_bytes else Channel.STREAM
-        for addr in self._peers(self.rng, self.config.push_fanout):
+        pushed = self._pick(self.config.push_fanout, now)
+        for addr in pushed:
             self._send.append(Send(addr, (push,), channel))
             self.counters.pushes_sent += 1
+        self._pushed = pushed  # the next session prefers a member these are not
         return rec
+
+    def peer_returned(self, peer: Address, now: float) -> None:
+        """Member `peer` became alive again (after suspect, dead or left, or
+        at a new address or incarnation): sync with it at once, or as soon
+        as the running session ends."""
+        self._unanswered.pop(peer, None)
+        self._quiet = 1  # what it missed may be anywhere
+        running = self._session
+        if (running is not None and running.peer == peer) or peer in self._queue:
+            return
+        if len(self._queue) >= _QUEUE_MAX:
+            return
+        self._queue.append(peer)
+        self.counters.sessions_on_return += 1
+        if running is None:
+            self._due_queue(None, now)
 
     def sync_with(self, peer: Address, now: float) -> bool:
         """Start a session with `peer` now; False if one is running."""
         if self._session is not None:
             return False
-        session = _Session(next(self._session_ids), peer, now + self.config.session_timeout_s)
+        first_answer_by = now + min(_FIRST_ANSWER_TIMEOUT_S, self.config.session_timeout_s)
+        session = _Session(next(self._session_ids), peer, now, first_answer_by)
         self._session = session
         self.counters.sessions_started += 1
         self._deadlines.push(session.deadline_at, self._due_session_timeout)
@@ -221,11 +296,16 @@ class AntiEntropy:
 
     # -- timers --------------------------------------------------------------------
 
-    def _due_sync(self, _: None, now: float) -> None:
-        if self._session is None:
-            peers = self._peers(self.rng, 1)
-            if peers:
-                self.sync_with(peers[0], now)
+    def _schedule_sync(self, at: float) -> None:
+        self._sync_token += 1
+        self._next_sync_at = at
+        self._deadlines.push(at, self._due_sync, self._sync_token)
+
+    def _due_sync(self, token: int, now: float) -> None:
+        if token != self._sync_token:
+            return  # superseded by an earlier one (after a write)
+        if self._session is None and not self._queue:
+            self._sync_with_any(now)
         # A session between equal replicas is one round trip, but in a quiet
         # cluster of 20 it was 0.22 of each agent's 0.25 streams/s. Writes
         # are pushed at once, and anything that tells us replicas differ (a
@@ -235,16 +315,24 @@ class AntiEntropy:
         # nobody writes to.
         delay = self.config.sync_interval_s * self._quiet if self._synced_once \
             else _FIRST_SYNC_RETRY_S
-        self._deadlines.push(now + delay * self.rng.uniform(0.8, 1.2), self._due_sync)
+        self._schedule_sync(now + delay * self.rng.uniform(0.8, 1.2))
 
-    def _due_follow_up(self, _: None, now: float) -> None:
-        peer, self._follow_up = self._follow_up, None
-        if peer is not None:
-            self.sync_with(peer, now)
+    def _due_queue(self, _: None, now: float) -> None:
+        if self._session is None and self._queue:
+            self.sync_with(self._queue.pop(0), now)
+
+    def _due_retry(self, _: None, now: float) -> None:
+        """After a session nobody answered: another peer, at once."""
+        if self._session is None and not self._queue:
+            self._sync_with_any(now)
 
     def _due_session_timeout(self, _: None, now: float) -> None:
-        if self._session is not None and self._session.deadline_at <= now:
-            self._end_session(ok=False, now=now)
+        s = self._session
+        if s is not None and s.deadline_at <= now:
+            if s.answered:
+                self._end_session(ok=False, now=now)
+            else:
+                self._end_unanswered(now)
 
     def _due_gc(self, _: None, now: float) -> None:
         self.replica.collect_tombstones(self.wall_ms(now))
@@ -355,6 +443,7 @@ class AntiEntropy:
         if not session.digesting:
             self.counters.unexpected += 1
             return
+        self._answered(session)
         session.received += len(applied)
         session.more = session.more or msg.more
         wanted = [rec for key in msg.wants if (rec := self.replica.get(key)) is not None]
@@ -396,13 +485,50 @@ class AntiEntropy:
         if s is None or s.id != session_id or s.peer != sender:
             self.counters.unexpected += 1
             return None
+        self._answered(s)
         return s
+
+    def _answered(self, s: _Session) -> None:
+        """The peer answered: it is reachable, so the session gets its full time."""
+        if not s.answered:
+            s.answered = True
+            s.deadline_at = s.started_at + self.config.session_timeout_s
+            self._deadlines.push(s.deadline_at, self._due_session_timeout)
+
+    def _pick(self, k: int, now: float) -> list[Address]:
+        """Up to `k` random alive members, without peers that did not answer."""
+        skip = self._unanswered
+        if skip:
+            for addr in [a for a, until in skip.items() if until <= now]:
+                del skip[addr]
+        if not skip:
+            return self._peers(self.rng, k)
+        return [a for a in self._peers(self.rng, k + len(skip)) if a not in skip][:k]
+
+    def _sync_with_any(self, now: float) -> None:
+        """A session with a random alive member; after a write, preferably
+        one its push did not go to (it may be the one that missed it)."""
+        pushed, self._pushed = self._pushed, []
+        peers = self._pick(1 + len(pushed), now)
+        fresh = [p for p in peers if p not in pushed]
+        if fresh or peers:
+            self.sync_with((fresh or peers)[0], now)
 
     def _request(self, session: _Session, msg: Any) -> None:
         self._send.append(Send(session.peer, (msg,), Channel.STREAM))
 
     def _reply(self, to: Address, msg: Any) -> None:
         self._send.append(Send(to, (msg,), Channel.STREAM))
+
+    def _end_unanswered(self, now: float) -> None:
+        """The session's peer never answered: skip it for a while and try
+        another peer at once (membership will suspect it if it is gone)."""
+        s = self._session
+        assert s is not None and not s.answered
+        self.counters.sessions_unanswered += 1
+        self._unanswered[s.peer] = now + _UNANSWERED_SKIP_S
+        self._end_session(ok=False, now=now)
+        self._deadlines.push(now, self._due_retry)
 
     def _end_session(self, ok: bool, now: float) -> None:
         s = self._session
@@ -415,13 +541,14 @@ class AntiEntropy:
                 self._quiet = 1
             elif not s.more:
                 self._quiet = min(self._quiet * 2, _QUIET_BACKOFF_MAX)
-            if s.more:  # catching up on a large difference: go on at once
-                self._follow_up = s.peer
-                self._deadlines.push(now, self._due_follow_up)
+            if s.more and s.peer not in self._queue:
+                # Catching up on a large difference: go on at once, first.
+                self._queue.insert(0, s.peer)
         else:
             self.counters.sessions_failed += 1
+        if self._queue:
+            self._deadlines.push(now, self._due_queue)
         self._events.append(SyncCompleted(s.peer, ok, s.sent, s.received, s.rounds))
-
 
 
 def _size(rec: Record) -> int:

@@ -150,7 +150,8 @@ def test_writes_are_pushed_to_the_fanout_in_a_datagram_when_they_fit(size, chann
 
 def test_a_quiet_store_syncs_less_often_and_a_write_brings_the_pace_back():
     """Sessions that find equal replicas double the interval, up to 4x; a
-    write (or a push, or any difference) brings it back to sync_interval_s."""
+    write brings the next session within about a second (it carries the
+    write to whoever its push missed) and the pace back to sync_interval_s."""
     pair = Pair()
     rep = pair.a.replica
     pair.a = pair.nodes[("a", 1)] = AntiEntropy(rep, pair.config, random.Random(1),
@@ -170,7 +171,107 @@ def test_a_quiet_store_syncs_less_often_and_a_write_brings_the_pace_back():
     gaps = [round(t1 - t0, 2) for t0, t1 in zip(starts, starts[1:])]
     factors = [g / base for g in gaps]
     # Nominal gaps, each drawn from 0.8-1.2 of it: a first retry after 1 s,
-    # then 2x, 4x, 4x; the write; 1x, and the push made that session find
-    # the replicas equal: 2x, 4x.
-    nominal = [1 / base, 2, 4, 4, 1, 2, 4]
+    # then 2x, 4x; the write, and a session 1 s later; 1x, and the push
+    # made that session find the replicas equal: 2x, 4x.
+    nominal = [1 / base, 2, 4, 1 / base, 1, 2, 4]
     assert all(0.8 * n <= f <= 1.2 * n for f, n in zip(factors, nominal)), gaps
+
+
+def lone_core(peers: list, config: SyncConfig | None = None) -> AntiEntropy:
+    """A core whose sampler draws from `peers` (a list the test may change)."""
+    cfg = config or SyncConfig()
+    rep = Replica(MemoryStore(cfg.tree_depth), b"\x01" * 16, cfg.max_skew_ms, 86_400_000)
+    return AntiEntropy(rep, cfg, random.Random(1),
+                       lambda rng, k: rng.sample(peers, min(k, len(peers))), WALL)  # fmt: skip
+
+
+def session_peers(core: AntiEntropy) -> list:
+    """Where the sessions that `core` opened since the last drain go."""
+    return [s.to for s in core.drain().send if isinstance(s.messages[0], SyncTree)]
+
+
+def test_a_returning_member_gets_a_session_at_once_and_others_queue_behind_it():
+    """A member back from dead or suspect is synced with at once, however
+    long the quiet interval; returns during a session run right after it."""
+    pair = Pair()
+    a = pair.a
+    a.start(0.0)
+    a.peer_returned(("b", 1), 30.0)
+    assert session_peers(a) == [("b", 1)]
+    a.peer_returned(("c", 1), 30.0)
+    a.peer_returned(("c", 1), 30.0)  # once is enough
+    a.peer_returned(("b", 1), 30.0)  # already running
+    assert session_peers(a) == []
+    a.stream_failed(("b", 1), 30.1)
+    a.tick(30.1)
+    assert session_peers(a) == [("c", 1)]
+    assert a.counters.sessions_on_return == 2
+
+
+def test_an_unanswered_session_frees_the_slot_in_seconds_and_the_peer_is_skipped():
+    """A session to a peer that never answers (cut off, not yet suspected)
+    ends after 1 s, not the 10 s session timeout; another peer is tried at
+    once, and pushes and sessions leave the silent one out until it returns."""
+    peers = [("cut", 1), ("ok", 1)]
+    core = lone_core(peers)
+    assert core.sync_with(("cut", 1), 0.0)
+    core.drain()
+    assert core.next_deadline() == 1.0
+    core.tick(1.0)
+    out = core.drain()
+    assert SyncCompleted(("cut", 1), False, 0, 0, 0) in out.events
+    assert [s.to for s in out.send] == [("ok", 1)]  # the retry, at once
+    assert core.counters.sessions_unanswered == 1
+    sends = []
+    for n in range(20):
+        core.write(b"k%d" % n, b"v", 3.0)
+        sends += [s.to for s in core.drain().send if isinstance(s.messages[0], RecordPush)]
+    assert sends and ("cut", 1) not in sends
+    core.peer_returned(("cut", 1), 4.0)  # membership saw it come back
+    assert session_peers(core) == []  # behind the running session
+    core.stream_failed(("ok", 1), 4.1)
+    core.tick(4.1)
+    assert session_peers(core) == [("cut", 1)]
+    core.write(b"again", b"v", 4.2)
+    assert ("cut", 1) in {s.to for s in core.drain().send}
+
+
+def test_a_peer_that_answered_keeps_the_whole_session_timeout():
+    """Only the first answer is due within 1 s: later rounds may scan a
+    large store, and a session that has heard from its peer is not cut."""
+    pair = Pair()
+    for k in range(300):
+        pair.b.replica.write(b"k%d" % k, b"v", WALL)
+    pair.a.replica.write(b"mine", b"v", WALL)
+    a, b = pair.a, pair.b
+    assert a.sync_with(("b", 1), 0.0)
+    (tree,) = a.drain().send
+    b.receive(tree.messages[0], ("a", 1), 0.1)
+    (diff,) = b.drain().send
+    a.receive(diff.messages[0], ("b", 1), 0.2)  # answered: now a digest round
+    a.drain()
+    a.tick(5.0)  # past the first-answer timeout, within session_timeout_s
+    assert not a.drain().events and not a.sync_with(("b", 1), 5.0)
+    a.tick(10.0)
+    assert a.drain().events == (SyncCompleted(("b", 1), False, 0, 0, 1),)
+    assert a.counters.sessions_unanswered == 0
+
+
+def test_a_write_brings_the_next_session_within_about_a_second():
+    """A push is one datagram to a few members; a session about a second
+    after a write carries it to a member the push missed."""
+    pair = Pair()
+    pair.a = pair.nodes[("a", 1)] = a = AntiEntropy(
+        pair.a.replica, pair.config, random.Random(1), lambda rng, k: [("b", 1)], WALL
+    )
+    a.start(0.0)
+    while a.counters.sessions_in_sync < 2:  # a first session, and one ~1 s later
+        first = a.next_deadline()
+        a.tick(first)
+        pair.deliver(("a", 1))
+    a.write(b"k", b"v", first + 0.5)
+    a.drain()
+    while not session_peers(a):  # (past the stale timeouts of the sessions)
+        now = a.next_deadline()
+        a.tick(now)
+    assert first + 1.3 <= now <= first + 1.7  # not the periodic one, 4-6 s on
