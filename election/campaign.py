@@ -1,6 +1,8 @@
 """The campaign: the requests a candidate or controller has out, and their answers.
 
-Theory of operation. A candidate (and a controller renewing) asks every
+Theory of operation. A candidate first asks every voter whether it *would*
+grant (`PreVote`, `Request.pre`; voter.py, "Pre-vote"), and with a majority
+of would-grants asks for real. A candidate (and a controller renewing) asks every
 voter of the request's configuration, and of the old one while a voter
 change is carried, for a lease (`LeaseRequest(seq, epoch, ...)`; `seq`
 tells this request's answers from stale ones). It has won once a majority
@@ -36,7 +38,14 @@ import msgspec
 
 from shoal.election.config import LeaseConfig
 from shoal.election.events import ElectionCounters
-from shoal.election.messages import REJECT_HELD, LeaseGrant, LeaseReject, LeaseRequest
+from shoal.election.messages import (
+    REJECT_HELD,
+    LeaseGrant,
+    LeaseReject,
+    LeaseRequest,
+    PreVote,
+    PreVoteGrant,
+)
 from shoal.election.view import Liveness, LivenessFn
 from shoal.election.voters import VoterConfig
 
@@ -64,6 +73,7 @@ class Request(msgspec.Struct):
     renewal: bool
     resend_at: float  # ask the voters that have not answered again, once
     extended: bool = False  # the deadline was moved once (`wait_longer`)
+    pre: bool = False  # a pre-vote: would the voters grant? (nothing is granted)
     granted: set[str] = msgspec.field(default_factory=set)
     answered: set[str] = msgspec.field(default_factory=set)
     retry_at: dict[str, float] = msgspec.field(default_factory=dict)  # voter -> ask again
@@ -79,8 +89,10 @@ class Request(msgspec.Struct):
             self.old is None or self.old.has_quorum(granted)
         )
 
-    def message(self, candidate: str) -> LeaseRequest:
+    def message(self, candidate: str) -> LeaseRequest | PreVote:
         """The request as sent."""
+        if self.pre:
+            return PreVote(self.seq, self.epoch, candidate, self.config)
         return LeaseRequest(self.seq, self.epoch, candidate, self.config)
 
 
@@ -111,15 +123,18 @@ class Campaign:
         self._liveness_of = liveness_of
 
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
-              renewal: bool, ask_self: Callable[[LeaseRequest], None]) -> None:  # fmt: skip
-        """Send a new request to every voter it asks, in name order; this
-        node's own vote is `ask_self`'s (in its place in that order, so the
-        requests after it wait for the write it makes)."""
+              renewal: bool, ask_self: Callable[[LeaseRequest | PreVote], None],
+              pre: bool = False) -> None:  # fmt: skip
+        """Send a new request (a pre-vote, with `pre`) to every voter it
+        asks, in name order; this node's own vote is `ask_self`'s (in its
+        place in that order, so the requests after it wait for the write it
+        makes)."""
+        assert not (pre and renewal)
         self.seq += 1
         self.late = None  # the new request asks every voter
         timeout = self.config.request_timeout_s
         req = Request(self.seq, epoch, config, old, now, now + timeout, renewal,
-                      now + timeout * _RESEND_AFTER)  # fmt: skip
+                      now + timeout * _RESEND_AFTER, pre=pre)  # fmt: skip
         self.request = req
         msg = req.message(self.name)
         for voter in req.targets():
@@ -137,7 +152,7 @@ class Campaign:
 
     # -- answers ----------------------------------------------------------------
 
-    def record(self, msg: LeaseGrant | LeaseReject) -> Request | None:
+    def record(self, msg: LeaseGrant | PreVoteGrant | LeaseReject) -> Request | None:
         """Note a voter's answer; the request in flight it answers, or None
         (an answer to the late renewal, or a stale one, counted)."""
         req = self.request
@@ -148,8 +163,11 @@ class Campaign:
                 return None
             self.counters.stale_messages += 1
             return None
+        if not isinstance(msg, LeaseReject) and isinstance(msg, PreVoteGrant) != req.pre:
+            self.counters.stale_messages += 1  # a pre-vote's answer to a real request, or back
+            return None
         req.answered.add(msg.voter)
-        if isinstance(msg, LeaseGrant):
+        if not isinstance(msg, LeaseReject):
             req.granted.add(msg.voter)
         return req
 
@@ -196,7 +214,7 @@ class Campaign:
         off and fail again the same way. Only a campaign that nobody has
         refused waits; the lease still counts from sending, so winning late
         is safe (it only shortens the first term)."""
-        if req.renewal or req.extended or not req.answered <= req.granted:
+        if req.renewal or req.pre or req.extended or not req.answered <= req.granted:
             return False
         until = req.sent_at + self.config.holder_lease_s - self.config.request_timeout_s
         if until <= now:

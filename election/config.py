@@ -42,12 +42,10 @@ class LeaseConfig(msgspec.Struct, frozen=True):
     rank_backoff_s: float = 0.25
     # A campaign or renewal without a majority by then has failed.
     request_timeout_s: float = 0.4
-    # How often the controller tells every member who it is. The notice is
-    # a refresh, not how news travels: a new controller tells everyone at
-    # once (and twice more), members it has not told yet (joined, back from
-    # dead, the other side of a healed partition) hear at its next renewal,
-    # and members forget a controller their view reports dead or left. A
-    # member keeps a controller it heard of for this plus `lease_s`.
+    # A backstop: the controller tells every member who it is at least this
+    # often. It tells them far more often anyway: at once when elected (and
+    # twice more), then at each renewal that wins, because a member names a
+    # controller only while a notice vouches for its lease (notices.py).
     notice_interval_s: float = 15.0
     # Voters in the configuration (Raft and ZooKeeper advise 3 or 5).
     max_voters: int = 5

@@ -20,9 +20,11 @@ after `_REAPED_GUARD_S` as controller, so that a fresh controller whose
 view is still filling up does not remove voters it has not heard of yet.
 
 **Notices.** A new controller (`ControllerElected`) knows itself as the
-controller and tells every member (`notices.Notices`); at each renewal it
-tells the members it has not told yet, if the view changed. One that
-steps down (`ControllerLost`) knows of no controller.
+controller and tells every member (`notices.Notices`); each renewal that
+wins tells every member again, with the lease it vouches for, and a
+member that lost a notice asks for one (`NoticeQuery`, answered by
+`LeaseElection`). One that steps down (`ControllerLost`) knows of no
+controller.
 
 **Preemption.** With `preempt`, a controller that sees a better-ranked
 voter steps aside (releases its lease, as a leave does, and stays a
@@ -93,6 +95,9 @@ class Controller:
         self.lease_end_at = self.elected_at = 0.0
         self.renew_at = 0.0
         self.fresh_epoch = False  # the next renewal moves to a new epoch
+        # Voters told by a notice that we hold our epoch after they refused
+        # it (`LeaseElection._refused_renewal`); cleared with each new epoch.
+        self.told_of_epoch: set[str] = set()
         self.quorum_config: VoterConfig | None = None  # of our last request that won
 
     @property
@@ -120,8 +125,6 @@ class Controller:
     def duties(self, now: float) -> None:
         """Renew, tell the members, and step aside for a better candidate."""
         if self.campaign.request is None and now >= self.renew_at:
-            if self.notices.dirty:
-                self.notices.tell(self.notice(now), everyone=False)  # members not told yet
             voters = self._host.voters
             assert voters is not None
             if voters != self.quorum_config and self.quorum_config is not None:
@@ -164,8 +167,13 @@ class Controller:
         if req.old is not None:
             self.counters.voter_changes += 1
         if self.lease_epoch == req.epoch:
+            # Members know the controller only as long as a notice vouches
+            # for its lease (notices.py): tell them the lease is longer now.
+            self.following.until = self.lease_end_at
+            self.notices.tell(self.notice(now))
             return
         self.lease_epoch = req.epoch
+        self.told_of_epoch = set()
         self.elected_at = now
         self.counters.elected += 1
         self.out.events.append(ControllerElected(req.epoch))

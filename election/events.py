@@ -55,6 +55,9 @@ class ElectionCounters(Counters):
     voter_changes: int = 0
     stale_messages: int = 0
     resends: int = 0  # requests asked again of voters that had not answered
+    pre_votes: int = 0  # pre-votes this node sent as a candidate
+    pre_votes_answered: int = 0  # pre-votes this node answered as a voter
+    notice_queries: int = 0  # fresh notices asked for after one was lost
 
 
 def election_fields(event: object) -> dict[str, object]:

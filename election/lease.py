@@ -23,7 +23,12 @@ none), a *candidate* (a campaign in flight), or the *controller* (it holds
 
 - follower → candidate: `_maybe_stand`, once nothing blocks it (a grant it
   holds, a controller it knows of, a back-off) and its rank's wait is over;
-  or, with no configuration yet, to bootstrap one.
+  or, with no configuration yet, to bootstrap one. A candidate first runs
+  a pre-vote (`PreVote`, voter.py): only a majority of voters that *would*
+  grant lets it ask for real, at a new epoch, so a member cut off from a
+  quorum, or a restarted one that does not know the controller yet, raises
+  no epoch (Raft's pre-vote, Ongaro's thesis section 9.6). A bootstrap
+  campaign has no controller to disturb and asks at once.
 - candidate → controller: `Controller.won`, on a majority. The lease
   counts `lease_s * (1 - drift)` from when the request was *sent*.
 - candidate → follower: `_request_failed` releases what it got and backs
@@ -59,11 +64,15 @@ from shoal.election.controller import Controller
 from shoal.election.events import ElectionCounters, PersistElection, VotersChanged
 from shoal.election.messages import (
     REJECT_EPOCH,
+    REJECT_HELD,
     ControllerNotice,
     LeaseGrant,
     LeaseReject,
     LeaseRelease,
     LeaseRequest,
+    NoticeQuery,
+    PreVote,
+    PreVoteGrant,
 )
 from shoal.election.notices import KnownController, Notices
 from shoal.election.ranking import Ranking, Standing
@@ -120,7 +129,7 @@ class LeaseElection:
         self.notices = Notices(name, config.notice_interval_s, view, self._send_to)
         self.standing = Standing(self.ranking, config.rank_backoff_s, rng)
         self.following = KnownController(name, config, self.out, self.counters, self.standing,
-                                         liveness_of, self)  # fmt: skip
+                                         liveness_of, self, self._send_to)  # fmt: skip
         self.controller = Controller(name, config, self.out, self.counters, self.campaign,
                                      self.ranking, self.notices, self.following, self)  # fmt: skip
         self._view_changed_at, self._leaving = 0.0, False
@@ -131,10 +140,13 @@ class LeaseElection:
         """Message type -> the role that handles it."""
         return {
             LeaseRequest: self.voter.on_request,
+            PreVote: self.voter.on_pre_vote,
             LeaseGrant: self._on_answer,
+            PreVoteGrant: self._on_answer,
             LeaseReject: self._on_answer,
             LeaseRelease: self._on_release,
             ControllerNotice: self.following.on_notice,
+            NoticeQuery: self._on_notice_query,
         }
 
     @property
@@ -198,12 +210,11 @@ class LeaseElection:
         """Membership changed. Only bootstrap waits on the view (until it has
         been still for `bootstrap_settle_s`); the rest runs on its timers.
 
-        A controller tells the members it has not told yet at its next
-        renewal; a member forgets a controller its view reports dead or
-        left (`notices.KnownController.view_changed`).
+        A controller tells every member at each renewal that wins; a member
+        forgets a controller its view reports dead or left
+        (`notices.KnownController.view_changed`).
         """
         self._view_changed_at = now
-        self.notices.view_changed()
         self.following.view_changed()
         if self.voters is None:
             self._wake_by(now + self.config.bootstrap_settle_s)
@@ -260,6 +271,7 @@ class LeaseElection:
             ctl.duties(now)
         else:
             self.following.expire(now)
+            self.following.ask(now)
             if campaign.request is None and not self._leaving:
                 self._maybe_stand(now)
         self._schedule(now)
@@ -275,7 +287,7 @@ class LeaseElection:
             # (a safety net: liveness never hangs on one lost message).
             times += [self.standing.blocked_until, now + self.config.lease_s]
         if self.following.known is not None and not self.is_controller:
-            times.append(self.following.until)
+            times += [self.following.until, self.following.ask_at]
         if self.voters is None and not self._leaving:
             times.append(self._view_changed_at + self.config.bootstrap_settle_s)
         grant = self.voter.grant
@@ -301,10 +313,13 @@ class LeaseElection:
                                                self.rng)  # fmt: skip
             if config is None:
                 return
-        elif not self.standing.due(now, config, self.voter.grant, known.known, known.until):
+            self.counters.campaigns += 1  # nothing to disturb yet: no pre-vote
+            self.issue(now, self.next_epoch(), config, None, renewal=False)
             return
-        self.counters.campaigns += 1
-        self.issue(now, self.next_epoch(), config, None, renewal=False)
+        if not self.standing.due(now, config, self.voter.grant, known.known, known.until):
+            return
+        self.counters.pre_votes += 1
+        self.issue(now, self.next_epoch(), config, None, renewal=False, pre=True)
 
     def _request_failed(self, req: Request, now: float) -> None:
         self.campaign.failed(req)
@@ -314,8 +329,10 @@ class LeaseElection:
             self.wake(now)
             return
         # A campaign that missed its majority gives back what it got, so that
-        # the voters are free for the next candidate at once.
-        self._release(req.epoch, req.granted, now)
+        # the voters are free for the next candidate at once (a pre-vote got
+        # nothing).
+        if not req.pre:
+            self._release(req.epoch, req.granted, now)
         self.standing.block(now + self.config.rank_backoff_s * (1 + self.rng.random() * 3))
         self.wake(now)
 
@@ -333,19 +350,24 @@ class LeaseElection:
 
     # -- messages ------------------------------------------------------------------------
 
-    def _on_answer(self, msg: LeaseGrant | LeaseReject, sender: Address, now: float) -> None:
+    def _on_answer(self, msg: LeaseGrant | PreVoteGrant | LeaseReject, sender: Address,
+                   now: float) -> None:  # fmt: skip
         req = self.campaign.record(msg)
         if req is None:
             return
-        if isinstance(msg, LeaseGrant):
-            if req.has_quorum():  # a new lease, or a renewal of ours
+        if not isinstance(msg, LeaseReject):
+            if req.has_quorum() and req.pre:  # a majority would grant: ask for real
+                self.campaign.failed(req)
+                self.counters.campaigns += 1
+                self.issue(now, self.next_epoch(), req.config, None, renewal=False)
+            elif req.has_quorum():  # a new lease, or a renewal of ours
                 self.controller.won(req, now)
                 self.wake(now)
             return
         self.counters.rejects += 1
         self.epoch_known = max(self.epoch_known, msg.granted_epoch)
-        if msg.reason == REJECT_EPOCH and req.renewal:
-            self.controller.fresh_epoch = True
+        if req.renewal and self._refused_renewal(msg, now):
+            return
         if msg.holder and msg.holder != self.name:
             retry_at = self.campaign.retry_when_free(req, msg, now)
             if retry_at is not None:  # ask this voter again the moment it is free
@@ -355,6 +377,36 @@ class LeaseElection:
         if msg.config is not None and msg.config.supersedes(self.voters):
             self.adopt(msg.config, now)
             self._request_failed(req, now)
+
+    def _refused_renewal(self, msg: LeaseReject, now: float) -> bool:
+        """A voter refused our renewal. Past our epoch (after a merge), the
+        next renewal moves above it. A voter that does not know we hold our
+        epoch (it restarted, or granted it to a candidate that lost it) is
+        told by a notice, and then takes us as the holder of that epoch
+        (`Voter.vouch`): a new epoch for that would unseat a healthy
+        controller for nothing (issue 28). One told that still refuses
+        granted our epoch number under another lineage: we move above it.
+        Whether the refusal is dealt with."""
+        epoch = self.controller.lease_epoch
+        if epoch is None or msg.config != self.voters:
+            return False
+        told = self.controller.told_of_epoch
+        if msg.reason == REJECT_EPOCH:
+            if msg.granted_epoch > epoch or msg.voter in told:
+                # Past our epoch (after a merge), or told and still refusing
+                # (its epoch came from a lineage it left): move above it.
+                self.controller.fresh_epoch = True
+                return False
+            told.add(msg.voter)
+        elif msg.reason != REJECT_HELD or msg.holder == self.name:
+            return False
+        self._send_to(msg.voter, self.controller.notice(now))
+        return not msg.holder  # a grant to another still binds: handled as before
+
+    def _on_notice_query(self, msg: NoticeQuery, sender: Address, now: float) -> None:
+        """A member lost a notice and asks for a fresh one."""
+        if self.is_controller:
+            self.out.send_durable(Send(sender, (self.controller.notice(now),)))
 
     def _on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
         if self.voter.release(msg.holder, msg.epoch):
@@ -380,15 +432,19 @@ class LeaseElection:
         return max(self.epoch_known, self.voter.granted_epoch) + 1
 
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
-              renewal: bool) -> None:  # fmt: skip
-        """Send a request for `epoch` (this node answers its own at once)."""
+              renewal: bool, pre: bool = False) -> None:  # fmt: skip
+        """Send a request for `epoch`, or a pre-vote for it (this node
+        answers its own at once)."""
 
-        def ask_self(msg: LeaseRequest) -> None:
+        def ask_self(msg: LeaseRequest | PreVote) -> None:
+            if isinstance(msg, PreVote):
+                self._on_answer(self.voter.pre_vote(msg, now), _SELF, now)
+                return
             answer = self.voter.vote(msg, now)
             if answer is not None:
                 self._on_answer(answer, _SELF, now)
 
-        self.campaign.issue(now, epoch, config, old, renewal, ask_self)
+        self.campaign.issue(now, epoch, config, old, renewal, ask_self, pre)
 
     def step_aside(self, now: float) -> None:
         """Release the lease to a better candidate (`preempt`), and keep standing."""
@@ -402,6 +458,7 @@ class LeaseElection:
         self.out.persist(PersistElection(self.voter.granted_epoch, config))
         self.out.events.append(VotersChanged(config))
         if old is not None and old.lineage != config.lineage:
+            self.voter.foreign_epoch = self.voter.granted_epoch  # granted under the other lineage
             self.controller.fresh_epoch = True
             if self.is_controller:
                 self._become_follower(now, "merged")
@@ -430,9 +487,17 @@ class LeaseElection:
         """A request for `epoch` exists: campaign above it."""
         self.epoch_known = max(self.epoch_known, epoch)
 
-    def renewed(self, holder: str, epoch: int, now: float) -> None:
-        """The controller we know of renewed with us: keep knowing it."""
-        self.following.renewed(holder, epoch, now)
+    def would_yield(self, candidate: str) -> bool:
+        """Whether `yield_campaign` would abandon our campaign for `candidate`."""
+        req = self.campaign.request
+        if req is None or req.renewal or req.pre or self.is_controller:
+            return False
+        return self.ranking.ranks_above_me(candidate)
+
+    def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
+        """`holder` won `epoch` (a notice says so): our voter may take it as
+        the holder of its grant of that epoch (`Voter.vouch`)."""
+        self.voter.vouch(holder, epoch, seq, now)
 
     def granted(self, now: float) -> None:
         """We granted a new lease: stop standing, look again."""

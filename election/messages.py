@@ -1,4 +1,4 @@
-"""Election wire messages (type tags 20-39) and their codec entries.
+"""Election wire messages (type tags 20-39; 20-27 used) and their codec entries.
 
 LeaseRequest    candidate/controller -> voters: grant me `epoch` under `config`
 LeaseGrant      voter -> candidate
@@ -6,6 +6,10 @@ LeaseReject     voter -> candidate: why, who holds a grant, for how long,
                 and the voter's configuration (so a stale candidate learns it)
 LeaseRelease    controller -> voters: I give the lease up (graceful leave)
 ControllerNotice controller -> members: who controls, with which epoch
+PreVote         candidate -> voters: would you grant me `epoch`? (nothing
+                is raised or written by asking or answering)
+PreVoteGrant    voter -> candidate: I would (a refusal is a LeaseReject)
+NoticeQuery     member -> controller: my notice is about to lapse, tell me again
 """
 
 from __future__ import annotations
@@ -70,6 +74,32 @@ class ControllerNotice(msgspec.Struct, frozen=True):
     config: VoterConfig
 
 
+class PreVote(msgspec.Struct, frozen=True):
+    """Would the voter grant `candidate` a lease for `epoch` under `config`
+    now? Raft's pre-vote (Ongaro's thesis, section 9.6): answering changes
+    nothing, so a candidate that cannot win raises no epoch by asking."""
+
+    seq: int
+    epoch: int
+    candidate: str
+    config: VoterConfig
+
+
+class PreVoteGrant(msgspec.Struct, frozen=True):
+    """The voter would grant pre-vote `seq` (a promise of nothing)."""
+
+    seq: int
+    epoch: int
+    voter: str
+
+
+class NoticeQuery(msgspec.Struct, frozen=True):
+    """A member whose knowledge of the controller of `epoch` is about to
+    lapse (a notice was lost) asks it for a fresh notice."""
+
+    epoch: int
+
+
 # -- codec --------------------------------------------------------------------
 
 
@@ -111,6 +141,12 @@ def _encode(msg: Any) -> list[Any] | None:
             return [23, epoch, holder]
         case ControllerNotice(epoch, holder, seq, remaining, config):
             return [24, epoch, holder, seq, remaining, _enc_config(config)]
+        case PreVote(seq, epoch, candidate, config):
+            return [25, seq, epoch, candidate, _enc_config(config)]
+        case PreVoteGrant(seq, epoch, voter):
+            return [26, seq, epoch, voter]
+        case NoticeQuery(epoch):
+            return [27, epoch]
     return None
 
 
@@ -129,3 +165,7 @@ codec.register(22, 8, lambda f: LeaseReject(u64(f[1]), _name(f[2]), _reason(f[3]
 codec.register(23, 3, lambda f: LeaseRelease(counter(f[1]), _name(f[2])), _encode)
 codec.register(24, 6, lambda f: ControllerNotice(counter(f[1]), _name(f[2]), u64(f[3]),
                                                  u64(f[4]), _config(f[5])), _encode)  # fmt: skip
+codec.register(25, 5, lambda f: PreVote(u64(f[1]), counter(f[2]), _name(f[3]),
+                                        _config(f[4])), _encode)  # fmt: skip
+codec.register(26, 4, lambda f: PreVoteGrant(u64(f[1]), counter(f[2]), _name(f[3])), _encode)
+codec.register(27, 2, lambda f: NoticeQuery(counter(f[1])), _encode)

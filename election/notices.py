@@ -2,25 +2,35 @@
 
 Theory of operation. Notices are not acknowledged. A new controller tells
 every live member at once and `_NOTICE_REPEATS` more times, `_NOTICE_GAP_S`
-apart, then every `notice_interval_s`. Between those, a member it has not
-told in this lease (one that joined, came back from dead, or was on the
-other side of a partition) is told at the next renewal, when the view has
-changed (`Notices.view_changed`).
+apart; then every renewal that wins its majority tells every live member
+again (`Notices.tell`), with the time left in the lease it just won, and
+every `notice_interval_s` tells everyone regardless (a backstop).
 
 The other side is `KnownController`: the controller a member knows of,
 `known` = (name, epoch), and until when. A notice of our configuration (or
-a newer one, adopted first) sets it, unless it is older than the one known;
-it holds for the lease the notice reports plus `lease_s`, and at least
-`notice_interval_s + lease_s` (until the next notice is surely due). A
-renewal granted by this member extends it; it is forgotten when that time
-runs out, when the view reports the controller dead or left, or when the
+a newer one, adopted first) sets it, unless it is older than the one known.
+It holds **only as long as the lease the notice vouches for** (its
+`remaining_ms`, counted from its arrival): a member never names a
+controller whose lease nobody told it about (issue 28: a minority member
+named a controller for 17 s after its lease had ended). The next notice
+comes one renewal later, well inside that; a member that has not had it by
+`renew_interval_s + _QUERY_AFTER_S` (a lost datagram) asks the controller
+for a fresh one (`NoticeQuery`), twice at most, so one loss does not make
+it report no controller for a moment. It is forgotten when that time runs
+out, when the view reports the controller dead or left, or when the
 controller releases its lease. Every change is a `ControllerChanged` event.
+
+A voter's renewals are not knowledge: a controller cut off from its
+majority goes on renewing with the voters it still reaches, and they cannot
+tell from a renewal whether it won. Only the controller knows its lease,
+and a notice carries it.
 
 Copies (the network's duplicates, or a replayer's captures) change nothing:
 a notice that is not newer, by (epoch, seq), than the last one accepted
 extends nothing, and a notice naming a holder this member's view reports
 dead or left is ignored, so a dead controller is never named again by its
-own old notices.
+own old notices. An accepted notice also tells this node's voter who holds
+the epoch it names (`voter.Voter.vouch`).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from typing import Protocol
 from shoal.election.campaign import SendFn
 from shoal.election.config import LeaseConfig
 from shoal.election.events import ControllerChanged, ElectionCounters
-from shoal.election.messages import ControllerNotice
+from shoal.election.messages import ControllerNotice, NoticeQuery
 from shoal.election.ranking import Standing
 from shoal.election.view import Liveness, LivenessFn, ViewFn
 from shoal.election.voters import VoterConfig
@@ -47,17 +57,23 @@ from shoal.kernel.outbox import Outbox
 # the successor in p99 2.98 s, max 3.03 s); at 0.25 s, p99 2.25 s, max 2.40 s.
 _NOTICE_REPEATS = 2
 _NOTICE_GAP_S = 0.25
+# A member asks for a fresh notice when none came this long after the next
+# one was due (one renewal after the last), and again as long after that:
+# both answers still arrive inside the lease the last notice vouched for
+# (1.96 s at the defaults; the asks go at 1.2 s and 1.4 s).
+_QUERY_AFTER_S = 0.2
+_QUERIES = 2
 _LIVE = Liveness.LIVE
 
 
 class Notices:
-    """Who has been told, and when to tell everyone again."""
+    """When to tell everyone again, and telling them."""
 
     def __init__(self, name: str, notice_interval_s: float, view: ViewFn,
                  send_to: SendFn) -> None:  # fmt: skip
         """Args:
         name: this node's name.
-        notice_interval_s: the slow pace of notices to everyone.
+        notice_interval_s: the backstop pace of notices to everyone.
         view: the members this node knows.
         send_to: how a notice reaches a member.
         """
@@ -65,20 +81,12 @@ class Notices:
         self.notice_interval_s = notice_interval_s
         self.notice_at = 0.0  # when everyone is told next
         self._repeats_left = 0  # fast repeats of a new controller's notice
-        # Live members sent a notice in this lease (see `tell`), and whether
-        # the view changed since it looked.
-        self._told: set[str] = set()
-        self.dirty = False
         self._view = view
         self._send_to = send_to
 
     def elected(self) -> None:
         """A new lease: the next notices to everyone come fast."""
         self._repeats_left = _NOTICE_REPEATS
-
-    def view_changed(self) -> None:
-        """Someone may not have been told."""
-        self.dirty = True
 
     def tell_everyone(self, now: float, notice: ControllerNotice) -> None:
         """Send `notice` to every live member, and set when to again."""
@@ -87,19 +95,14 @@ class Notices:
             self.notice_at = now + _NOTICE_GAP_S
         else:
             self.notice_at = now + self.notice_interval_s
-        self.tell(notice, everyone=True)
+        self.tell(notice)
 
-    def tell(self, notice: ControllerNotice, everyone: bool) -> None:
-        """Send `notice` to every live member, or (not `everyone`) only to
-        those not told in this lease."""
-        self.dirty = False
-        told, live = self._told, set()
+    def tell(self, notice: ControllerNotice) -> None:
+        """Send `notice` to every live member (a renewal won: the lease it
+        vouches for is longer now)."""
         for m in self._view():
             if m.liveness is _LIVE and m.name != self.name:
-                live.add(m.name)
-                if everyone or m.name not in told:
-                    self._send_to(m.name, notice)
-        self._told = live  # a member that dies and comes back is told again
+                self._send_to(m.name, notice)
 
 
 class NoticeHost(Protocol):
@@ -116,26 +119,33 @@ class NoticeHost(Protocol):
     def wake(self, now: float) -> None:
         """Evaluate again at `now`."""
 
+    def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
+        """`holder` won `epoch` (a notice of our configuration says so)."""
+
 
 class KnownController:
     """The controller this member knows of (`known`), until `until`."""
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
-                 standing: Standing, liveness_of: LivenessFn | None,
-                 host: NoticeHost) -> None:  # fmt: skip
+                 standing: Standing, liveness_of: LivenessFn | None, host: NoticeHost,
+                 send_to: SendFn) -> None:  # fmt: skip
         """Args:
         name: this node's name.
-        config: timing (`lease_s`, `notice_interval_s`, `voter_grant_s`).
+        config: timing (`renew_interval_s`).
         out: the election's outbox (its `ControllerChanged` events).
         counters: the election's counters.
         standing: when this node stands (a new controller clears its leaver).
         liveness_of: one member's liveness, or None (see `view.LivenessFn`).
         host: the rest of the node (see `NoticeHost`).
+        send_to: how a `NoticeQuery` reaches the controller.
         """
         self.name, self.config, self.out, self.counters = name, config, out, counters
         self.standing = standing
         self.known: tuple[str, int] | None = None  # (controller, epoch)
         self.until = 0.0  # when `known` is forgotten unless heard of again
+        self.ask_at = float("inf")  # when to ask the controller for a fresh notice
+        self._asks_left = 0
+        self._send_to = send_to
         self._last_notice = (0, 0)  # (epoch, seq) of the newest notice accepted
         self._liveness_of = liveness_of
         self._host = host
@@ -143,7 +153,8 @@ class KnownController:
     def on_notice(self, msg: ControllerNotice, sender: Address, now: float) -> None:
         """A controller's notice (see the module docstring)."""
         host = self._host
-        if msg.config.supersedes(host.voters):
+        adopted = msg.config.supersedes(host.voters)
+        if adopted:
             host.adopt(msg.config, now)
         elif msg.config != host.voters:
             return  # a notice from the lineage or configuration we left behind
@@ -157,10 +168,23 @@ class KnownController:
             self.counters.stale_messages += 1
             return
         self._last_notice = (msg.epoch, msg.seq)
-        until = now + msg.remaining_ms / 1000 + self.config.lease_s
         self.set((msg.holder, msg.epoch), msg.epoch)
-        self.until = max(until, now + self.config.notice_interval_s + self.config.lease_s)
+        self.until = now + msg.remaining_ms / 1000  # what the notice vouches for, no more
+        self.ask_at = now + self.config.renew_interval_s + _QUERY_AFTER_S
+        self._asks_left = _QUERIES
+        if not adopted:  # an epoch of another lineage says nothing of ours
+            host.vouch(msg.holder, msg.epoch, msg.seq, now)
         host.wake(now)
+
+    def ask(self, now: float) -> None:
+        """Ask the controller for a fresh notice, if the next one is late."""
+        known = self.known
+        if known is None or known[0] == self.name or now < self.ask_at:
+            return
+        self.counters.notice_queries += 1
+        self._send_to(known[0], NoticeQuery(known[1]))
+        self._asks_left -= 1
+        self.ask_at = now + _QUERY_AFTER_S if self._asks_left > 0 else float("inf")
 
     def _gone(self, holder: str) -> bool:
         """Whether the view reports `holder` dead or left."""
@@ -190,8 +214,3 @@ class KnownController:
         """`holder` released its lease of `epoch`: forget it if it is ours."""
         if self.known is not None and self.known[0] == holder:
             self.set(None, epoch)
-
-    def renewed(self, holder: str, epoch: int, now: float) -> None:
-        """The controller we know of renewed with us: keep knowing it."""
-        if self.known == (holder, epoch):
-            self.until = now + self.config.voter_grant_s

@@ -50,6 +50,33 @@ lease, and any two majorities share a voter, so no two leases overlap.
 (graceful leave, or a campaign that missed its majority giving back what
 it got).
 
+**Pre-vote** (Raft's, Ongaro's thesis section 9.6). A candidate first sends
+`PreVote(seq, epoch, ...)`, and campaigns for real only when a majority
+would grant. `Voter.pre_vote` applies steps 1, 3 and 5 of the rule above to
+the request as if it were real, and changes nothing: no configuration is
+adopted, no campaign yielded, no epoch raised, seen or written, no grant
+made. So the safety argument is untouched (a pre-vote promises nothing and
+nothing relies on it), and a member cut off from a quorum, or one that
+restarted and does not know the controller, asks again and again without
+raising an epoch: a voter holding a live controller's grant refuses
+(`REJECT_HELD`), and that grant *is* "recently heard from a leader" in
+Raft's terms, kept alive by every renewal.
+
+**Who holds an epoch** (`Voter.vouch`). A voter may forget *to whom* it
+granted its highest epoch e (a restart keeps only e), or may have granted e
+to a candidate that lost it. A notice of our configuration from X for
+epoch e tells it that X won e, and X is the only node that can have:
+every voter grants a given epoch as a new grant once (step 5, made durable
+first) and any two majorities share a voter. If the voter's grant of e is
+then to nobody it knows (after a restart), has run out, or is gone, it
+takes X as that grant's holder, with the same `until_at`: X's renewals of e
+are then renewals (step 4) instead of refusals that would cost the
+controller a new epoch, and nothing is promised that was not bound
+already. The grant's `seq` is set just below the notice's, so only
+X's renewals from now on extend it, never copies of old ones. An epoch
+granted under a lineage this node has since left is not vouched for: the
+merged controller must still move above it.
+
 What the rule needs from the rest of the node (the configuration, the
 ranking, the campaign in flight) it asks through `VoterHost`.
 """
@@ -70,6 +97,8 @@ from shoal.election.messages import (
     LeaseGrant,
     LeaseReject,
     LeaseRequest,
+    PreVote,
+    PreVoteGrant,
 )
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import Address, Send
@@ -108,8 +137,8 @@ class VoterHost(Protocol):
     def saw_epoch(self, epoch: int) -> None:
         """A request for `epoch` exists: campaign above it."""
 
-    def renewed(self, holder: str, epoch: int, now: float) -> None:
-        """`holder` renewed its grant: it is alive and controller."""
+    def would_yield(self, candidate: str) -> bool:
+        """Whether our campaign in flight would be abandoned for `candidate`."""
 
     def granted(self, now: float) -> None:
         """A new grant went out: stop standing, and look again."""
@@ -134,6 +163,9 @@ class Voter:
         self.counters = counters
         self.granted_epoch = granted_epoch
         self.grant: Grant | None = None
+        # Epochs up to this were granted under a lineage we left (a merge):
+        # a notice of ours says nothing of who holds them (`vouch`).
+        self.foreign_epoch = 0
         self._host = host
 
     def restart(self, now: float) -> None:
@@ -182,7 +214,6 @@ class Voter:
                 return LeaseGrant(msg.seq, msg.epoch, self.name) if msg.seq == grant.seq else None
             grant.seq = msg.seq
             grant.until_at = now + self.config.voter_grant_s
-            host.renewed(msg.candidate, msg.epoch, now)
             return LeaseGrant(msg.seq, msg.epoch, self.name)
         if msg.epoch <= self.granted_epoch and not (msg.epoch == yielded_epoch > 0):  # 5
             # (The epoch of a campaign we just abandoned was never claimed and
@@ -195,7 +226,47 @@ class Voter:
         host.granted(now)
         return LeaseGrant(msg.seq, msg.epoch, self.name)
 
-    def reject(self, msg: LeaseRequest, reason: int, now: float) -> LeaseReject:
+    def on_pre_vote(self, msg: PreVote, sender: Address, now: float) -> None:
+        """Answer a pre-vote (after every write before it, like any answer)."""
+        self.out.send_durable(Send(sender, (self.pre_vote(msg, now),)))
+
+    def pre_vote(self, msg: PreVote, now: float) -> PreVoteGrant | LeaseReject:
+        """Whether `vote` would grant `msg` now, changing nothing (module
+        docstring, "Pre-vote")."""
+        self.counters.pre_votes_answered += 1
+        host = self._host
+        mine = host.voters
+        if mine != msg.config and not msg.config.supersedes(mine):  # 1
+            return self.reject(msg, REJECT_CONFIG, now)
+        if self.name not in msg.config.voters:
+            return self.reject(msg, REJECT_NOT_VOTER, now)
+        grant = self.grant
+        if grant is not None and grant.holder == self.name and host.would_yield(msg.candidate):
+            grant = None  # 2: ours would be given up for this candidate
+        if grant is not None and grant.holder != msg.candidate and now < grant.until_at:  # 3
+            if grant.holder != self.name and host.ranks_above_me(msg.candidate):
+                host.hold_off(grant.until_at + 2 * self.config.request_timeout_s)
+            return self.reject(msg, REJECT_HELD, now)
+        if msg.epoch <= self.granted_epoch:  # 5
+            return self.reject(msg, REJECT_EPOCH, now)
+        return PreVoteGrant(msg.seq, msg.epoch, self.name)
+
+    def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
+        """A notice of our configuration says `holder` won `epoch` (as of its
+        request `seq`): make it the holder of our grant of that epoch, if we
+        do not know that grant's holder or it has ended (module docstring,
+        "Who holds an epoch")."""
+        if epoch != self.granted_epoch or epoch <= self.foreign_epoch or holder == self.name:
+            return
+        grant = self.grant
+        if grant is None:
+            self.grant = Grant(holder, epoch, now, max(seq - 1, 0))
+        elif grant.epoch == epoch and grant.holder != holder and (
+            grant.holder == "" or now >= grant.until_at
+        ):
+            grant.holder, grant.seq = holder, max(seq - 1, 0)
+
+    def reject(self, msg: LeaseRequest | PreVote, reason: int, now: float) -> LeaseReject:
         """A refusal of `msg`, with what the candidate needs to do better:
         the grant we hold and its time left, our highest epoch, and our
         configuration."""
