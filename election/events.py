@@ -16,7 +16,8 @@ class ControllerElected(msgspec.Struct, frozen=True):
 
 
 class ControllerLost(msgspec.Struct, frozen=True):
-    """This node stopped being controller (`reason`: expired, released, merged)."""
+    """This node stopped being controller (`reason`: expired, released, merged,
+    superseded)."""
 
     epoch: int
     reason: str
@@ -58,6 +59,7 @@ class ElectionCounters(Counters):
     pre_votes: int = 0  # pre-votes this node sent as a candidate
     pre_votes_answered: int = 0  # pre-votes this node answered as a voter
     notice_queries: int = 0  # fresh notices asked for after one was lost
+    superseded: int = 0  # leases given up on a notice of a successor (our clock slow)
 
 
 def election_fields(event: object) -> dict[str, object]:

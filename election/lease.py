@@ -494,6 +494,17 @@ class LeaseElection:
             return False
         return self.ranking.ranks_above_me(candidate)
 
+    def superseded(self, epoch: int, now: float) -> None:
+        """A notice of another holder's lease at `epoch`, in our configuration.
+        If we hold a lease below it, ours has run out on every clock but ours
+        (a voter granted `epoch` only after our grant ended on its clock): our
+        clock is slow, outside the drift bound. Step down at once, so that two
+        claimants, possible there, overlap as briefly as one notice allows."""
+        mine = self.controller.lease_epoch
+        if mine is not None and mine < epoch:
+            self.counters.superseded += 1
+            self._become_follower(now, "superseded")
+
     def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
         """`holder` won `epoch` (a notice says so): our voter may take it as
         the holder of its grant of that epoch (`Voter.vouch`)."""

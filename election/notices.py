@@ -119,6 +119,9 @@ class NoticeHost(Protocol):
     def wake(self, now: float) -> None:
         """Evaluate again at `now`."""
 
+    def superseded(self, epoch: int, now: float) -> None:
+        """Another holder won `epoch`: if we hold a lease below it, step down."""
+
     def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
         """`holder` won `epoch` (a notice of our configuration says so)."""
 
@@ -168,6 +171,8 @@ class KnownController:
             self.counters.stale_messages += 1
             return
         self._last_notice = (msg.epoch, msg.seq)
+        if not adopted:
+            host.superseded(msg.epoch, now)  # (before `set`: stepping down clears it)
         self.set((msg.holder, msg.epoch), msg.epoch)
         self.until = now + msg.remaining_ms / 1000  # what the notice vouches for, no more
         self.ask_at = now + self.config.renew_interval_s + _QUERY_AFTER_S

@@ -418,3 +418,17 @@ def test_the_controller_answers_a_notice_query_with_a_fresh_notice():
     (answer,) = el.drain().all_sends()
     assert answer.to == PEER and isinstance(answer.messages[0], ControllerNotice)
     assert answer.messages[0].remaining_ms == int((el.lease_end_at - 0.5) * 1000)
+
+
+def test_a_controller_that_hears_of_a_successor_steps_down_at_once():
+    """Its clock is slow (outside the drift bound): the successor's notice, in
+    the same configuration and at a higher epoch, ends its lease now, not
+    when its slow clock says so."""
+    el = voter("a")
+    (req, _) = stand(el)
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
+    el.drain()
+    assert el.is_controller
+    el.receive(ControllerNotice(req.epoch + 1, "b", 1, 1900, CONFIG), PEER, 0.5)
+    assert not el.is_controller and el.counters.superseded == 1
+    assert el.known == ("b", req.epoch + 1)
