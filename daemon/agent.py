@@ -101,6 +101,7 @@ class Agent:
         # A setting found bad after start (discovery's interfaces): the
         # agent leaves, and `run` raises it for the one-line exit 2.
         self._failure: ConfigError | None = None
+        self._clock_off = False  # last seen: clock further than store.max_offset_ms
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -252,9 +253,26 @@ class Agent:
     def _on_timer(self) -> None:
         self._timer = None
         self._armed_at = None
-        self.node.sync.set_wall_offset(self._wall_offset_ms())
+        self.node.set_wall_offset(self._wall_offset_ms())
         self.node.tick(self._loop.time())
         self.flush()
+        self._watch_clock()
+
+    def _watch_clock(self) -> None:
+        """One warning when this agent's clock goes further from its peers'
+        than `store.max_offset_ms` (its writes are refused from then on),
+        one line when it is back."""
+        offset = self.node.clock_offset_ms(self._loop.time())
+        limit = self.config.store.max_offset_ms
+        off = offset is not None and abs(offset) > limit
+        if off != self._clock_off:
+            self._clock_off = off
+            if off:
+                log.warning("this agent's clock is off from its peers': writes are refused",
+                            node=self.config.node_name, offset_ms=offset, limit_ms=limit,
+                            hint="fix this machine's clock (NTP; docs/operations.md)")  # fmt: skip
+            else:
+                log.info("this agent's clock agrees with its peers' again", offset_ms=offset)
 
     def _wall_offset_ms(self) -> int:
         # The cores see wall time only as monotonic `now` plus this offset,
@@ -285,7 +303,7 @@ class Agent:
         durable (group commit); acknowledge the client only then, so an
         acknowledged write survives a crash of this machine. The future is
         shared by a group of writes: add callbacks, never cancel it."""
-        self.node.sync.set_wall_offset(self._wall_offset_ms())
+        self.node.set_wall_offset(self._wall_offset_ms())
         record = self.node.write(key, value, self._loop.time())
         self.flush()
         assert self.commits is not None
@@ -311,7 +329,7 @@ class Agent:
 
         c, faults = self.commits, self.net.faults
         return AgentStatus(
-            node=status(self.node),
+            node=status(self.node, self._loop.time()),
             counters=dict(self.counters),
             watchers=len(self.publisher.watchers),
             fault_drops=None if faults is None else faults.dropped,

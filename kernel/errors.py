@@ -3,7 +3,8 @@
     ShoalError                 one line on stderr, exit 1
     ├── ConfigError            a setting is wrong: names it; exit 2
     ├── DataDirError           the data directory is unusable or in use; exit 2
-    └── ApiError               an agent's API could not be reached or said no; exit 1
+    ├── ApiError               an agent's API could not be reached or said no; exit 1
+    └── WriteRefused           a write this agent cannot stamp rightly (its clock); API 503
 
 Remote input (datagrams, frames, API bodies) never raises these: it is
 counted and dropped, or answered with a 4xx.
@@ -32,3 +33,9 @@ class DataDirError(ShoalError):
 
 class ApiError(ShoalError):
     """A client command could not talk to the agent, or the agent refused."""
+
+
+class WriteRefused(ShoalError):
+    """A write that would be stamped wrongly: this agent's clock is too far
+    from its peers', or a newer version of the key, stamped ahead of this
+    clock, is waiting to be accepted. Nothing was written."""

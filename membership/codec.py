@@ -71,8 +71,8 @@ def _encode_fields(msg: Any) -> list[Any] | None:
             return [1, seq, target, source]
         case PingReq(seq, target, addr, nack):
             return [2, seq, target, list(addr), nack]
-        case Ack(seq):
-            return [3, seq]
+        case Ack(seq, wall_ms):
+            return [3, seq, wall_ms]
         case Nack(seq):
             return [4, seq]
         case Alive(inc, node):
@@ -92,7 +92,7 @@ def _encode_fields(msg: Any) -> list[Any] | None:
 register(1, 4, lambda f: Ping(u64(f[1]), name(f[2]), name(f[3])), _encode_fields)
 register(2, 5, lambda f: PingReq(u64(f[1]), name(f[2]), address(f[3]), boolean(f[4])),
          _encode_fields)  # fmt: skip
-register(3, 2, lambda f: Ack(u64(f[1])), _encode_fields)
+register(3, 3, lambda f: Ack(u64(f[1]), u64(f[2])), _encode_fields)
 register(4, 2, lambda f: Nack(u64(f[1])), _encode_fields)
 register(5, 6, lambda f: Alive(counter(f[1]), _identity(f[2], f[3], f[4], f[5])), _encode_fields)
 register(6, 4, lambda f: Suspect(counter(f[1]), name(f[2]), name(f[3])), _encode_fields)

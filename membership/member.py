@@ -109,9 +109,10 @@ class LocalState:
     leaving. The table holds the same identity and incarnation for its own
     row; this is what the roles read on their paths."""
 
-    __slots__ = ("ident", "incarnation", "leaving")
+    __slots__ = ("ident", "incarnation", "leaving", "wall_offset_ms")
 
-    def __init__(self, ident: NodeIdentity, incarnation: int) -> None:
+    def __init__(self, ident: NodeIdentity, incarnation: int, wall_offset_ms: int = 0) -> None:
         self.ident = ident
         self.incarnation = incarnation
         self.leaving = False
+        self.wall_offset_ms = wall_offset_ms  # wall clock minus monotonic `now`, in ms

@@ -35,9 +35,12 @@ class PingReq(msgspec.Struct, frozen=True):
 
 
 class Ack(msgspec.Struct, frozen=True):
-    """The answer to a `Ping`, or a relayed answer to a `PingReq`."""
+    """The answer to a `Ping`, or a relayed answer to a `PingReq`; a direct
+    answer carries the answerer's wall clock in ms (0 when relayed), from
+    which the prober measures its clock offset (clockskew.py)."""
 
     seq: int
+    wall_ms: int = 0
 
 
 class Nack(msgspec.Struct, frozen=True):

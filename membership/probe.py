@@ -83,6 +83,7 @@ class ProbeRound:
         "nacks",
         "indirect_sent",
         "refused",
+        "sent_at",
     )
 
     def __init__(
@@ -93,8 +94,10 @@ class ProbeRound:
         incarnation: int,
         timeout_at: float,
         end_at: float,
+        sent_at: float = 0.0,
     ) -> None:
         self.seq = seq
+        self.sent_at = sent_at
         self.target = target
         self.target_addr = target_addr
         self.incarnation = incarnation

@@ -37,6 +37,7 @@ from shoal.kernel.contract import Address
 from shoal.kernel.deadlines import Deadlines
 from shoal.membership.awareness import LocalHealth
 from shoal.membership.claims import LOCAL
+from shoal.membership.clockskew import ClockOffsets
 from shoal.membership.counters import SwimCounters
 from shoal.membership.member import LocalState
 from shoal.membership.messages import Ack, Nack, Ping, PingReq, Suspect
@@ -68,6 +69,7 @@ class Prober:
         suspect: Callable[[Suspect, Address, float], None],
         sync_with_stranger: Callable[[Address, float], None],
         new_round: Callable[[], None],
+        offsets: ClockOffsets,
     ) -> None:
         """Share the node's state with the probing role.
 
@@ -84,7 +86,9 @@ class Prober:
             suspect: applies a `Suspect` claim (the verdict on a round).
             sync_with_stranger: a member we do not know pinged us.
             new_round: told when each probe round begins.
+            offsets: this node's clock offset, sampled from direct acks.
         """
+        self.offsets = offsets
         self._local = local
         self._name = local.ident.name  # never changes (set_tags keeps it)
         self._table = table
@@ -110,7 +114,8 @@ class Prober:
         if msg.target != self._name:
             self._counters.misdirected_pings += 1
             return
-        self._send_packet(sender, [Ack(msg.seq)], piggyback=True)
+        wall_ms = int(now * 1000) + self._local.wall_offset_ms
+        self._send_packet(sender, [Ack(msg.seq, wall_ms)], piggyback=True)
         if msg.source not in self._table.live and msg.source != self._name:
             self._sync_with_stranger(sender, now)
 
@@ -136,6 +141,9 @@ class Prober:
         probe.acked = True
         if now <= probe.timeout_at:  # a direct answer in time: we are healthy
             self._health.apply(-1)
+        if msg.wall_ms and sender == probe.target_addr:
+            our_wall_ms = now * 1000 + self._local.wall_offset_ms
+            self.offsets.sample(probe.target, probe.sent_at, now, our_wall_ms, msg.wall_ms)
 
     def on_nack(self, msg: Nack, sender: Address, now: float) -> None:
         """A relay did not hear our probe's target either."""
@@ -193,7 +201,7 @@ class Prober:
         seq = self._next_seq()
         timeout_at = now + self._health.scale(self._config.probe_timeout_s)
         end_at = now + self._health.scale(self._config.probe_interval_s)
-        self._probe = ProbeRound(seq, name, m.ident.addr, m.incarnation, timeout_at, end_at)
+        self._probe = ProbeRound(seq, name, m.ident.addr, m.incarnation, timeout_at, end_at, now)
         self._deadlines.push(timeout_at, self._due_probe_timeout, seq)
         msgs: list[Any] = [Ping(seq, name, self._name)]
         if m.state is SUSPECT:  # Lifeguard buddy system: tell the suspect

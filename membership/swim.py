@@ -41,6 +41,7 @@ from shoal.kernel.outbox import Outbox
 from shoal.membership.awareness import LocalHealth
 from shoal.membership.broadcast import BroadcastQueue
 from shoal.membership.claims import Claims
+from shoal.membership.clockskew import ClockOffsets
 from shoal.membership.counters import SwimCounters
 from shoal.membership.events import MemberLeft
 from shoal.membership.exchange import Exchange
@@ -97,6 +98,7 @@ class SwimNode:
         self._deadlines = deadlines = Deadlines()
         self.gossip = Gossip(self.broadcasts, table, config, rng, deadlines, out.sends, counters)
         scheduler = ProbeScheduler(rng)
+        self.offsets = ClockOffsets()
         self.claims = claims = Claims(
             local, table, config, health, deadlines, out, counters, self.gossip, scheduler
         )
@@ -106,7 +108,7 @@ class SwimNode:
         self.prober = prober = Prober(
             local, table, config, rng, health, deadlines, counters, scheduler,
             self.gossip.send_packet, claims.on_suspect, exchange.sync_with_stranger,
-            claims.new_round,
+            claims.new_round, self.offsets,
         )  # fmt: skip
         # Dispatch by exact type: one dict lookup on the hottest path, where a
         # chain of isinstance checks costs a microsecond per message.
@@ -123,6 +125,14 @@ class SwimNode:
         }
 
     # -- this node's standing (shared with the roles through `local`) ------------
+
+    def set_wall_offset(self, wall_offset_ms: int) -> None:
+        """Wall clock minus monotonic `now`, in ms (acks carry our wall clock)."""
+        self.local.wall_offset_ms = wall_offset_ms
+
+    def clock_offset_ms(self, now: float) -> int | None:
+        """This node's clock offset from its peers (clockskew.py), if measured."""
+        return self.offsets.estimate_ms(now)
 
     @property
     def ident(self) -> NodeIdentity:

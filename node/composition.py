@@ -14,6 +14,7 @@ election core plugs in at the same places.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Tags
+from shoal.kernel.errors import WriteRefused
 from shoal.membership.events import MemberJoined, MemberRefuted, MemberUpdated
 from shoal.membership.member import MemberState, MemberView, NodeIdentity
 from shoal.membership.profiles import SwimConfig
@@ -86,12 +88,14 @@ class ShoalNode:
         replica = Replica(store, ident.node_id, cfg.max_skew_ms, int(cfg.tombstone_grace_s * 1000))
         sync_rng = random.Random(rng.getrandbits(64))
         self.sync = AntiEntropy(replica, cfg, sync_rng, self._sample_peers, wall_offset_ms)
+        self.swim.set_wall_offset(wall_offset_ms)
         granted_epoch, voters = election_state
         self.election = LeaseElection(
             ident.name, lease_config or LeaseConfig(), random.Random(rng.getrandbits(64)),
             self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._liveness_of,
         )  # fmt: skip
         self._view_version = -1
+        self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
         self._swim_events_seen = 0  # membership events already read (_note_returns)
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
@@ -145,6 +149,9 @@ class ShoalNode:
     def tick(self, now: float) -> None:
         """Run whatever is due in any core."""
         self.swim.tick(now)
+        if now >= self._offset_at:  # the sync core judges records by the cluster's clock
+            self._offset_at = now + 1.0
+            self.sync.set_clock_offset(self.swim.clock_offset_ms(now) or 0)
         self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
@@ -232,8 +239,31 @@ class ShoalNode:
         self.swim.set_tags(tags, now)
 
     def write(self, key: bytes, value: bytes | None, now: float) -> Record:
-        """Put `key` (delete it, with None) and push the write to a few members."""
+        """Put `key` (delete it, with None) and push the write to a few members.
+
+        Raises:
+            WriteRefused: this node's clock is further than `max_offset_ms`
+                from its peers' (its stamps would order writes wrongly), or
+                see `Replica.write`.
+        """
+        offset = self.swim.clock_offset_ms(now)
+        limit = self.sync.config.max_offset_ms
+        if offset is not None and abs(offset) > limit:
+            self.sync.replica.counters.writes_refused_offset += 1
+            raise WriteRefused(
+                f"this agent's clock is {offset / 1000:+.3f} s from its peers' (more than "
+                f"store.max_offset_ms = {limit} ms): its writes would be ordered wrongly; "
+                "fix its clock (NTP) or write through another agent")
         return self.sync.write(key, value, now)
+
+    def set_wall_offset(self, wall_offset_ms: int) -> None:
+        """Wall clock minus monotonic `now`, in ms, for the cores that stamp."""
+        self.sync.set_wall_offset(wall_offset_ms)
+        self.swim.set_wall_offset(wall_offset_ms)
+
+    def clock_offset_ms(self, now: float) -> int | None:
+        """This node's clock offset from its peers, once measured."""
+        return self.swim.clock_offset_ms(now)
 
     def read(self, key: bytes) -> Record | None:
         """The local record of `key` (a tombstone if it was deleted)."""

@@ -37,6 +37,7 @@ class NodeStatus(msgspec.Struct, frozen=True):
     epoch: int | None
     is_controller: bool
     lease_end_at: float  # while controller: when the lease ends (the node's `now`)
+    clock_offset_ms: int | None  # this node's clock minus its peers', once measured
     voters: tuple[str, ...]  # the voter configuration, sorted names ...
     voters_version: int  # ... and its version (0: none formed yet)
     records: int  # replicated records held, tombstones too
@@ -51,8 +52,8 @@ def summary(node: ShoalNode) -> NodeSummary:
                        known[1] if known else None)  # fmt: skip
 
 
-def status(node: ShoalNode) -> NodeStatus:
-    """A frozen snapshot of `node` for readers."""
+def status(node: ShoalNode, now: float = 0.0) -> NodeStatus:
+    """A frozen snapshot of `node` for readers, at the node's `now`."""
     swim, election = node.swim, node.election
     known, voters = election.known, election.voters
     lease_epoch = election.lease_epoch
@@ -71,6 +72,7 @@ def status(node: ShoalNode) -> NodeStatus:
         epoch=known[1] if known else None,
         is_controller=election.is_controller,
         lease_end_at=election.lease_end_at,
+        clock_offset_ms=node.clock_offset_ms(now),
         voters=voters.voters if voters else (),
         voters_version=voters.version if voters else 0,
         records=node.sync.replica.tree.count,

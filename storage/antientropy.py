@@ -175,6 +175,7 @@ class AntiEntropy:
         self.rng = rng
         self.counters = SyncCounters()
         self.wall_offset_ms = wall_offset_ms
+        self.clock_offset_ms = 0
         self._peers = peers
         self._session: _Session | None = None
         self._session_ids = itertools.count(rng.getrandbits(32))
@@ -237,6 +238,11 @@ class AntiEntropy:
     def set_wall_offset(self, wall_offset_ms: int) -> None:
         """The driver's current wall clock minus `now`, in ms."""
         self.wall_offset_ms = wall_offset_ms
+
+    def set_clock_offset(self, clock_offset_ms: int) -> None:
+        """Our wall clock minus our peers' (membership's measure), in ms:
+        records are judged against the cluster's clock (`Replica.merge`)."""
+        self.clock_offset_ms = clock_offset_ms
 
     def wall_ms(self, now: float) -> int:
         """The wall clock at `now`."""
@@ -392,7 +398,7 @@ class AntiEntropy:
     def _on_record_push(self, msg: RecordPush, sender: Address, now: float) -> None:
         self.counters.pushes_received += 1
         self._quiet = 1
-        self.replica.merge(msg.records, self.wall_ms(now))
+        self.replica.merge(msg.records, self.wall_ms(now), self.clock_offset_ms)
 
     # -- initiator ------------------------------------------------------------------
 
@@ -435,7 +441,7 @@ class AntiEntropy:
         self._request(session, SyncDigests(session.id, asked, versions))
 
     def _on_sync_records(self, msg: SyncRecords, sender: Address, now: float) -> None:
-        applied = self.replica.merge(msg.records, self.wall_ms(now))
+        applied = self.replica.merge(msg.records, self.wall_ms(now), self.clock_offset_ms)
         self.counters.records_received += len(msg.records)
         session = self._session
         if session is None or session.id != msg.session or session.peer != sender:

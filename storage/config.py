@@ -34,6 +34,13 @@ class SyncConfig(msgspec.Struct, frozen=True):
     # CockroachDB's default maximum clock offset is 500 ms; a LAN of bare
     # metal without NTP discipline drifts more, so allow a minute.
     max_skew_ms: int = 60_000
+    # An agent whose clock is further than this from its peers' (measured
+    # from probe round trips, membership/clockskew.py) refuses writes (503):
+    # its stamps would make them win or lose against real order. LAN clocks
+    # under NTP agree within milliseconds; CockroachDB stops a node at 80 %
+    # of its 500 ms maximum offset. A second leaves room for a VM without
+    # NTP for a day (tens to hundreds of ms of drift).
+    max_offset_ms: int = 1000
     # How long a delete is kept. A replica away for longer than this may
     # bring a deleted key back (Cassandra's gc_grace_seconds, 10 days by
     # default, has the same meaning); one day suits a LAN cluster.
@@ -50,5 +57,7 @@ class SyncConfig(msgspec.Struct, frozen=True):
             raise ValueError(f"tree_depth must be 1 to {MAX_DEPTH}, got {self.tree_depth}")
         if self.push_fanout < 0 or self.record_switch_count < 0 or self.max_skew_ms < 0:
             raise ValueError("push_fanout, record_switch_count and max_skew_ms must be >= 0")
+        if self.max_offset_ms <= 0:
+            raise ValueError("max_offset_ms must be > 0")
         if self.tombstone_grace_s < 0 or self.mtu_bytes < 512:
             raise ValueError("tombstone_grace_s must be >= 0 and mtu_bytes at least 512")

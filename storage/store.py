@@ -16,14 +16,20 @@ clock comes in as `wall_ms`.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from shoal.kernel.counters import Counters
+from shoal.kernel.errors import WriteRefused
 from shoal.storage import hlc as hlc_mod
 from shoal.storage.hlc import HybridClock
 from shoal.storage.merkle import MerkleTree, leaf_of
 from shoal.storage.records import Record, digest
+
+# Keys remembered with a version refused as too far ahead (`Replica._ahead`);
+# beyond this the least recently refused is forgotten.
+MAX_AHEAD_KEYS = 10_000
 
 
 class RecordStore(Protocol):
@@ -110,6 +116,8 @@ class ReplicaCounters(Counters):
     merged: int = 0
     stale: int = 0
     skew_refused: int = 0
+    writes_refused_ahead: int = 0
+    writes_refused_offset: int = 0
     expired_tombstones_refused: int = 0
     tombstones_collected: int = 0
 
@@ -137,6 +145,10 @@ class Replica:
         self.tombstone_grace_ms = tombstone_grace_ms
         self.counters = ReplicaCounters()
         self._tombstones: list[tuple[int, bytes]] = []  # heap of (hlc, key)
+        # Keys of which a version was refused as too far ahead of our clock:
+        # key -> the highest such stamp. A local write to one of them could
+        # not win over that version when it is accepted later (see `write`).
+        self._ahead: OrderedDict[bytes, int] = OrderedDict()
         tree, newest = self.tree, 0
         for rec in store.all():
             tree.add(tree.leaf_of(rec.key), digest(rec))
@@ -152,21 +164,52 @@ class Replica:
 
     def write(self, key: bytes, value: bytes | None, wall_ms: int) -> Record:
         """A local put (or delete, with None): a fresh version that wins
-        over everything this node has seen."""
+        over everything this node has seen, refused versions included.
+
+        Raises:
+            WriteRefused: a version of `key` was refused as stamped too far
+                ahead of our clock, and our clock has not passed that stamp
+                yet: a write now would be stamped below it and lose to it
+                when it is accepted, after we acknowledged (issue 28).
+        """
+        ahead = self._ahead.get(key)
+        if ahead is not None:
+            if hlc_mod.physical_ms(ahead) < wall_ms:
+                del self._ahead[key]  # our clock passed it: a write now wins
+            else:
+                self.counters.writes_refused_ahead += 1
+                wait_s = (hlc_mod.physical_ms(ahead) - wall_ms) / 1000
+                raise WriteRefused(
+                    f"a version of this key stamped {wait_s:.1f} s ahead of this agent's clock "
+                    "was refused here (its writer's clock is fast, or ours slow); a write "
+                    f"now would lose to it later: retry in {wait_s:.0f} s or fix the clocks")
         rec = Record(key, value, self.clock.now(wall_ms), self.node_id)
         self._replace(self.store.get(key), rec)
         self.store.apply([rec], [])
         self.counters.local_writes += 1
         return rec
 
-    def merge(self, records: Iterable[Record], wall_ms: int) -> list[Record]:
-        """Take in records from a peer; returns the ones that were newer."""
+    def merge(self, records: Iterable[Record], wall_ms: int,
+              clock_offset_ms: int = 0) -> list[Record]:  # fmt: skip
+        """Take in records from a peer; returns the ones that were newer.
+
+        A record more than `max_skew_ms` ahead of the *cluster's* clock is
+        refused: our wall clock less our measured offset from our peers
+        (`clock_offset_ms`), so a node whose own clock is slow still takes
+        its peers' fresh writes instead of refusing them all."""
         applied: dict[bytes, Record] = {}
         cutoff = hlc_mod.pack(max(0, wall_ms - self.tombstone_grace_ms))
+        ahead = self._ahead
         for rec in records:
-            if not self.clock.observe(rec.hlc, wall_ms):
+            if not self.clock.observe(rec.hlc, wall_ms - clock_offset_ms):
                 self.counters.skew_refused += 1
+                if rec.hlc > ahead.get(rec.key, 0):
+                    ahead[rec.key] = rec.hlc
+                    if len(ahead) > MAX_AHEAD_KEYS:
+                        ahead.popitem(last=False)
                 continue
+            if ahead and rec.key in ahead and rec.hlc >= ahead[rec.key]:
+                del ahead[rec.key]  # accepted now: a later write is stamped above it
             if rec.value is None and rec.hlc < cutoff:
                 self.counters.expired_tombstones_refused += 1
                 continue

@@ -36,6 +36,10 @@ class AgentCollector:
         yield GaugeMetricFamily("shoal_local_health_score",
                                 "Lifeguard local health multiplier (0 is healthy)",
                                 value=node.health_score)  # fmt: skip
+        if node.clock_offset_ms is not None:
+            yield GaugeMetricFamily("shoal_clock_offset_seconds",
+                                    "This node's clock minus its peers' (median, from probes)",
+                                    value=node.clock_offset_ms / 1000)  # fmt: skip
         yield GaugeMetricFamily("shoal_controller_epoch", "Epoch of the controller this node knows",
                                 value=node.epoch if node.epoch is not None else 0)  # fmt: skip
         yield GaugeMetricFamily("shoal_is_controller", "1 while this node holds the lease",

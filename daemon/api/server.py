@@ -35,7 +35,7 @@ from urllib.parse import unquote_to_bytes
 from shoal.daemon.api.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
-from shoal.kernel.errors import ConfigError
+from shoal.kernel.errors import ConfigError, WriteRefused
 from shoal.membership.member import MemberState
 from shoal.storage import hlc
 from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
@@ -122,6 +122,7 @@ class ApiServer:
         me: dict[str, Any] = node.me.to_json()
         me["cluster"] = self.agent.config.cluster
         me["health_score"] = node.health_score
+        me["clock_offset_ms"] = node.clock_offset_ms
         me["watchers"] = status.watchers
         me["counters"] = {**node.counters, **status.counters}
         if status.fault_drops is not None:
@@ -168,7 +169,10 @@ class ApiServer:
             return 200, _record_json(rec, self.agent.member_name(rec.writer))
         if method not in ("PUT", "DELETE"):
             raise HttpError(405, f"no {method} {KV_PREFIX}<key>")
-        rec, durable = self.agent.write(key, request.body if method == "PUT" else None)
+        try:
+            rec, durable = self.agent.write(key, request.body if method == "PUT" else None)
+        except WriteRefused as exc:
+            raise HttpError(503, str(exc)) from None
         return Deferred(durable, lambda: (200, self._written_json(rec)))
 
     def _written_json(self, rec: Record) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shoal.kernel.errors import WriteRefused
 from shoal.storage import hlc
 from shoal.storage.hlc import HybridClock
 from shoal.storage.records import Record
@@ -126,3 +128,33 @@ def test_restarted_replica_rebuilds_its_tree_and_clock_from_the_store():
     again = Replica(store, b"\xaa" * 16, SKEW_MS, GRACE_MS)
     assert again.tree.levels == rep.tree.levels
     assert again.clock.last == rep.clock.last
+
+
+def test_no_acknowledged_write_loses_to_a_version_refused_as_too_far_ahead():
+    """Issue 28, case 1: B's clock +70 s writes W1; A refuses it. A write on A
+    now would be stamped below W1 and lose to it once W1 is accepted, after
+    A acknowledged it: A refuses the write instead, until W1 has been taken
+    in or A's clock has passed its stamp; then A's write wins everywhere."""
+    now = 1_800_000_000_000
+    a = Replica(MemoryStore(2), b"\xaa" * 16, SKEW_MS, GRACE_MS)
+    b = Replica(MemoryStore(2), b"\xbb" * 16, SKEW_MS, GRACE_MS)
+    w1 = b.write(b"k", b"W1", now + 70_000)
+    assert a.merge([w1], now) == [] and a.counters.skew_refused == 1
+    with pytest.raises(WriteRefused, match="ahead of this agent's clock"):
+        a.write(b"k", b"W2", now + 1_000)
+    assert a.write(b"other", b"x", now + 1_000)  # other keys are not held up
+    assert a.merge([w1], now + 15_000) == [w1]  # re-offered, within the bound now
+    w2 = a.write(b"k", b"W2", now + 15_001)  # acknowledged: it must win
+    assert w2.newer_than(w1) and a.counters.writes_refused_ahead == 1
+    b.merge([w2], now + 70_000)
+    assert b.get(b"k") == a.get(b"k") == w2
+
+
+def test_a_slow_node_takes_fresh_records_judged_by_the_clusters_clock():
+    """Issue 28, mirror case: a node 70 s slow that knows it (its measured
+    offset) takes its peers' fresh writes instead of refusing them all."""
+    now = 1_800_000_000_000
+    slow = Replica(MemoryStore(2), b"\xcc" * 16, SKEW_MS, GRACE_MS)
+    fresh = Record(b"k", b"v", hlc.pack(now), b"\xaa" * 16)
+    assert slow.merge([fresh], now - 70_000) == []  # judged by its own clock: refused
+    assert slow.merge([fresh], now - 70_000, clock_offset_ms=-70_000) == [fresh]
