@@ -11,7 +11,7 @@ PYTHON  ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c \
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 # command:Debian package, for what the LAN tests run.
-TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime
 SHOAL   := $(VENV)/bin/shoal
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed
