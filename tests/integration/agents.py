@@ -45,6 +45,8 @@ class AgentProcess:
         self.log_path = root / f"{name}-{serial}.log"
         self.join = join
         self.extra = extra
+        self.prefix: list[str] = []  # e.g. faketime's, before the interpreter
+        self.env: dict[str, str] = {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -58,13 +60,16 @@ class AgentProcess:
     def start(self, new_address: bool = False) -> AgentProcess:
         if new_address:
             self.ip = next_ip()
-        args = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", self.name,
+        args = [*self.prefix, sys.executable, "-m", "shoal.daemon.cli", "agent",
+                "--node-name", self.name,
                 "--bind", self.gossip, "--api", f"{self.ip}:7947",
                 "--data-dir", str(self.data_dir), "--log-format", "json", *self.extra]  # fmt: skip
         for j in self.join:
             args += ["--join", j]
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                     env=env)  # fmt: skip
         log.close()
         return self
 
@@ -114,11 +119,14 @@ class AgentCluster:
         self.agents: list[AgentProcess] = []
 
     def add(self, name: str | None = None, join: list[str] | None = None,
-            extra: list[str] | None = None) -> AgentProcess:  # fmt: skip
+            extra: list[str] | None = None, prefix: list[str] | None = None,
+            env: dict[str, str] | None = None) -> AgentProcess:  # fmt: skip
         name = name or f"agent-{len(self.agents)}"
         if join is None:
             join = [self.agents[0].gossip] if self.agents else []
         agent = AgentProcess(name, self.root, join, extra or [])
+        agent.prefix = prefix or []
+        agent.env = env or {}
         self.agents.append(agent)
         return agent.start()
 
