@@ -13,9 +13,11 @@ A voter holds at most one *grant*: (holder, epoch, until_at). It answers a
    the candidate adopts it). A node that is not a voter of it refuses
    (`REJECT_NOT_VOTER`).
 2. **Yield.** If the grant we hold is our own, for a campaign still in
-   flight, and a better-ranked candidate asks, our campaign is abandoned
-   (its epoch was never claimed: no majority granted it), so the grant is
-   released and the better candidate may take even that epoch.
+   flight, and a better-ranked candidate asks for an epoch at least ours,
+   our campaign is abandoned (its epoch was never claimed: no majority
+   granted it), so the grant is released and the better candidate may take
+   even that epoch. A request below our epoch (a late copy, or a replayed
+   old one) is no reason to give up.
 3. **One grant at a time.** An unexpired grant to another holder is a
    refusal (`REJECT_HELD`, with the holder and the time left, so a candidate
    asks again the moment it ends). A voter refusing a better-ranked
@@ -195,7 +197,7 @@ class Voter:
             return self.reject(msg, REJECT_NOT_VOTER, now)
         grant = self.grant
         yielded_epoch = 0
-        if grant is not None and grant.holder == self.name:  # 2
+        if grant is not None and grant.holder == self.name and msg.epoch >= grant.epoch:  # 2
             yielded_epoch = host.yield_campaign(msg.candidate, now)
             grant = self.grant
         if grant is not None and grant.holder != msg.candidate and now < grant.until_at:  # 3
@@ -241,7 +243,8 @@ class Voter:
         if self.name not in msg.config.voters:
             return self.reject(msg, REJECT_NOT_VOTER, now)
         grant = self.grant
-        if grant is not None and grant.holder == self.name and host.would_yield(msg.candidate):
+        if (grant is not None and grant.holder == self.name and msg.epoch >= grant.epoch
+                and host.would_yield(msg.candidate)):  # fmt: skip
             grant = None  # 2: ours would be given up for this candidate
         if grant is not None and grant.holder != msg.candidate and now < grant.until_at:  # 3
             if grant.holder != self.name and host.ranks_above_me(msg.candidate):

@@ -126,8 +126,8 @@ class SimCluster:
         self._fsync_rng = random.Random(seed * 104_729 + 3)
         # Called with the host index when it writes election state unsynced.
         self.write_hooks: list[Callable[[int], None]] = []
-        # Called with (host index, messages) for everything a host sends.
-        self.send_hooks: list[Callable[[int, tuple[Any, ...]], None]] = []
+        # Called with (host index, destination, messages, channel) for everything a host sends.
+        self.send_hooks: list[Callable[[int, Address, tuple[Any, ...], Channel], None]] = []
         self.sync_config = sync_config or SyncConfig()
         # Each node's record store: its disk, which outlives crashes.
         self.stores = [MemoryStore(self.sync_config.tree_depth) for _ in range(n)]
@@ -349,7 +349,7 @@ class SimCluster:
 
     def _transmit(self, src: int, to: Address, messages: tuple[Any, ...], channel: Channel) -> None:
         for hook in self.send_hooks:
-            hook(src, messages)
+            hook(src, to, messages, channel)
         dst = self._host_of.get(to)
         src_addr = self.idents[src].addr
         if channel is Channel.STREAM:
@@ -382,6 +382,10 @@ class SimCluster:
             heapq.heappush(
                 self._heap, (when, next(self._seq), _DATAGRAM, (dst, src_addr, messages))
             )
+
+    def deliver(self, dst: int, src_addr: Address, messages: tuple[Any, ...], stream: bool) -> None:
+        """Hand `messages` to host `dst` now as if `src_addr` sent them (sim/attacker.py)."""
+        self._dispatch(_STREAM if stream else _DATAGRAM, (dst, src_addr, messages))
 
     def _refuse(self, kind: int, dst: int, src_addr: Address) -> None:
         """What the host of a crashed agent answers (nothing, when it is down)."""

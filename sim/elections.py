@@ -17,11 +17,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.election.config import LeaseConfig
-from shoal.election.messages import LeaseGrant
+from shoal.election.messages import (
+    ControllerNotice,
+    LeaseGrant,
+    LeaseReject,
+    LeaseRelease,
+    LeaseRequest,
+)
+from shoal.kernel.contract import Address, Channel
+from shoal.membership.member import MemberState
 from shoal.membership.profiles import PROFILES
+from shoal.sim.attacker import Replayer
 from shoal.sim.clock import NodeClock
 from shoal.sim.cluster import SimCluster
 from shoal.sim.network import LinkProfile
+
+ELECTION_MESSAGES = (LeaseRequest, LeaseGrant, LeaseReject, LeaseRelease, ControllerNotice)
+_GONE = (MemberState.DEAD, MemberState.LEFT)
 
 
 @dataclass(slots=True)
@@ -106,13 +118,41 @@ class DurablePromises:
         self._cluster = cluster
         cluster.send_hooks.append(self._sent)
 
-    def _sent(self, i: int, messages: tuple[object, ...]) -> None:
+    def _sent(self, i: int, to: Address, messages: tuple[object, ...], channel: Channel) -> None:
         durable = self._cluster.disks[i].election[0]
         for msg in messages:
             if isinstance(msg, LeaseGrant) and msg.epoch > durable:
                 now = self._cluster.now
                 self.violations.append(f"node {i} sent a grant of epoch {msg.epoch} at "
                                        f"t={now:.3f}; its disk holds {durable}")  # fmt: skip
+
+
+class NoDeadController:
+    """No running node reports as controller a member its own view holds
+    dead or left (what `shoal controller` would show), checked after every
+    step: a replayed notice of a dead controller must not name it again."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.violations: list[str] = []
+        self._seen: set[tuple[int, tuple[str, int]]] = set()
+
+    def check(self) -> bool:
+        """Look at every running node now; always False (see `LeaseSafety.check`)."""
+        for i, node in enumerate(self.cluster.nodes):
+            if node is None:
+                continue
+            known = node.election.known
+            if known is None or known[0] == node.name:
+                continue
+            state = node.state_of(known[0])
+            if state in _GONE and (i, known) not in self._seen:
+                assert state is not None
+                self._seen.add((i, known))
+                self.violations.append(f"t={self.cluster.now:.3f} node {i} reports {known[0]} "
+                                       f"(epoch {known[1]}) as controller, its view holds it "
+                                       f"{state.name.lower()}")  # fmt: skip
+        return False
 
 
 def controllers(cluster: SimCluster) -> list[int]:
@@ -133,15 +173,19 @@ class SwarmRun:
     violations: list[str] = field(default_factory=list)
     recovered_after_s: float | None = None
     tenures: int = 0
+    replays: int = 0
+    named_dead: list[str] = field(default_factory=list)  # NoDeadController's findings
 
 
 def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
-              liveness_s: float = 20.0) -> SwarmRun:  # fmt: skip
+              liveness_s: float = 20.0, replay_rate: float = 0.0) -> SwarmRun:  # fmt: skip
     """One seeded run: random size, loss, clock drift within the bound, disk
     latency, and a random schedule of crashes, restarts, partitions (minority
     controller cut off included), leaves, late joins and a crash between an
     election write and its fsync until `heal_at_s`; then everything heals
-    and a controller must exist within `liveness_s`."""
+    and a controller must exist within `liveness_s`. With `replay_rate`, a
+    replayer (sim/attacker.py) copies traffic at that many replays per
+    second for the whole run, its fault schedule unchanged."""
     rng = random.Random(seed)
     lease = LeaseConfig()
     n = rng.choice([3, 5, 5, 7])
@@ -187,17 +231,45 @@ def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
         down.clear()
 
     cluster.at(heal_at_s, heal_all)
-    safety = LeaseSafety(cluster)
-    promises = DurablePromises(cluster)
-    cluster.run_until(heal_at_s + 0.2, safety.check)
+    _judge(cluster, run, heal_at_s, liveness_s, duration_s, replay_rate)
+    return run
+
+
+def _judge(cluster: SimCluster, run: SwarmRun, heal_at_s: float, liveness_s: float,
+           duration_s: float, replay_rate: float) -> None:  # fmt: skip
+    """Run the swarm's schedule (under attack, with `replay_rate`) and record
+    what the checkers found."""
+    safety, promises = LeaseSafety(cluster), DurablePromises(cluster)
+    dead = NoDeadController(cluster)
+    attackers = attack(cluster, replay_rate)
+
+    def step() -> bool:
+        return safety.check() or dead.check()
+
+    cluster.run_until(heal_at_s + 0.2, step)
     done = cluster.run_until(heal_at_s + liveness_s,
-                             lambda: safety.check() or len(controllers(cluster)) == 1)  # fmt: skip
+                             lambda: step() or len(controllers(cluster)) == 1)  # fmt: skip
     if done:
         run.recovered_after_s = cluster.now - heal_at_s
-    cluster.run_until(duration_s, safety.check)
+    cluster.run_until(duration_s, step)
     run.violations = safety.violations + promises.violations
+    run.named_dead = dead.violations
     run.tenures = len(safety.tenures)
-    return run
+    run.replays = sum(a.replayed for a in attackers)
+
+
+def attack(cluster: SimCluster, replay_rate: float) -> list[Replayer]:
+    """`replay_rate` replays per second: half of them copies of any traffic,
+    half of election messages only (a small share of all datagrams, and the
+    ones a replay could turn against the lease)."""
+    if replay_rate <= 0:
+        return []
+    return [Replayer(cluster, replay_rate / 2),
+            Replayer(cluster, replay_rate / 2, keep=_is_election, salt=1)]  # fmt: skip
+
+
+def _is_election(src: int, messages: tuple[object, ...]) -> bool:
+    return isinstance(messages[0], ELECTION_MESSAGES)
 
 
 def _fsync_latency(median_s: float) -> Callable[[random.Random], float]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from shoal.membership.events import MemberDied, MemberLeft
 from shoal.membership.profiles import PROFILES, SwimConfig
+from shoal.sim.attacker import Replayer
 from shoal.sim.checks import FalsePositives, IncarnationMonotonic, converged
 from shoal.sim.cluster import SimCluster
 from shoal.sim.network import LinkProfile
@@ -70,6 +71,7 @@ class SimResult:
     datagrams_per_node_s: float
     bytes_per_node_s: float
     wall_s: float
+    replays: int = 0  # copies a replayer delivered (`replay_rate`)
 
     def to_json(self) -> dict[str, Any]:
         """The result as one JSON object."""
@@ -129,6 +131,7 @@ def run_simulation(
     wire: bool = False,
     formed: bool = False,
     crash_mode: str = "host",
+    replay_rate: float = 0.0,
 ) -> SimResult:
     """Form a cluster, crash `crash` nodes once it has converged, and report.
 
@@ -136,7 +139,9 @@ def run_simulation(
     With `formed`, every node starts knowing every other (no formation).
     `crash_mode` is "host" (the host goes silent: the worst case, and what
     memberlist's figures assume) or "process" (the agent dies, its host
-    answers "port unreachable").
+    answers "port unreachable"). With `replay_rate`, a replayer
+    (sim/attacker.py) copies any captured traffic to any member, that many
+    times per second, from the start.
     """
     if crash_mode not in CRASH_MODES:
         raise ValueError(f"crash_mode: expected one of {', '.join(CRASH_MODES)}")
@@ -145,6 +150,7 @@ def run_simulation(
     cluster = SimCluster(nodes, seed, swim, LinkProfile(loss=loss), wire=wire, count_bytes=True)
     fps, incs, watch = FalsePositives(cluster), IncarnationMonotonic(), CrashWatch(cluster)
     cluster.observers += [fps, incs, watch]
+    replayer = Replayer(cluster, replay_rate) if replay_rate > 0 else None
     if formed:
         cluster.start_formed(0.0)
         cluster.run_until(0.0)
@@ -179,6 +185,7 @@ def run_simulation(
             "seed": seed,
             "profile": profile,
             "formed": formed,
+            "replay_rate": replay_rate,
         },  # fmt: skip
         converged_s=converged_at,
         crashes=list(watch.records.values()),
@@ -188,4 +195,5 @@ def run_simulation(
         datagrams_per_node_s=cluster.stats.datagrams / n_live / duration_s,
         bytes_per_node_s=cluster.stats.bytes / n_live / duration_s,
         wall_s=time.perf_counter() - started,
+        replays=replayer.replayed if replayer is not None else 0,
     )
