@@ -23,7 +23,8 @@ Replay (IPsec ESP's and DTLS's anti-replay window, WireGuard's per-peer
 counter, RFC 4303 §3.4.3 and RFC 6347 §4.1.2.6): `Sessions.check` refuses a
 packet bound to anyone but this node in this run (`misdirected`: a copy
 sent to another member, or to this one after it restarted), from a run of
-its sender older than one already seen (`stale_run`), or whose counter was
+its sender older than one already seen (`stale_run`), from itself
+(`reflected`: its own packet, of any run, sent back), or whose counter was
 seen already or is older than the window (`replay`). A restart needs no
 memory: every bound packet names the receiver's run, and runs only grow
 (`next_run`), so nothing captured before a restart is bound to the run
@@ -249,6 +250,8 @@ class Sessions:
         """
         if env.to != self.me and env.to != UNBOUND:
             raise DecodeError("misdirected", "bound to another member, or to an earlier run")
+        if env.sender == self.node_tag:
+            raise DecodeError("reflected", "our own packet, sent back to us")
         windows = self._windows
         w = windows.get(env.sender)
         if w is None or env.run > w.run:

@@ -31,3 +31,23 @@ def make_lan(tmp_path):
     yield make
     for lan in lans:
         lan.close()
+
+
+@pytest.fixture(scope="module")
+def make_module_lan(tmp_path_factory):
+    """`make_lan` for a whole module: LANs its tests share, built once and torn
+    down after the module's last test."""
+    require_root("network namespaces, veth and a bridge")
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: `make test` installs iproute2 and nftables")
+    lans: list[VirtualLan] = []
+
+    def make(n: int, disable_dad: bool = True) -> VirtualLan:
+        lan = VirtualLan(n, tmp_path_factory.mktemp("lan"), disable_dad=disable_dad)
+        lans.append(lan)
+        return lan
+
+    yield make
+    for lan in lans:
+        lan.close()

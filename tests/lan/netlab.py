@@ -67,8 +67,8 @@ def _delete_namespace(name: str) -> None:
     sh("ip", "netns", "del", name, check=False)
 
 
-def socket_in(ns: str, family: int = socket.AF_INET,
-              kind: int = socket.SOCK_STREAM) -> socket.socket:  # fmt: skip
+def socket_in(ns: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM,
+              proto: int = 0) -> socket.socket:  # fmt: skip
     """A socket that lives in network namespace `ns`."""
     box: dict[str, Any] = {}
 
@@ -80,7 +80,7 @@ def socket_in(ns: str, family: int = socket.AF_INET,
                     raise OSError(ctypes.get_errno(), "setns failed")
             finally:
                 os.close(fd)
-            box["sock"] = socket.socket(family, kind)
+            box["sock"] = socket.socket(family, kind, proto)
         except OSError as exc:
             box["error"] = exc
 
@@ -119,6 +119,23 @@ class Host:
         log.close()
         return self
 
+    def shoal(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run `shoal ARGS --api <this host's agent>` inside this host."""
+        result = subprocess.run(
+            ["ip", "netns", "exec", self.ns, sys.executable, "-m", "shoal.daemon.cli", *args,
+             "--api", "127.0.0.1:7947"], capture_output=True, text=True, timeout=60,
+            stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+        if check and result.returncode != 0:
+            raise RuntimeError(f"shoal {' '.join(args)} on {self.ns}: exit {result.returncode}\n"
+                               f"{result.stdout}{result.stderr}")  # fmt: skip
+        return result
+
+    def udp_receive_errors(self) -> int:
+        """Datagrams this host's kernel dropped for a full socket buffer."""
+        lines = [ln.split() for ln in self.run("cat", "/proc/net/snmp").splitlines()
+                 if ln.startswith("Udp:")]  # fmt: skip
+        return int(dict(zip(lines[0], lines[1], strict=True))["RcvbufErrors"])
+
     def post(self, path: str, timeout_s: float = 3.0) -> Any:
         return self.api(path, timeout_s, method="POST")
 
@@ -152,6 +169,16 @@ class Host:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def terminate_agent(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM: the agent leaves gracefully (a controller releases its
+        lease) and exits; SIGKILL if it has not within `timeout_s`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.stop_agent()
 
     # -- faults --------------------------------------------------------------
 

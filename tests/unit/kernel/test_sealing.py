@@ -109,6 +109,15 @@ def test_a_copy_is_refused_by_its_receiver_by_another_member_and_after_a_restart
     assert info.value.reason == "misdirected"
 
 
+def test_a_nodes_own_packet_sent_back_is_refused_whatever_its_run():
+    """An unbound hello of ours from an earlier run, reflected to us after a
+    restart, is no news from a peer."""
+    b = Sessions(B_TAG, 6)
+    with pytest.raises(codec.DecodeError) as info:
+        b.check(Envelope(B_TAG, 5, UNBOUND, 1))
+    assert info.value.reason == "reflected"
+
+
 def test_counters_may_arrive_out_of_order_within_the_window_once_each():
     b = Sessions(B_TAG, 5)
     for counter in (10, 3, 9, 1, WINDOW_PACKETS + 2):
