@@ -39,7 +39,7 @@ from shoal.membership.events import JoinCompleted
 from shoal.membership.member import LocalState
 from shoal.membership.messages import Alive, Leave, MemberRecord, PushPull, Suspect
 from shoal.membership.profiles import SwimConfig
-from shoal.membership.table import ALIVE, LEFT, IndexedSet, MemberTable
+from shoal.membership.table import ALIVE, LEFT, SUSPECT, IndexedSet, MemberTable
 
 # Retrying the configured seeds: 1 s, doubling to 30 s (Serf retry_interval 30 s).
 _REJOIN_FIRST_S = 1.0
@@ -199,6 +199,14 @@ class Exchange:
         elif state is LEFT:
             self._on_leave(Leave(inc, node.name), LOCAL, now)
         else:
+            mine = self._table.get(node.name)
+            if mine is not None and mine.state is SUSPECT and mine.incarnation == inc:
+                # Already suspected at this incarnation: a table does not say
+                # who suspects, and the sender may hold this suspicion only
+                # because we gave it to them (the push-pull at a partition's
+                # heal). Counted as a confirmation, our own suspicion came
+                # back and killed a live member at once.
+                return
             self._on_suspect(Suspect(inc, node.name, source), LOCAL, now)
 
     def _push_pull_msg(self, join: bool, reply: bool) -> PushPull:

@@ -155,6 +155,24 @@ class Host:
         finally:
             conn.close()
 
+    def put(self, key: str, value: str, timeout_s: float = 3.0) -> tuple[int, Any]:
+        """`PUT /v1/kv/<key>` on this host's agent: (HTTP status, JSON answer)."""
+        sock = socket_in(self.ns)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(("127.0.0.1", 7947))
+        except OSError:
+            sock.close()
+            raise
+        conn = http.client.HTTPConnection("127.0.0.1", 7947, timeout=timeout_s)
+        conn.sock = sock
+        try:
+            conn.request("PUT", f"/v1/kv/{key}", body=value.encode())
+            response = conn.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            conn.close()
+
     def members(self) -> dict[str, str]:
         """name -> status, as this host's agent sees it ({} if unreachable)."""
         try:

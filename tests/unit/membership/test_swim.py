@@ -461,3 +461,23 @@ def test_a_suspicion_at_a_newer_incarnation_starts_over_instead_of_confirming_ou
     m = node.table.get("n2")
     assert (m.state, m.incarnation) == (MemberState.SUSPECT, 2)
     assert not [e for e in node.drain().events if isinstance(e, MemberDied)]
+
+
+def test_our_own_suspicion_coming_back_in_a_push_pull_is_no_confirmation():
+    """At a partition's heal we push our table (with a suspicion of ours) to a
+    peer; its answer holds the same suspicion. A table does not say who
+    suspects: taking it as the peer's confirmation shortened our timeout and
+    declared a live member dead at once (issue 28's partition test)."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, 6):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    node.receive(Suspect(1, "n2", "n1"), ident(1).addr, 0.0)  # our own suspicion
+    node.drain()
+    deadline = node.claims.suspicions["n2"].deadline_at
+    records = tuple(MemberRecord(ident(i), 1, MemberState.SUSPECT if i == 2 else MemberState.ALIVE)
+                    for i in range(2, 6))  # fmt: skip
+    node.receive(PushPull("n3", False, True, records), ident(3).addr, 3.0)
+    assert node.claims.suspicions["n2"].deadline_at == deadline
+    node.tick(3.0)
+    assert not [e for e in node.drain().events if isinstance(e, MemberDied)]
