@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 
 from shoal.kernel import codec
+from shoal.membership.messages import Ack
 from tests.conftest import poll_until
 from tests.integration.agents import next_ip, shoal_cli
 
@@ -112,9 +113,7 @@ def test_garbage_datagrams_change_nothing(agents):
     agents.wait_all_see(names(started), "alive", started)
     target = started[0]
     before = target.members()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    valid = codec.encode_datagram([codec.decode_payload(b"\x81\x82\x03\x01")[0]],
-                                  codec.cluster_tag("shoal"))  # fmt: skip
+    valid = codec.encode_datagram([Ack(1, 0)], codec.cluster_tag("shoal"))
     payloads = [os.urandom(n % 1400 + 1) for n in range(1500)]
     payloads += [bytes([1, 0]) + codec.cluster_tag("another") + b"\x80"] * 100
     payloads += [valid[:k] for k in range(len(valid))] * 20
@@ -125,6 +124,7 @@ def test_garbage_datagrams_change_nothing(agents):
 
     # Sent in batches that the socket buffer holds, so every one is judged
     # by the agent rather than dropped by the kernel.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sent = 0
     for start in range(0, len(payloads), 200):
         for data in payloads[start : start + 200]:
