@@ -3,7 +3,7 @@
 The issue-27 attack on the election, in the simulator: the dead controller's
 captured `LeaseRequest`s (renewals) sent to the surviving voters, and its
 `ControllerNotice`s to every survivor, at any rate, while the survivors
-fail over. What must hold (tests/sim/test_replay.py): failover within its
+fail over. What must hold (tests/sim/test_attacker.py): failover within its
 normal time plus 1 s, and no survivor ever reporting as controller a member
 it has declared dead (`elections.NoDeadController`); the lease safety
 checker runs throughout.
