@@ -1,5 +1,7 @@
 """The agent's local HTTP JSON API, the CLI's only way in.
 
+    GET  /                         what this is: name, version, node, the endpoints
+    GET  /v1/health                200 when this agent is usable, 503 with the reasons
     GET  /v1/members[?status=S]    the member list
     GET  /v1/self                  this node, with its counters
     POST /v1/join  {"addrs": [..]} join through addresses; per-address outcome
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -54,6 +57,8 @@ class ApiServer:
         self.agent = agent
         self._http = HttpServer(self.handle, self.body_limit)
         self._routes = {
+            ("GET", "/"): self.root,
+            ("GET", "/v1/health"): self.health,
             ("GET", "/v1/members"): self.members,
             ("GET", "/v1/self"): self.self_info,
             ("POST", "/v1/join"): self.join,
@@ -106,6 +111,34 @@ class ApiServer:
         return handler(request)
 
     # -- routes --------------------------------------------------------------------
+
+    def root(self, request: Request) -> Result:
+        """What answers here (for a browser or `curl` pointed at the port)."""
+        from shoal import __version__
+
+        paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>"})
+        return 200, {"name": "shoal", "version": __version__,
+                     "node": self.agent.config.node_name, "cluster": self.agent.config.cluster,
+                     "endpoints": paths, "docs": "docs/operations.md"}  # fmt: skip
+
+    def health(self, request: Request) -> Result:
+        """For load balancers and systemd probes: 200 when this agent is in
+        the cluster and can keep what it is given; else 503 with why. That
+        the answer comes at all says the event loop is responsive."""
+        node = self.agent.status().node
+        cfg = self.agent.config
+        reasons = []
+        if node.leaving:
+            reasons.append("this agent has left the cluster (shoal join rejoins)")
+        elif node.live_peers == 0 and cfg.join:
+            reasons.append("alone: no member is reachable (seeds: "
+                           + ", ".join(f"{h}:{p}" for h, p in cfg.join) + ")")  # fmt: skip
+        data_dir = str(cfg.data_dir)
+        if not os.access(data_dir, os.W_OK):
+            reasons.append(f"the data directory {data_dir} is not writable")
+        body = {"status": "unhealthy" if reasons else "ok", "reasons": reasons,
+                "node": cfg.node_name, "peers": node.live_peers}  # fmt: skip
+        return (503 if reasons else 200), body
 
     def members(self, request: Request) -> Result:
         status = request.query.get("status", [None])[0]

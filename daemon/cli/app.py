@@ -51,7 +51,10 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     """The command line. With `only_agent`, just `shoal agent`: its start is
     timed (a whole cluster may start at once), and the other eighteen
     commands' parsers cost it about 4 ms."""
+    from shoal import __version__
+
     parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership")
+    parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     agent = sub.add_parser("agent", help="run the agent in the foreground")

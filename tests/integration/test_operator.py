@@ -1,0 +1,45 @@
+"""What an operator reaches for first (issue 23): the version, a health
+check for probes, and an answer at the API's root. Real `shoal` commands
+against real agents on loopback."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from shoal import __version__
+from tests.integration.agents import AgentCluster, AgentProcess, shoal_cli
+
+
+def get(agent: AgentProcess, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{agent.ip}:7947{path}", timeout=5) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_shoal_version_prints_the_version_and_exits_0():
+    done = shoal_cli("--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"shoal {__version__}")
+
+
+def test_health_is_200_in_the_cluster_and_503_with_the_reason_after_a_leave(agents: AgentCluster):
+    """A load balancer or systemd probe reads one status code; the body says why."""
+    a, b = agents.start(2, extra=["--no-discovery"])
+    agents.wait_all_see([a.name, b.name], "alive", [a, b])
+    status, body = get(b, "/v1/health")
+    assert status == 200 and body["status"] == "ok" and body["peers"] == 1
+    assert shoal_cli("leave", "--api", f"{b.ip}:7947").returncode == 0
+    status, body = get(b, "/v1/health")
+    assert status == 503 and body["status"] == "unhealthy"
+    assert "left the cluster" in body["reasons"][0]
+
+
+def test_the_api_root_says_what_answers_there(agents: AgentCluster):
+    (a,) = agents.start(1, extra=["--no-discovery"])
+    agents.wait_all_see([a.name], "alive", [a])  # up
+    status, body = get(a, "/")
+    assert status == 200 and body["name"] == "shoal" and body["version"] == __version__
+    assert "GET /v1/health" in body["endpoints"] and body["node"] == a.name
