@@ -321,6 +321,9 @@ def _members(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(members, indent=2))
         return 0
+    if not members:
+        print(f"no member is {args.status}" if args.status else "no members")
+        return 0
     from shoal.daemon.cli.format import format_members
 
     print(format_members(members))

@@ -45,13 +45,16 @@ def keys_command(client: Any, args: argparse.Namespace) -> int:
             print(json.dumps(answer, indent=2))
         else:
             print(f"Keys installed on {answer['members']} members:")
+            primary = answer.get("primary", {})
             for key, count in sorted(answer["keys"].items(), key=lambda kv: -kv[1]):
-                print(f"  {key}  [{count}/{answer['members']}]")
+                mark = f"  primary on {primary[key]}" if key in primary else ""
+                print(f"  {key}  [{count}/{answer['members']}]{mark}")
         _print_errors(answer)
         return 0 if not answer["errors"] else 1
     answer = client.post(f"/v1/keys/{action}", {"key": args.key, "local": args.local})
-    verb = {"install": "Installing", "use": "Changing the primary key", "remove": "Removing"}
-    print(f"{verb[action]} key: {answer['acks']}/{answer['members']} members acknowledged")
+    doing = {"install": "Installing the key", "use": "Changing the primary key",
+             "remove": "Removing the key"}  # fmt: skip
+    print(f"{doing[action]}: {answer['acks']}/{answer['members']} members acknowledged")
     _print_errors(answer)
     return 0 if answer["acks"] == answer["members"] else 1
 

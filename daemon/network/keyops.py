@@ -50,12 +50,13 @@ class KeyOutcome(msgspec.Struct):
     acks: int = 0
     errors: dict[str, str] = msgspec.field(default_factory=dict)
     keys: Counter[str] = msgspec.field(default_factory=Counter)
+    primary: Counter[str] = msgspec.field(default_factory=Counter)  # members sealing with it
     newest: int = 0  # the highest keyring version answered
 
     def to_json(self) -> dict[str, Any]:
         """The API answer."""
         return {"members": self.members, "acks": self.acks, "errors": self.errors,
-                "keys": dict(self.keys)}  # fmt: skip
+                "keys": dict(self.keys), "primary": dict(self.primary)}  # fmt: skip
 
 
 class KeyService:
@@ -143,6 +144,8 @@ class KeyService:
             outcome.errors[name] = reply.error
         for key in reply.keys:
             outcome.keys[format_key(key)] += 1
+        if reply.keys:
+            outcome.primary[format_key(reply.keys[0])] += 1
         outcome.newest = max(outcome.newest, reply.version)
 
     async def _ask(self, addr: tuple[str, int], command: KeyCommand) -> KeyReply:

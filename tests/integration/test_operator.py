@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 from shoal import __version__
+from shoal.daemon.keys import generate_key
 from tests.integration.agents import AgentCluster, AgentProcess, shoal_cli
 
 
@@ -43,3 +44,24 @@ def test_the_api_root_says_what_answers_there(agents: AgentCluster):
     status, body = get(a, "/")
     assert status == 200 and body["name"] == "shoal" and body["version"] == __version__
     assert "GET /v1/health" in body["endpoints"] and body["node"] == a.name
+
+
+def test_members_with_no_match_says_so_instead_of_a_bare_header(agents: AgentCluster):
+    (a,) = agents.start(1, extra=["--no-discovery"])
+    agents.wait_all_see([a.name], "alive", [a])
+    done = shoal_cli("members", "--status", "dead", "--api", f"{a.ip}:7947")
+    assert (done.returncode, done.stdout.strip()) == (0, "no member is dead")
+
+
+def test_keys_list_marks_the_primary_and_use_reads_right(agents: AgentCluster):
+    key = generate_key()
+    members = agents.start(2, extra=["--encrypt", key, "--no-discovery"])
+    agents.wait_all_see([m.name for m in members], "alive", members)
+    api = ["--api", f"{members[0].ip}:7947"]
+    new = generate_key()
+    assert shoal_cli("keys", "install", new, *api).returncode == 0
+    listing = shoal_cli("keys", "list", *api).stdout
+    assert f"{key}  [2/2]  primary on 2" in listing and f"{new}  [2/2]\n" in listing
+    used = shoal_cli("keys", "use", new, *api)
+    assert used.stdout.strip() == "Changing the primary key: 2/2 members acknowledged"
+    assert f"{new}  [2/2]  primary on 2" in shoal_cli("keys", "list", *api).stdout
