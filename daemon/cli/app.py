@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from shoal.kernel.errors import ConfigError, ShoalError
@@ -116,6 +117,8 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
 
     monitor = sub.add_parser("monitor", help="follow an agent's membership events")
     _api_arg(monitor)
+    monitor.add_argument("--text", action="store_true",
+                         help="one readable line per event (default: JSON lines)")  # fmt: skip
 
     ctl = sub.add_parser("controller", help="show the controller and its epoch")
     _api_arg(ctl)
@@ -254,9 +257,22 @@ def _run(args: argparse.Namespace) -> int:
         client.post("/v1/leave")
         print("Graceful leave complete.")
         return 0
+    return _monitor(client, args)
+
+
+def _monitor(client: Any, args: argparse.Namespace) -> int:
+    """Follow the events; 1, with a line saying so, when the agent ends it."""
+    print(f"Monitoring the agent at {client.base} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     for event in client.stream("/v1/events"):
-        print(json.dumps(event), flush=True)
-    return 0
+        if args.text:
+            fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "at_ms"))
+            when = time.strftime("%H:%M:%S", time.localtime(event.get("at_ms", 0) / 1000))
+            print(f"{when} {event.get('type', '?')} {fields}", flush=True)
+        else:
+            print(json.dumps(event), flush=True)
+    print(f"shoal: the agent at {client.base} ended the stream (it stopped or is leaving)",
+          file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def _agent(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """`shoal kv put|get|delete|list`: the key-value store from the shell.
 
-`get` writes the raw value to stdout (so binary values survive a pipe);
+`get` writes the raw value to stdout, with no newline added unless stdout is
+a terminal (so binary values survive a pipe byte for byte);
 `--json` prints the value with its version. A missing key exits 1 with a
 message on stderr, as `consul kv get` does.
 """
@@ -43,7 +44,9 @@ def kv_command(client: ApiClient, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(record, indent=2))
     else:
-        sys.stdout.buffer.write(base64.b64decode(record["value_base64"]) + b"\n")
+        value = base64.b64decode(record["value_base64"])
+        # A newline only for a person at a terminal: piped, the bytes are the value.
+        sys.stdout.buffer.write(value + b"\n" if sys.stdout.isatty() else value)
     return 0
 
 

@@ -74,7 +74,7 @@ def test_binary_values_and_stdin_round_trip(agents):
     put = shoal_cli("kv", "put", "--api", f"{agent.ip}:7947", "bin", "-", stdin=blob)
     assert put.returncode == 0, put.stderr
     got = shoal_cli("kv", "get", "--api", f"{agent.ip}:7947", "bin")
-    assert got.stdout == blob + b"\n"
+    assert got.stdout == blob  # piped: the bytes, no newline added (issue 23)
 
 
 def _http(agent, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:

@@ -5,11 +5,15 @@ against real agents on loopback."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 from shoal import __version__
 from shoal.daemon.keys import generate_key
+from tests.conftest import poll_until
 from tests.integration.agents import AgentCluster, AgentProcess, shoal_cli
 
 
@@ -65,3 +69,28 @@ def test_keys_list_marks_the_primary_and_use_reads_right(agents: AgentCluster):
     used = shoal_cli("keys", "use", new, *api)
     assert used.stdout.strip() == "Changing the primary key: 2/2 members acknowledged"
     assert f"{new}  [2/2]  primary on 2" in shoal_cli("keys", "list", *api).stdout
+
+
+def test_monitor_says_it_started_and_exits_1_saying_why_when_the_agent_goes(agents: AgentCluster):
+    """Serf's `monitor` does the same; before, shoal's printed nothing and
+    exited 0 in silence when the agent stopped."""
+    (a,) = agents.start(1, extra=["--no-discovery"])
+    agents.wait_all_see([a.name], "alive", [a])
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "shoal.daemon.cli", "monitor", "--text", "--api", f"{a.ip}:7947"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert monitor.stderr is not None
+        assert monitor.stderr.readline().startswith("Monitoring the agent at http://")
+        poll_until(lambda: a.api.get("/v1/self").get("watchers", 0) >= 1, 10)
+        a.signal(signal.SIGTERM)
+        assert monitor.wait(20) == 1
+        assert "ended the stream" in monitor.stderr.read()
+    finally:
+        if monitor.poll() is None:
+            monitor.kill()
+        monitor.wait()
+        for pipe in (monitor.stdout, monitor.stderr):
+            assert pipe is not None
+            pipe.close()
