@@ -201,6 +201,9 @@ def read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config: {path} is not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})") from None  # fmt: skip
     unknown = sorted(set(raw) - _TOP_KEYS)
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown setting in {path}")

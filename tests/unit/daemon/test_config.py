@@ -51,12 +51,13 @@ def test_bad_flags_exit_2_with_one_line_naming_the_setting(flags, setting, tmp_p
         ("[faults]\nfsync_delay_s = -0.5\n", "faults.fsync_delay_s"),
         ("[election]\nrequest_timeout_s = 2.5\n", "election"),
         ("this is not toml", "config"),
+        ("\udcff\udcfe", "config"),  # bytes ff fe: not UTF-8 (a traceback before)
     ],
 )
 def test_bad_config_files_exit_2_naming_the_setting(text, setting, tmp_path):
     """A broken config file is reported in one line, naming what to fix."""
     path = tmp_path / "shoal.toml"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     result = shoal("agent", "--config", str(path), "--data-dir", str(tmp_path))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
