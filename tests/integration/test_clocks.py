@@ -3,8 +3,8 @@ preloaded into that agent alone), among real agents on loopback (issue 28)."""
 
 from __future__ import annotations
 
+import glob
 import os
-import shutil
 import time
 
 import pytest
@@ -12,10 +12,23 @@ import pytest
 from tests.conftest import poll_until
 from tests.integration.agents import AgentCluster, AgentProcess, shoal_cli
 
+# libfaketime preloaded into the agent itself (not the `faketime` wrapper,
+# which forks: killing it would leave the agent running).
+LIBFAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")), None)
 pytestmark = pytest.mark.skipif(
-    shutil.which("faketime") is None and os.environ.get("CI") != "true",
-    reason="needs faketime (apt-get install faketime; `make sysdeps` does it)",
+    LIBFAKETIME is None and os.environ.get("CI") != "true",
+    reason="needs libfaketime (apt-get install faketime; `make sysdeps` does it)",
 )
+
+
+def faked(spec: str, monotonic: bool) -> dict[str, str]:
+    """The environment that gives one agent the clock `spec` (libfaketime's
+    syntax); with `monotonic` False its monotonic clock stays true."""
+    assert LIBFAKETIME is not None, "libfaketime is not installed (make sysdeps)"
+    env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": spec}
+    if not monotonic:
+        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    return env
 
 
 def offset_of(agent: AgentProcess) -> int | None:
@@ -38,9 +51,7 @@ def test_an_agent_with_a_wrong_clock_names_it_refuses_writes_and_loses_none(agen
     a = agents.add(extra=["--no-discovery"])
     b = agents.add(extra=["--no-discovery"])
     started = time.monotonic()
-    skewed = agents.add(prefix=["faketime", "-f", skew],
-                        env={"FAKETIME_DONT_FAKE_MONOTONIC": "1"},
-                        extra=["--no-discovery"])  # fmt: skip
+    skewed = agents.add(env=faked(skew, monotonic=False), extra=["--no-discovery"])
     members = [a, b, skewed]
     agents.wait_all_see([m.name for m in members], "alive", members)
     expected_ms = int(skew[:-1]) * 1000
@@ -76,7 +87,7 @@ def test_a_controller_whose_clock_runs_slow_never_shares_an_epoch(agents: AgentC
     while grants last 2 s. Others take over at higher epochs; at no moment
     do two agents claim the lease under one epoch, and the slow one steps
     down when it hears of its successor."""
-    slow = agents.add(prefix=["faketime", "-f", "+0 x0.4"],
+    slow = agents.add(env=faked("+0 x0.4", monotonic=True),
                       extra=["--no-discovery", "--tag", "controller_priority=10"])  # fmt: skip
     others = [agents.add(extra=["--no-discovery"]) for _ in range(2)]
     members = [slow, *others]
