@@ -11,6 +11,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -107,6 +108,14 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     _api_arg(members)
     members.add_argument("--json", action="store_true", help="print JSON")
     members.add_argument("--status", help="only members in this state (alive, suspect, ...)")
+    members.add_argument("--tag", action="append", default=[], metavar="KEY=REGEX",
+                         help="only members whose tag KEY matches REGEX in full (repeatable; "
+                         "Serf's -tag)")  # fmt: skip
+    members.add_argument("--name", metavar="REGEX", help="only members whose name matches")
+
+    info = sub.add_parser("info", help="this agent: node, cluster, controller, counters")
+    _api_arg(info)
+    info.add_argument("--json", action="store_true", help="print JSON")
 
     join = sub.add_parser("join", help="ask an agent to join through addresses")
     _api_arg(join)
@@ -236,13 +245,21 @@ def _run(args: argparse.Namespace) -> int:
         return keys_command(client, args)
     if command == "members":
         return _members(client, args)
+    if command == "info":
+        return _info(client, args)
     if command == "join":
         addrs = [f"{a}" if ":" in a else f"{a}:7946" for a in args.addrs]
         answer = client.post("/v1/join", {"addrs": addrs})
         for addr, ok in answer["results"].items():
-            print(f"{addr}: {'joined' if ok else 'failed'}")
-        print(f"Successfully joined cluster by contacting {answer['joined']} nodes.")
-        return 0 if answer["joined"] else 1
+            print(f"{addr}: " + ("joined" if ok else "no answer (is an agent of this cluster "
+                                 "listening there, with the same key?)"))  # fmt: skip
+        joined, asked = answer["joined"], len(answer["results"])
+        if not joined:
+            print(f"shoal: joined no one: none of the {asked} address(es) answered",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        print(f"Joined the cluster through {joined} of {asked} address(es).")
+        return 0
     if command == "controller":
         return _controller(client, args)
     if command == "force-leave":
@@ -329,11 +346,58 @@ def _controller(client: Any, args: argparse.Namespace) -> int:
         info = client.get(f"/v1/controller?wait=60&epoch={info['epoch']}")
 
 
+def _member_filters(args: argparse.Namespace) -> list[tuple[str, re.Pattern[str]]]:
+    """(field or tag, pattern) pairs from --name and --tag; ConfigError if bad."""
+    filters = []
+    specs = [("--name", "", args.name)] if args.name else []
+    for spec in args.tag:
+        key, sep, pattern = spec.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--tag: expected KEY=REGEX, got {spec!r}")
+        specs.append(("--tag", key, pattern))
+    for flag, key, pattern in specs:
+        try:
+            filters.append((key, re.compile(pattern)))
+        except re.error as exc:
+            raise ConfigError(f"{flag}: {pattern!r} is not a regular expression: {exc}") from None
+    return filters
+
+
+def _selected(member: dict[str, Any], filters: list[tuple[str, re.Pattern[str]]]) -> bool:
+    for key, pattern in filters:
+        value = member["name"] if key == "" else member["tags"].get(key)
+        if value is None or not pattern.fullmatch(value):
+            return False
+    return True
+
+
+def _info(client: Any, args: argparse.Namespace) -> int:
+    """Serf's `info`: this agent, its controller, its counters."""
+    me, ctl, root = client.get("/v1/self"), client.get("/v1/controller"), client.get("/")
+    if args.json:
+        print(json.dumps({"agent": me, "controller": ctl, "version": root["version"]}, indent=2))
+        return 0
+    print("agent:")
+    for key in ("name", "node_id", "cluster", "address", "status", "incarnation"):
+        print(f"  {key} = {me.get(key)}")
+    print(f"  version = {root['version']}")
+    print(f"  clock_offset_ms = {me.get('clock_offset_ms')}")
+    print(f"  health_score = {me.get('health_score')}")
+    print("controller:")
+    for key in ("controller", "epoch", "is_self", "voters"):
+        print(f"  {key} = {ctl.get(key)}")
+    print("counters:")
+    for key, value in sorted(me["counters"].items()):
+        print(f"  {key} = {value}")
+    return 0
+
+
 def _members(client: Any, args: argparse.Namespace) -> int:
     query = f"?status={args.status}" if args.status else ""
     if args.status and args.status not in ("alive", "suspect", "dead", "left"):
         raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
-    members = client.get("/v1/members" + query)["members"]
+    filters = _member_filters(args)
+    members = [m for m in client.get("/v1/members" + query)["members"] if _selected(m, filters)]
     if args.json:
         print(json.dumps(members, indent=2))
         return 0

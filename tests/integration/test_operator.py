@@ -94,3 +94,36 @@ def test_monitor_says_it_started_and_exits_1_saying_why_when_the_agent_goes(agen
         for pipe in (monitor.stdout, monitor.stderr):
             assert pipe is not None
             pipe.close()
+
+
+def test_members_filter_by_tag_and_name_like_serf(agents: AgentCluster):
+    a = agents.add(extra=["--no-discovery", "--tag", "role=web"])
+    b = agents.add(extra=["--no-discovery", "--tag", "role=db"])
+    agents.wait_all_see([a.name, b.name], "alive", [a, b])
+    api = ["--api", f"{a.ip}:7947"]
+    web = shoal_cli("members", "--tag", "role=w.b", *api).stdout
+    assert a.name in web and b.name not in web
+    both = shoal_cli("members", "--tag", "role=web|db", "--name", "agent-.*", *api).stdout
+    assert a.name in both and b.name in both
+    none = shoal_cli("members", "--tag", "rack=.*", *api)
+    assert (none.returncode, none.stdout.strip()) == (0, "no members")
+    bad = shoal_cli("members", "--name", "(", *api)
+    assert bad.returncode == 2 and bad.stderr.startswith("shoal: --name:")
+
+
+def test_info_shows_the_agent_its_controller_and_counters(agents: AgentCluster):
+    (a,) = agents.start(1, extra=["--no-discovery"])
+    agents.wait_all_see([a.name], "alive", [a])
+    out = shoal_cli("info", "--api", f"{a.ip}:7947")
+    assert out.returncode == 0, out.stderr
+    assert f"name = {a.name}" in out.stdout and f"version = {__version__}" in out.stdout
+    assert "controller:" in out.stdout and "counters:" in out.stdout
+
+
+def test_join_that_reaches_no_one_says_so_and_exits_1(agents: AgentCluster):
+    (a,) = agents.start(1, extra=["--no-discovery"])
+    agents.wait_all_see([a.name], "alive", [a])
+    done = shoal_cli("join", "127.0.0.99", "--api", f"{a.ip}:7947")
+    assert done.returncode == 1
+    assert "127.0.0.99:7946: no answer" in done.stdout
+    assert "joined no one" in done.stderr and "Successfully" not in done.stdout
