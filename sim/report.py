@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import time
 
 from shoal.kernel.errors import ConfigError
 from shoal.membership.profiles import PROFILES
@@ -28,13 +31,32 @@ def simulate_command(args: argparse.Namespace) -> int:
     if args.crash_mode not in CRASH_MODES:
         raise ConfigError(f"--crash-mode: expected one of {', '.join(CRASH_MODES)}")
     result = run_simulation(args.nodes, args.duration, args.loss, args.crash, args.seed,
-                            args.profile, formed=args.formed,
-                            crash_mode=args.crash_mode)  # fmt: skip
+                            args.profile, formed=args.formed, crash_mode=args.crash_mode,
+                            progress=_Progress(args.duration))  # fmt: skip
     if args.json:
         print(json.dumps(result.to_json()))
     else:
         print(format_text(result))
     return 0
+
+
+class _Progress:
+    """One line on stderr at most every few seconds of wall time, once a run
+    has taken more than that: a 1,000-node run is silent for a minute
+    otherwise (stdout stays the report alone)."""
+
+    def __init__(self, duration_s: float) -> None:
+        self.every_s = float(os.environ.get("SHOAL_PROGRESS_EVERY_S", "3"))
+        self.duration_s = duration_s
+        self.started = time.perf_counter()
+        self.shown = self.started
+
+    def __call__(self, simulated_s: float) -> None:
+        now = time.perf_counter()
+        if now - self.shown >= self.every_s:
+            self.shown = now
+            print(f"simulate: {simulated_s:.0f} of {self.duration_s:.0f} s simulated "
+                  f"(wall {now - self.started:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
 
 
 # Every node's view holds every node: about 100 bytes per (node, member)

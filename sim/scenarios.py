@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,9 @@ def run_until_converged(cluster: SimCluster, deadline_s: float) -> float | None:
 CRASH_MODES = ("host", "process")
 
 
+PROGRESS_SLICE_S = 5.0
+
+
 def run_simulation(
     nodes: int,
     duration_s: float,
@@ -132,6 +136,7 @@ def run_simulation(
     formed: bool = False,
     crash_mode: str = "host",
     replay_rate: float = 0.0,
+    progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Form a cluster, crash `crash` nodes once it has converged, and report.
 
@@ -141,7 +146,8 @@ def run_simulation(
     memberlist's figures assume) or "process" (the agent dies, its host
     answers "port unreachable"). With `replay_rate`, a replayer
     (sim/attacker.py) copies any captured traffic to any member, that many
-    times per second, from the start.
+    times per second, from the start. `progress` is called with the
+    simulated time every `PROGRESS_SLICE_S` simulated seconds.
     """
     if crash_mode not in CRASH_MODES:
         raise ValueError(f"crash_mode: expected one of {', '.join(CRASH_MODES)}")
@@ -170,6 +176,9 @@ def run_simulation(
             watch.crashed(v, when)
 
         cluster.at(at, crash_now)
+    while progress is not None and cluster.now + PROGRESS_SLICE_S < duration_s:
+        cluster.run_until(cluster.now + PROGRESS_SLICE_S)  # slicing changes no event's order
+        progress(cluster.now)
     cluster.run_until(duration_s)
     survivors = cluster.live_hosts()
     for rec in watch.records.values():

@@ -5,6 +5,7 @@ against real agents on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -127,3 +128,15 @@ def test_join_that_reaches_no_one_says_so_and_exits_1(agents: AgentCluster):
     assert done.returncode == 1
     assert "127.0.0.99:7946: no answer" in done.stdout
     assert "joined no one" in done.stderr and "Successfully" not in done.stdout
+
+
+def test_simulate_shows_progress_on_stderr_and_keeps_stdout_the_report():
+    done = subprocess.run(
+        [sys.executable, "-m", "shoal.daemon.cli", "simulate", "--nodes", "200", "--duration",
+         "40", "--seed", "1"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "SHOAL_PROGRESS_EVERY_S": "0.2"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "of 40 s simulated" in done.stderr
+    assert done.stdout.startswith("simulated 200 nodes") and "simulate:" not in done.stdout

@@ -5,7 +5,7 @@ import hashlib
 from shoal.membership.profiles import PROFILES
 from shoal.sim.cluster import SimCluster
 from shoal.sim.network import LinkProfile
-from shoal.sim.scenarios import form_cluster
+from shoal.sim.scenarios import form_cluster, run_simulation
 
 
 class TraceHash:
@@ -39,3 +39,15 @@ def test_same_seed_same_trace():
 def test_another_seed_another_trace():
     """The seed really drives the run."""
     assert trace(21)[0] != trace(22)[0]
+
+
+def test_progress_reports_change_nothing_in_the_run():
+    """`shoal simulate` runs in slices to report progress; the result must be
+    the one of an unsliced run."""
+    seen: list[float] = []
+    plain = run_simulation(60, 30.0, loss=0.02, crash=1, seed=3).to_json()
+    sliced = run_simulation(60, 30.0, loss=0.02, crash=1, seed=3, progress=seen.append).to_json()
+    for result in (plain, sliced):
+        result.pop("wall_s", None)
+    assert sliced == plain
+    assert len(seen) >= 4 and all(b - a == 5.0 for a, b in zip(seen, seen[1:])) and seen[-1] < 30
