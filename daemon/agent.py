@@ -51,7 +51,7 @@ from shoal.kernel.contract import Address, Output, Tags
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import KeyCommand, KeyReply
 from shoal.membership.events import JoinCompleted
-from shoal.membership.member import MemberState, MemberView, NodeIdentity
+from shoal.membership.member import MemberState, MemberView, NodeIdentity, make_tags
 from shoal.node.composition import ShoalNode
 from shoal.node.history import Observer, member_row
 from shoal.storage.history import HistoryWriter
@@ -152,7 +152,12 @@ class Agent:
         self.net = Network(cfg, self.wire, self.counters, self._receive, self._unreachable,
                            self._stream_failed, self._apply_key)  # fmt: skip
         await self.net.open()
-        ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, cfg.tags)
+        runtime_tags = self.data_dir.load_tags()
+        if runtime_tags is not None:
+            log.info("tags set by `shoal tags` win over the configured ones",
+                     tags=dict(runtime_tags))  # fmt: skip
+        tags = cfg.tags if runtime_tags is None else runtime_tags
+        ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, tags)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
@@ -316,9 +321,30 @@ class Agent:
         return ok
 
     def set_tags(self, tags: Tags) -> None:
-        """Replace this node's tags."""
+        """Replace this node's tags with the configured ones (a reload),
+        unless `shoal tags` set them: those win until its file is removed."""
+        assert self.data_dir is not None
+        if self.data_dir.load_tags() is not None:
+            log.warning("tags changed in the configuration are not applied: tags set by "
+                        "`shoal tags` win (remove tags.json in the data directory to use the "
+                        "configured ones)")  # fmt: skip
+            return
         self.node.set_tags(tags, self._loop.time())
         self.flush()
+
+    def change_tags(self, set_tags: dict[str, str], delete: list[str]) -> Tags:
+        """`shoal tags`: set and delete tags at run time; written to the data
+        directory first, so a restart keeps them. Returns the tags now."""
+        assert self.data_dir is not None
+        tags = dict(self.node.swim.ident.tags)
+        tags.update(set_tags)
+        for key in delete:
+            tags.pop(key, None)
+        new = make_tags(tags)
+        self.data_dir.save_tags(new)
+        self.node.set_tags(new, self._loop.time())
+        self.flush()
+        return new
 
     # -- readers (the API's port, api/port.py) ---------------------------------------
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.network.keyops import KeyService
-    from shoal.kernel.contract import Address
+    from shoal.kernel.contract import Address, Tags
     from shoal.storage.records import Record
 
 
@@ -92,6 +92,9 @@ class AgentPort(Protocol):
 
     def write(self, key: bytes, value: bytes | None) -> tuple[Record, asyncio.Future[None]]:
         """Put or delete `key`; the future completes once it is durable."""
+
+    def change_tags(self, set_tags: dict[str, str], delete: list[str]) -> Tags:
+        """Set and delete this node's tags at run time (persisted)."""
 
     def remove_voter(self, name: str) -> bool:
         """As controller, remove voter `name`."""

@@ -6,6 +6,7 @@
     GET  /v1/self                  this node, with its counters
     POST /v1/join  {"addrs": [..]} join through addresses; per-address outcome
     POST /v1/leave                 leave the cluster (the agent keeps running)
+    POST /v1/tags {"set": {..}, "delete": [..]}  change this node's tags (kept across restarts)
     GET  /v1/events                membership events as newline-delimited JSON
     PUT  /v1/kv/<key>              store the request body as the value of <key>
     GET  /v1/kv/<key>              the value and its version (404 if absent)
@@ -63,6 +64,7 @@ class ApiServer:
             ("GET", "/v1/self"): self.self_info,
             ("POST", "/v1/join"): self.join,
             ("POST", "/v1/leave"): self.leave,
+            ("POST", "/v1/tags"): self.tags,
             ("GET", "/v1/events"): self.events,
             ("GET", "/v1/controller"): self.controller,
             ("POST", "/v1/force-leave"): self.force_leave,
@@ -179,6 +181,30 @@ class ApiServer:
         except TimeoutError:
             raise HttpError(504, "join attempts did not finish in time") from None
         return 200, {"joined": sum(1 for ok in results.values() if ok), "results": results}
+
+    def tags(self, request: Request) -> Result:
+        """`shoal tags`: set and delete tags; the tags after."""
+        from shoal.kernel.codec import MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS
+
+        usage = 'body must be JSON: {"set": {"KEY": "VALUE"}, "delete": ["KEY"]}'
+        try:
+            body = json.loads(request.body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise HttpError(400, usage) from None
+        set_tags = body.get("set", {}) if isinstance(body, dict) else None
+        delete = body.get("delete", []) if isinstance(body, dict) else None
+        if not isinstance(set_tags, dict) or not isinstance(delete, list) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in set_tags.items()
+        ) or not all(isinstance(k, str) for k in delete):  # fmt: skip
+            raise HttpError(400, usage)
+        for key, value in set_tags.items():
+            if not 0 < len(key) <= MAX_TAG_KEY_CHARS or len(value) > MAX_TAG_VALUE_CHARS:
+                raise HttpError(400, f"a tag key is 1 to {MAX_TAG_KEY_CHARS} characters and a "
+                                f"value at most {MAX_TAG_VALUE_CHARS}: {key!r}")  # fmt: skip
+        current = dict(self.agent.status().node.me.tags)
+        if len({**current, **set_tags}.keys() - set(delete)) > MAX_TAGS:
+            raise HttpError(400, f"at most {MAX_TAGS} tags")
+        return 200, {"tags": dict(self.agent.change_tags(set_tags, delete))}
 
     def leave(self, request: Request) -> Result:
         self.agent.leave()

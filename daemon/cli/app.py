@@ -113,6 +113,11 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
                          "Serf's -tag)")  # fmt: skip
     members.add_argument("--name", metavar="REGEX", help="only members whose name matches")
 
+    tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")
+    _api_arg(tags)
+    tags.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="set_tags")
+    tags.add_argument("--delete", action="append", default=[], metavar="KEY")
+
     info = sub.add_parser("info", help="this agent: node, cluster, controller, counters")
     _api_arg(info)
     info.add_argument("--json", action="store_true", help="print JSON")
@@ -247,6 +252,16 @@ def _run(args: argparse.Namespace) -> int:
         return _members(client, args)
     if command == "info":
         return _info(client, args)
+    if command == "tags":
+        if not args.set_tags and not args.delete:
+            raise ConfigError("tags: give --set KEY=VALUE or --delete KEY (repeatable)")
+        from shoal.daemon.config import parse_tags
+
+        pairs = dict(parse_tags("--set", args.set_tags))
+        answer = client.post("/v1/tags", {"set": pairs, "delete": args.delete})
+        print("Tags now: " + (", ".join(f"{k}={v}" for k, v in sorted(answer["tags"].items()))
+                              or "(none)"))  # fmt: skip
+        return 0
     if command == "join":
         addrs = [f"{a}" if ":" in a else f"{a}:7946" for a in args.addrs]
         answer = client.post("/v1/join", {"addrs": addrs})

@@ -16,6 +16,7 @@ problem instead of RocksDB's lock message. Version 0.1 kept the identity in
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from shoal.storage.engine import Engine
 _NODE_ID = b"node_id"
 _INCARNATION = b"incarnation"
 _RUN = b"run"
+TAGS_FILE = "tags.json"  # the tags `shoal tags` set; they win over the config's
 _ELECTION = b"election"
 NODE_ID_BYTES = 16
 
@@ -95,6 +97,37 @@ class DataDir:
         run = next_run(stored, time.time_ns() // 1000)
         self.engine.local_put(_RUN, run.to_bytes(8, "big"))
         return run
+
+    def load_tags(self) -> Any:
+        """The tags `shoal tags` set (they win over the configured ones), or
+        None if it never ran here.
+
+        Raises:
+            DataDirError: the file is damaged.
+        """
+        path = self.path / TAGS_FILE
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise DataDirError(f"data_dir: {path} is unreadable ({exc}); "
+                               "fix or remove it") from None  # fmt: skip
+        if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+        ):  # fmt: skip
+            raise DataDirError(f"data_dir: {path} must be a JSON object of strings")
+        return tuple(sorted(raw.items()))
+
+    def save_tags(self, tags: Any) -> None:
+        """Write the tags `shoal tags` set, atomically and durably."""
+        path = self.path / TAGS_FILE
+        tmp = path.with_name(TAGS_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(dict(tags), f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def save_incarnation(self, incarnation: int) -> None:
         """Make `incarnation` durable (fsync) before returning."""

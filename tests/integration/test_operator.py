@@ -140,3 +140,22 @@ def test_simulate_shows_progress_on_stderr_and_keeps_stdout_the_report():
     assert done.returncode == 0, done.stderr
     assert "of 40 s simulated" in done.stderr
     assert done.stdout.startswith("simulated 200 nodes") and "simulate:" not in done.stdout
+
+
+def test_tags_change_at_run_time_reach_the_others_and_survive_a_restart(agents: AgentCluster):
+    a = agents.add(extra=["--no-discovery", "--tag", "role=web"])
+    b = agents.add(extra=["--no-discovery"])
+    agents.wait_all_see([a.name, b.name], "alive", [a, b])
+    api = ["--api", f"{a.ip}:7947"]
+    done = shoal_cli("tags", "--set", "rack=r7", "--delete", "role", *api)
+    assert done.returncode == 0 and done.stdout.strip() == "Tags now: rack=r7", done.stderr
+    poll_until(lambda: b.members()[a.name]["tags"] == {"rack": "r7"}, 10)
+    before = b.members()[a.name]["incarnation"]
+    a.kill()
+    a.start()  # its command line still says --tag role=web: the set tags win
+    poll_until(lambda: b.members().get(a.name, {}).get("incarnation", 0) > before
+               and b.status_of(a.name) == "alive", 30)  # fmt: skip
+    assert b.members()[a.name]["tags"] == {"rack": "r7"}
+    assert a.api.get("/v1/self")["tags"] == {"rack": "r7"}
+    bad = shoal_cli("tags", *api)
+    assert bad.returncode == 2 and "--set" in bad.stderr
