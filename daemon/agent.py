@@ -58,6 +58,7 @@ from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 
 if TYPE_CHECKING:
+    from shoal.daemon.api.changes import ChangeLog
     from shoal.daemon.api.port import AgentStatus
     from shoal.daemon.api.watch import ControllerWatch, Watchers
 
@@ -85,6 +86,7 @@ class Agent:
         # Built by `run`, in this order (each needs the ones before it).
         self.wire: Wire
         self.data_dir: DataDir | None = None
+        self.run_number = 0  # this start's run (DataDir.next_run), set at start
         self.commits: GroupCommit | None = None
         self.history: HistoryWriter | None = None
         self.net: Network
@@ -141,7 +143,8 @@ class Agent:
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
         self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
         stored = self.data_dir.load_identity()
-        self.wire, swim_cfg = open_wire(cfg, stored.node_id, self.data_dir.next_run())
+        self.run_number = self.data_dir.next_run()
+        self.wire, swim_cfg = open_wire(cfg, stored.node_id, self.run_number)
         engine = self.data_dir.engine
         self.commits = GroupCommit(self._loop, slowed(engine.sync, cfg.faults.fsync_delay_s))
         observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
@@ -162,6 +165,7 @@ class Agent:
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
                               self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
+        self.node.sync.replica.changes = []  # numbered for the watch streams (publisher)
         self._wire_roles(observer)
         now = self._loop.time()
         self.node.start(now)
@@ -192,7 +196,7 @@ class Agent:
                                    lambda: self.net.sending, self.counters)  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
-                                   self.notifier, self._join_completed)  # fmt: skip
+                                   self.notifier, self._join_completed, str(self.run_number))  # fmt: skip
 
     def request_stop(self) -> None:
         """Ask the agent to leave and exit (as SIGTERM does)."""
@@ -302,14 +306,16 @@ class Agent:
         self.flush()
         self.discovery.withdraw()
 
-    def write(self, key: bytes, value: bytes | None) -> tuple[Record, asyncio.Future[None]]:
+    def write(self, key: bytes, value: bytes | None, fence: int | None = None,
+              ephemeral: bool = False) -> tuple[Record, asyncio.Future[None]]:  # fmt: skip
         """Put (or delete, with None) `key`: visible here and pushed to peers
         at once. Returns the record and a future that completes once it is
         durable (group commit); acknowledge the client only then, so an
         acknowledged write survives a crash of this machine. The future is
-        shared by a group of writes: add callbacks, never cancel it."""
+        shared by a group of writes: add callbacks, never cancel it.
+        `fence` and `ephemeral`: see `ShoalNode.write`."""
         self.node.set_wall_offset(self._wall_offset_ms())
-        record = self.node.write(key, value, self._loop.time())
+        record = self.node.write(key, value, self._loop.time(), fence, ephemeral)
         self.flush()
         assert self.commits is not None
         return record, self.commits.waiter()
@@ -393,6 +399,15 @@ class Agent:
         """The local record of `key` (a tombstone if it was deleted)."""
         return self.node.read(key)
 
+    def visible(self, rec: Record) -> bool:
+        """Whether readers see `rec` (not an ephemeral key of a member gone)."""
+        return self.node.sync.replica.visible(rec)
+
+    @property
+    def changes(self) -> ChangeLog:
+        """The numbered changes the `/v1/watch` streams follow."""
+        return self.publisher.changes
+
     def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
         """Up to `limit` local records under `prefix` after `after`, tombstones too."""
         return self.node.sync.replica.store.scan(prefix, after, limit)
@@ -407,6 +422,7 @@ class Agent:
             if not out:
                 break
             self._handle(out)
+        self.publisher.publish_records(self.node.sync.replica)
         deadline = self.node.next_deadline()
         if deadline != self._armed_at:
             if self._timer is not None:

@@ -2,7 +2,9 @@
 
 In order: a structlog line, a history row, the configured event handlers
 (`event_handlers`, `controller_handler`), systemd's STATUS line, every
-`/v1/events` stream, and the blocking `/v1/controller` callers. A finished
+`/v1/events` stream, the numbered change log of the `/v1/watch` streams
+(api/changes.py; key changes join it from `publish_records`), and the
+blocking `/v1/controller` callers. A finished
 join attempt is then handed back to the agent (its waiters and the
 discovery throttle). Nothing here blocks the loop: the history log is
 written from its own thread, handlers run as subprocesses, and the streams'
@@ -20,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from shoal.daemon.api.changes import ChangeLog, record_json
 from shoal.daemon.api.watch import ControllerWatch, Watchers
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.systemd import Notifier
@@ -36,6 +39,8 @@ from shoal.node.history import Observer, history_row
 from shoal.node.status import summary
 from shoal.storage.antientropy import SyncCompleted
 from shoal.storage.history import HistoryWriter
+from shoal.storage.records import Record
+from shoal.storage.store import Replica
 
 log = structlog.get_logger("shoal")
 ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
@@ -47,7 +52,7 @@ class Publisher:
 
     def __init__(self, config: Callable[[], AgentConfig], node: ShoalNode, observer: Observer,
                  history: HistoryWriter, notifier: Notifier,
-                 on_join: Callable[[JoinCompleted], None]) -> None:  # fmt: skip
+                 on_join: Callable[[JoinCompleted], None], run: str) -> None:  # fmt: skip
         self._config = config  # read at each event: SIGHUP may replace it
         self._node = node
         self._observer = observer
@@ -56,6 +61,7 @@ class Publisher:
         self._on_join = on_join
         self.watchers = Watchers()
         self.controller_watch = ControllerWatch()
+        self.changes = ChangeLog(run)
         self._status = ""
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -83,6 +89,35 @@ class Publisher:
         self.watchers.offer(record)
         if isinstance(event, JoinCompleted):
             self._on_join(event)
+        else:
+            topic = "controller" if isinstance(event, ELECTION_EVENTS) else "members"
+            self.changes.append(topic, record, _same)
+
+    def publish_records(self, replica: Replica) -> None:
+        """Number the key changes `replica` collected since the last call:
+        a put when the record is visible now, a delete when it is not and
+        its previous version was (a tombstone, or an ephemeral key hidden
+        because its owner failed or left)."""
+        changes = replica.changes
+        if not changes:
+            return
+        append, visible, render = self.changes.append, replica.visible, self._render_record
+        for rec, was_visible, reason in changes:
+            if rec.value is not None and visible(rec):
+                append("kv", (rec, "put", reason), render, rec.key, len(rec.value))
+            elif was_visible:
+                append("kv", (rec, "delete", reason), render, rec.key)
+        changes.clear()
+
+    def _render_record(self, change: tuple[Record, str, str]) -> dict[str, Any]:
+        rec, kind, reason = change
+        name_of = self._node.name_of
+        out = record_json(rec, name_of(rec.writer), name_of(rec.owner) if rec.owner else None)
+        if kind == "delete" and rec.value is not None:  # hidden, not deleted: no value shown
+            for field in ("value", "value_base64"):
+                out.pop(field, None)
+            out["deleted"] = True
+        return {"type": kind, **out, "reason": reason}
 
     def status_text(self) -> str:
         """systemd's STATUS line: members alive and the controller."""
@@ -123,6 +158,10 @@ class Publisher:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _same(record: dict[str, Any]) -> dict[str, Any]:
+    return record
 
 
 def _log_sync(event: SyncCompleted) -> None:

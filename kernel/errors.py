@@ -4,7 +4,8 @@
     ├── ConfigError            a setting is wrong: names it; exit 2
     ├── DataDirError           the data directory is unusable or in use; exit 2
     ├── ApiError               an agent's API could not be reached or said no; exit 1
-    └── WriteRefused           a write this agent cannot stamp rightly (its clock); API 503
+    ├── WriteRefused           a write this agent cannot stamp rightly (its clock); API 503
+    └── FenceRefused           a write under a deposed controller's epoch; API 409
 
 Remote input (datagrams, frames, API bodies) never raises these: it is
 counted and dropped, or answered with a 4xx.
@@ -39,3 +40,19 @@ class WriteRefused(ShoalError):
     """A write that would be stamped wrongly: this agent's clock is too far
     from its peers', or a newer version of the key, stamped ahead of this
     clock, is waiting to be accepted. Nothing was written."""
+
+
+class FenceRefused(ShoalError):
+    """A fenced write (or an unfenced one to a fenced key) that a higher
+    controller epoch has overtaken: the writer acts for a deposed
+    controller. Nothing was written.
+
+    Attributes:
+        fence: the epoch the write was made under (0: none).
+        epoch: the higher epoch that refuses it.
+    """
+
+    def __init__(self, message: str, fence: int, epoch: int) -> None:
+        super().__init__(message)
+        self.fence = fence
+        self.epoch = epoch

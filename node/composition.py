@@ -24,15 +24,21 @@ from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Tags
-from shoal.kernel.errors import WriteRefused
-from shoal.membership.events import MemberJoined, MemberRefuted, MemberUpdated
+from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.membership.events import (
+    MemberDied,
+    MemberJoined,
+    MemberLeft,
+    MemberRefuted,
+    MemberUpdated,
+)
 from shoal.membership.member import MemberState, MemberView, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
 from shoal.storage.antientropy import AntiEntropy
 from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
-from shoal.storage.store import MemoryStore, RecordStore, Replica
+from shoal.storage.store import OWNER_FAILED, OWNER_LEFT, MemoryStore, RecordStore, Replica
 
 # The election's reading of each SWIM state, indexed by state. A suspect is
 # live to the election: it acts on verdicts, not on suspicions.
@@ -45,6 +51,9 @@ _LIVENESS_OF_STATE = {
 _LIVENESS = tuple(_LIVENESS_OF_STATE[state] for state in sorted(MemberState))
 # Membership events after which a member is alive again (see _note_returns).
 _RETURNS = (MemberJoined, MemberRefuted, MemberUpdated)
+# How often the controller deletes the ephemeral keys of failed and left
+# members for good (every replica already hides them; see storage/store.py).
+_EPHEMERAL_SWEEP_S = 2.0
 
 
 class ShoalNode:
@@ -97,6 +106,7 @@ class ShoalNode:
         self._view_version = -1
         self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
         self._swim_events_seen = 0  # membership events already read (_note_returns)
+        self._sweep_at = -math.inf  # the controller's next ephemeral-key sweep
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
         self._routes = dict(self.swim.handlers)
@@ -122,10 +132,14 @@ class ShoalNode:
     # -- the core contract -----------------------------------------------------
 
     def start(self, now: float) -> None:
-        """Begin: raise the incarnation and start the periodic work."""
+        """Begin: raise the incarnation and start the periodic work. The
+        ephemeral keys of this node's previous run end here: they belonged
+        to a process that is gone (ZooKeeper ends a session's ephemeral
+        nodes the same way)."""
         self.swim.start(now)
         self.sync.start(now)
         self.election.start(now)
+        self._delete_ephemeral(self.swim.ident.node_id, now)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Route one decoded message to the core it belongs to."""
@@ -155,6 +169,11 @@ class ShoalNode:
         self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
+        if now >= self._sweep_at:
+            self._sweep_at = now + _EPHEMERAL_SWEEP_S
+            if self.election.is_controller and not self.swim.leaving:
+                for owner in list(self.sync.replica.gone_now):
+                    self._delete_ephemeral(owner, now)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
@@ -197,7 +216,8 @@ class ShoalNode:
             self.election.view_changed(now)
 
     def _note_returns(self, now: float) -> None:
-        """Tell anti-entropy about members that became alive again.
+        """Tell anti-entropy about members that became alive again, and the
+        replica about members gone (their ephemeral keys are hidden).
 
         A member back from dead or left (a join at an incarnation above the
         first: it refuted or restarted), back from suspect, or at a new
@@ -209,12 +229,24 @@ class ShoalNode:
         if len(events) == self._swim_events_seen:
             return
         me = self.swim.table.self_name
+        replica = self.sync.replica
         for event in events[self._swim_events_seen :]:
-            if type(event) in _RETURNS:
+            kind = type(event)
+            if kind in _RETURNS:
                 m = event.member
-                if m.name != me and (type(event) is not MemberJoined or m.incarnation > 1):
+                replica.owner_back(m.node_id)
+                if m.name != me and (kind is not MemberJoined or m.incarnation > 1):
                     self.sync.peer_returned(m.addr, now)
+            elif kind is MemberDied or kind is MemberLeft:
+                reason = OWNER_FAILED if kind is MemberDied else OWNER_LEFT
+                replica.owner_gone(event.member.node_id, self.sync.wall_ms(now), reason)
         self._swim_events_seen = len(events)
+
+    def _delete_ephemeral(self, owner: bytes, now: float) -> None:
+        """Delete `owner`'s ephemeral keys for good: tombstones under each
+        record's own epoch, so that they win over it everywhere."""
+        for rec in self.sync.replica.owned_by(owner):
+            self.sync.write(rec.key, None, now, rec.epoch)
 
     # -- commands ----------------------------------------------------------------
 
@@ -230,7 +262,10 @@ class ShoalNode:
         self.swim.adopt(members, now)
 
     def leave(self, now: float) -> None:
-        """Leave the cluster gracefully (releasing the controller lease first)."""
+        """Leave the cluster gracefully (releasing the controller lease
+        first, and deleting this node's ephemeral keys while its pushes
+        still reach the others)."""
+        self._delete_ephemeral(self.swim.ident.node_id, now)
         self.election.leave(now)
         self.swim.leave(now)
 
@@ -238,14 +273,31 @@ class ShoalNode:
         """Replace this node's tags."""
         self.swim.set_tags(tags, now)
 
-    def write(self, key: bytes, value: bytes | None, now: float) -> Record:
+    def write(self, key: bytes, value: bytes | None, now: float,
+              fence: int | None = None, ephemeral: bool = False) -> Record:  # fmt: skip
         """Put `key` (delete it, with None) and push the write to a few members.
+
+        Args:
+            fence: the controller epoch the write is made under; refused
+                unless it is the highest epoch this node knows.
+            ephemeral: the key belongs to this member (see storage/store.py).
 
         Raises:
             WriteRefused: this node's clock is further than `max_offset_ms`
                 from its peers' (its stamps would order writes wrongly), or
                 see `Replica.write`.
+            FenceRefused: this node knows a higher epoch than `fence`, or
+                does not know `fence` at all, or see `Replica.write`.
         """
+        if fence is not None:
+            known = self.known_epoch()
+            if known != fence:
+                self.sync.replica.counters.fence_refused += 1
+                why = (f"this agent knows controller epoch {known}, above the write's fence "
+                       f"{fence}: the writer acts for a deposed controller") if known > fence \
+                    else (f"fence {fence} is above the highest controller epoch this agent "
+                          f"knows ({known})")  # fmt: skip
+                raise FenceRefused(why, fence, known)
         offset = self.swim.clock_offset_ms(now)
         limit = self.sync.config.max_offset_ms
         if offset is not None and abs(offset) > limit:
@@ -254,7 +306,15 @@ class ShoalNode:
                 f"this agent's clock is {offset / 1000:+.3f} s from its peers' (more than "
                 f"store.max_offset_ms = {limit} ms): its writes would be ordered wrongly; "
                 "fix its clock (NTP) or write through another agent")
-        return self.sync.write(key, value, now)
+        owner = self.swim.ident.node_id if ephemeral and value is not None else b""
+        return self.sync.write(key, value, now, fence or 0, owner)
+
+    def known_epoch(self) -> int:
+        """The highest controller epoch this node knows (0: none yet)."""
+        election = self.election
+        known = election.known
+        lease = election.lease_epoch
+        return max(known[1] if known else 0, lease or 0)
 
     def set_wall_offset(self, wall_offset_ms: int) -> None:
         """Wall clock minus monotonic `now`, in ms, for the cores that stamp."""

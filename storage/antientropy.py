@@ -250,17 +250,19 @@ class AntiEntropy:
 
     # -- commands --------------------------------------------------------------
 
-    def write(self, key: bytes, value: bytes | None, now: float) -> Record:
+    def write(self, key: bytes, value: bytes | None, now: float,
+              epoch: int = 0, owner: bytes = b"") -> Record:  # fmt: skip
         """Put (or, with None, delete) `key` here and push it to a few
-        members. Durability is the driver's job (`RecordStore.sync`)."""
-        rec = self.replica.write(key, value, self.wall_ms(now))
+        members (fenced by `epoch`, owned by `owner`: `Replica.write`).
+        Durability is the driver's job (`RecordStore.sync`)."""
+        rec = self.replica.write(key, value, self.wall_ms(now), epoch, owner)
         self._quiet = 1
         if self._next_sync_at > now + _AFTER_WRITE_SYNC_S * 1.2:
             self._schedule_sync(now + _AFTER_WRITE_SYNC_S * self.rng.uniform(0.8, 1.2))
         push = RecordPush((rec,))
         # key + value + 16-byte writer + ~20 bytes of CBOR heads and header:
         # a bound, not an exact size, so a push near the MTU goes by stream.
-        size = len(key) + len(value or b"") + 64
+        size = len(key) + len(value or b"") + 96  # + epoch and owner, if any
         channel = Channel.PACKET if size <= self.config.mtu_bytes else Channel.STREAM
         pushed = self._pick(self.config.push_fanout, now)
         for addr in pushed:
@@ -379,18 +381,18 @@ class AntiEntropy:
         if any(level > tree.depth or index >= FANOUT**level for level, index in msg.ranges):
             self.counters.unexpected += 1
             return
-        theirs = {key: (stamp, writer) for key, stamp, writer in msg.versions}
+        theirs = {key: (epoch, stamp, writer) for key, stamp, writer, epoch in msg.versions}
         newer: list[Record] = []
         budget, more = SESSION_BUDGET_BYTES, False
         for rec in self._records_in(msg.ranges):
             other = theirs.pop(rec.key, None)
-            if other is None or (rec.hlc, rec.writer) > other:
+            if other is None or rec.version > other:
                 budget -= _size(rec)
                 if budget < 0:
                     more = True  # the rest goes in the next session
                     continue
                 newer.append(rec)
-            elif (rec.hlc, rec.writer) < other:
+            elif rec.version < other:
                 theirs[rec.key] = other  # keep: we want theirs
         self.counters.records_sent += len(newer)
         self._reply(sender, SyncRecords(msg.session, tuple(newer), tuple(theirs), more))
@@ -437,7 +439,7 @@ class AntiEntropy:
         if not asked:
             self._end_session(ok=True, now=now)
             return
-        versions = tuple((r.key, r.hlc, r.writer) for r in self._records_in(asked))
+        versions = tuple((r.key, r.hlc, r.writer, r.epoch) for r in self._records_in(asked))
         self._request(session, SyncDigests(session.id, asked, versions))
 
     def _on_sync_records(self, msg: SyncRecords, sender: Address, now: float) -> None:

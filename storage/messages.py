@@ -52,7 +52,8 @@ class SyncDigests(msgspec.Struct, frozen=True):
 
     session: int
     ranges: tuple[tuple[int, int], ...]
-    versions: tuple[tuple[bytes, int, bytes], ...]  # (key, hlc, writer)
+    # (key, hlc, writer, epoch); on the wire the epoch is left out when 0
+    versions: tuple[tuple[bytes, int, bytes, int], ...]
     expects_reply: ClassVar[bool] = True
 
 
@@ -103,12 +104,19 @@ def _writer(v: object) -> bytes:
 
 
 def _record(v: object) -> Record:
-    if type(v) is not list or len(v) != 4:
+    # [key, value, hlc, writer] or, fenced or ephemeral, [..., epoch, owner]
+    # (owner b"" when not ephemeral): plain records cost what they did.
+    if type(v) is not list or len(v) not in (4, 6):
         raise DecodeError("shape", "bad record")
     value = v[1]
     if value is not None and (type(value) is not bytes or len(value) > MAX_VALUE_BYTES):
         raise DecodeError("shape", "bad value")
-    return Record(_key(v[0]), value, u64(v[2]), _writer(v[3]))
+    if len(v) == 4:
+        return Record(_key(v[0]), value, u64(v[2]), _writer(v[3]))
+    owner = v[5]
+    if owner != b"":
+        owner = _writer(owner)
+    return Record(_key(v[0]), value, u64(v[2]), _writer(v[3]), u64(v[4]), owner)
 
 
 def _pair(v: object, first: int, second: int) -> tuple[int, int]:
@@ -117,10 +125,14 @@ def _pair(v: object, first: int, second: int) -> tuple[int, int]:
     return (_small(v[0], first), _small(v[1], second))
 
 
-def _version(v: object) -> tuple[bytes, int, bytes]:
-    if type(v) is not list or len(v) != 3:
+def _version(v: object) -> tuple[bytes, int, bytes, int]:
+    if type(v) is not list or len(v) not in (3, 4):
         raise DecodeError("shape", "bad version")
-    return (_key(v[0]), u64(v[1]), _writer(v[2]))
+    return (_key(v[0]), u64(v[1]), _writer(v[2]), u64(v[3]) if len(v) == 4 else 0)
+
+
+def _enc_version(v: tuple[bytes, int, bytes, int]) -> list[Any]:
+    return list(v) if v[3] else list(v[:3])
 
 
 def _records(v: object) -> tuple[Record, ...]:
@@ -134,7 +146,7 @@ def _encode(msg: Any) -> list[Any] | None:
         case SyncTreeDiff(session, level, differing):
             return [41, session, level, [list(d) for d in differing]]
         case SyncDigests(session, ranges, versions):
-            return [42, session, [list(r) for r in ranges], [list(v) for v in versions]]
+            return [42, session, [list(r) for r in ranges], [_enc_version(v) for v in versions]]
         case SyncRecords(session, records, wants, more):
             return [43, session, [_enc_record(r) for r in records], list(wants), more]
         case RecordPush(records):
@@ -143,6 +155,8 @@ def _encode(msg: Any) -> list[Any] | None:
 
 
 def _enc_record(r: Record) -> list[Any]:
+    if r.epoch or r.owner:
+        return [r.key, r.value, r.hlc, r.writer, r.epoch, r.owner]
     return [r.key, r.value, r.hlc, r.writer]
 
 

@@ -1,12 +1,19 @@
 """Versioned records: the unit that replicas store, compare and exchange.
 
-A record is a key, a value or a tombstone, and a version. The version is a
-hybrid-logical-clock timestamp (`storage.hlc`) plus the id of the node that
-wrote it; versions compare as the tuple ``(hlc, writer)``, so two writes
-are never equal and every replica picks the same winner, whatever order the
-writes arrived in: the newest version wins (last writer wins). A delete is
-a tombstone, a record with no value, so that it too can win against older
-writes on other replicas; tombstones are dropped after a grace period.
+A record is a key, a value or a tombstone, and a version. The version is
+a fence epoch (0 for an unfenced write), a hybrid-logical-clock timestamp
+(`storage.hlc`) and the id of the node that wrote it; versions compare as
+the tuple ``(epoch, hlc, writer)``, so two writes are never equal and every
+replica picks the same winner, whatever order the writes arrived in: the
+newest version wins (last writer wins), except that a write fenced under a
+higher controller epoch beats every write under a lower one, whatever the
+clocks say (a deposed controller with a fast clock loses; issue 21). A
+delete is a tombstone, a record with no value, so that it too can win
+against older writes on other replicas; tombstones are dropped after a
+grace period.
+
+An ephemeral record names its `owner`, a member's node id: every replica
+hides it from reads once that member has failed or left (storage/store.py).
 
 The stored form (`encode_value`) is the same on every node, so a record's
 digest (which the Merkle tree sums) is the same on every node that holds it.
@@ -27,7 +34,10 @@ MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 512 * 1024
 
 _HEAD = struct.Struct(">QB16s")  # hlc, flags, writer
+_EPOCH = struct.Struct(">Q")  # after the head when _FLAG_FENCED
 _FLAG_TOMBSTONE = 0x01
+_FLAG_FENCED = 0x02
+_FLAG_EPHEMERAL = 0x04  # then the owner's 16-byte id, after the epoch if any
 DIGEST_MASK = 2**64 - 1
 
 
@@ -39,17 +49,22 @@ class Record(msgspec.Struct, frozen=True):
         value: the value, or None for a tombstone (a delete).
         hlc: the hybrid-logical-clock timestamp of the write.
         writer: the 16-byte id of the node that wrote it.
+        epoch: the controller epoch the write was fenced under (0: none).
+        owner: for an ephemeral record, the 16-byte id of the member that
+            owns it; empty otherwise.
     """
 
     key: bytes
     value: bytes | None
     hlc: int
     writer: bytes
+    epoch: int = 0
+    owner: bytes = b""
 
     @property
-    def version(self) -> tuple[int, bytes]:
+    def version(self) -> tuple[int, int, bytes]:
         """What decides between two writes of one key: bigger wins."""
-        return (self.hlc, self.writer)
+        return (self.epoch, self.hlc, self.writer)
 
     @property
     def is_tombstone(self) -> bool:
@@ -60,28 +75,46 @@ class Record(msgspec.Struct, frozen=True):
         """Whether this record should replace `other` (None: no record)."""
         if other is None:
             return True
+        if self.epoch != other.epoch:
+            return self.epoch > other.epoch
         if self.hlc != other.hlc or self.writer != other.writer:
             return (self.hlc, self.writer) > (other.hlc, other.writer)
         # Equal versions with different contents come only from a faulty
         # writer (one node never stamps two writes alike); any fixed order
         # keeps the replicas equal whatever the arrival order.
-        return (self.value is not None, self.value or b"") > (
+        return (self.value is not None, self.value or b"", self.owner) > (
             other.value is not None,
             other.value or b"",
+            other.owner,
         )
 
 
 def encode_value(record: Record) -> bytes:
-    """The stored bytes of a record (everything but the key)."""
+    """The stored bytes of a record (everything but the key). A record with
+    no epoch and no owner is stored as before fences existed."""
     flags = _FLAG_TOMBSTONE if record.value is None else 0
-    return _HEAD.pack(record.hlc, flags, record.writer) + (record.value or b"")
+    extra = b""
+    if record.epoch:
+        flags |= _FLAG_FENCED
+        extra = _EPOCH.pack(record.epoch)
+    if record.owner:
+        flags |= _FLAG_EPHEMERAL
+        extra += record.owner
+    return _HEAD.pack(record.hlc, flags, record.writer) + extra + (record.value or b"")
 
 
 def decode_value(key: bytes, raw: bytes) -> Record:
     """The record stored as `raw` under `key` (our own bytes, trusted)."""
     hlc, flags, writer = _HEAD.unpack_from(raw)
-    value = None if flags & _FLAG_TOMBSTONE else raw[_HEAD.size :]
-    return Record(key, value, hlc, writer)
+    at, epoch, owner = _HEAD.size, 0, b""
+    if flags & _FLAG_FENCED:
+        (epoch,) = _EPOCH.unpack_from(raw, at)
+        at += _EPOCH.size
+    if flags & _FLAG_EPHEMERAL:
+        owner = raw[at : at + NODE_ID_BYTES]
+        at += NODE_ID_BYTES
+    value = None if flags & _FLAG_TOMBSTONE else raw[at:]
+    return Record(key, value, hlc, writer, epoch, owner)
 
 
 def digest(record: Record) -> int:

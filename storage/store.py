@@ -11,6 +11,19 @@ merged only if its version is newer, a tombstone older than the grace period
 is collected; each change goes to the store and the Merkle tree together, so
 the tree always sums exactly what the store holds. It is pure: the wall
 clock comes in as `wall_ms`.
+
+Fences and ephemeral keys (issue 21). A write may carry the controller
+epoch it was made under; it is refused if the key holds a version under a
+higher epoch (or any epoch, for an unfenced write), and versions order by
+epoch first (storage/records.py). An ephemeral record names its owner
+member: once this replica hears that the owner failed or left
+(`owner_gone`), the owner's records written before that moment are hidden
+from reads (`visible`), and stay hidden after it returns; a tombstone
+written by the controller (or by the owner itself at its next start or
+leave) then deletes them for good on every replica.
+
+The agent reads what changed through `changes` (None in the simulator:
+nothing is collected there), to number it for its watch streams.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from shoal.kernel.counters import Counters
-from shoal.kernel.errors import WriteRefused
+from shoal.kernel.errors import FenceRefused, WriteRefused
 from shoal.storage import hlc as hlc_mod
 from shoal.storage.hlc import HybridClock
 from shoal.storage.merkle import MerkleTree, leaf_of
@@ -30,6 +43,8 @@ from shoal.storage.records import Record, digest
 # Keys remembered with a version refused as too far ahead (`Replica._ahead`);
 # beyond this the least recently refused is forgotten.
 MAX_AHEAD_KEYS = 10_000
+# Why a record changed, in `Replica.changes` (the watch streams' `reason`).
+WRITE, SYNC, OWNER_FAILED, OWNER_LEFT = "write", "sync", "owner-failed", "owner-left"
 
 
 class RecordStore(Protocol):
@@ -120,6 +135,8 @@ class ReplicaCounters(Counters):
     writes_refused_offset: int = 0
     expired_tombstones_refused: int = 0
     tombstones_collected: int = 0
+    fence_refused: int = 0
+    ephemeral_hidden: int = 0
 
 
 class Replica:
@@ -149,12 +166,23 @@ class Replica:
         # key -> the highest such stamp. A local write to one of them could
         # not win over that version when it is accepted later (see `write`).
         self._ahead: OrderedDict[bytes, int] = OrderedDict()
+        # Ephemeral records: owner id -> the keys it owns (live values only);
+        # owner id -> wall ms when it was last heard failed or left; and the
+        # owners failed or left now.
+        self._owned: dict[bytes, set[bytes]] = {}
+        self._gone_at: dict[bytes, int] = {}
+        self.gone_now: set[bytes] = set()
+        # (record, whether the key's previous version was visible, why):
+        # collected only when the driver sets a list here.
+        self.changes: list[tuple[Record, bool, str]] | None = None
         tree, newest = self.tree, 0
         for rec in store.all():
             tree.add(tree.leaf_of(rec.key), digest(rec))
             newest = max(newest, rec.hlc)
             if rec.value is None:
                 self._tombstones.append((rec.hlc, rec.key))
+            elif rec.owner:
+                self._owned.setdefault(rec.owner, set()).add(rec.key)
         heapq.heapify(self._tombstones)
         self.clock.last = newest
 
@@ -162,16 +190,58 @@ class Replica:
         """The current record of `key` (a tombstone if deleted)."""
         return self.store.get(key)
 
-    def write(self, key: bytes, value: bytes | None, wall_ms: int) -> Record:
+    def visible(self, rec: Record) -> bool:
+        """Whether readers see `rec`: False for an ephemeral record whose
+        owner is failed or left now, or was after `rec` was written."""
+        owner = rec.owner
+        if not owner or owner not in self._gone_at:
+            return True
+        return owner not in self.gone_now and hlc_mod.physical_ms(rec.hlc) > self._gone_at[owner]
+
+    def owned_by(self, owner: bytes) -> list[Record]:
+        """The ephemeral records (values, not tombstones) of `owner`."""
+        get = self.store.get
+        return [rec for key in sorted(self._owned.get(owner, ())) if (rec := get(key))]
+
+    def owner_gone(self, owner: bytes, wall_ms: int, reason: str) -> list[Record]:
+        """Member `owner` was declared failed (or left) at `wall_ms`: hide
+        its ephemeral records. Returns those that were visible until now."""
+        hidden = [rec for rec in self.owned_by(owner) if self.visible(rec)]
+        self._gone_at[owner] = max(wall_ms, self._gone_at.get(owner, 0))
+        self.gone_now.add(owner)
+        self.counters.ephemeral_hidden += len(hidden)
+        if self.changes is not None:
+            self.changes.extend((rec, True, reason) for rec in hidden)
+        return hidden
+
+    def owner_back(self, owner: bytes) -> None:
+        """Member `owner` is alive again: what it writes from now on is
+        seen; what it wrote before it was declared gone stays hidden."""
+        self.gone_now.discard(owner)
+
+    def write(self, key: bytes, value: bytes | None, wall_ms: int,
+              epoch: int = 0, owner: bytes = b"") -> Record:  # fmt: skip
         """A local put (or delete, with None): a fresh version that wins
         over everything this node has seen, refused versions included.
+        `epoch` fences it (the controller epoch it is made under); `owner`
+        makes it ephemeral (a member's node id).
 
         Raises:
             WriteRefused: a version of `key` was refused as stamped too far
                 ahead of our clock, and our clock has not passed that stamp
                 yet: a write now would be stamped below it and lose to it
                 when it is accepted, after we acknowledged (issue 28).
+            FenceRefused: `key` holds a version fenced under an epoch above
+                `epoch` (any epoch, for an unfenced write): this write would
+                lose to it everywhere.
         """
+        old = self.store.get(key)
+        if old is not None and old.epoch > epoch:
+            self.counters.fence_refused += 1
+            what = f"under fence {epoch}" if epoch else "without a fence"
+            raise FenceRefused(
+                f"this key was written under controller epoch {old.epoch}: a write {what} "
+                "would lose to it (the writer acts for a deposed controller)", epoch, old.epoch)
         ahead = self._ahead.get(key)
         if ahead is not None:
             if hlc_mod.physical_ms(ahead) < wall_ms:
@@ -183,8 +253,10 @@ class Replica:
                     f"a version of this key stamped {wait_s:.1f} s ahead of this agent's clock "
                     "was refused here (its writer's clock is fast, or ours slow); a write "
                     f"now would lose to it later: retry in {wait_s:.0f} s or fix the clocks")
-        rec = Record(key, value, self.clock.now(wall_ms), self.node_id)
-        self._replace(self.store.get(key), rec)
+        rec = Record(key, value, self.clock.now(wall_ms), self.node_id, epoch, owner)
+        if self.changes is not None:
+            self.changes.append((rec, old is not None and self.visible(old), WRITE))
+        self._replace(old, rec)
         self.store.apply([rec], [])
         self.counters.local_writes += 1
         return rec
@@ -217,6 +289,8 @@ class Replica:
             if not rec.newer_than(old):
                 self.counters.stale += 1
                 continue
+            if self.changes is not None:
+                self.changes.append((rec, old is not None and self.visible(old), SYNC))
             self._replace(old, rec)
             applied[rec.key] = rec
         if applied:
@@ -245,5 +319,13 @@ class Replica:
             tree.add(tree.leaf_of(new.key), digest(new))
         else:
             tree.replace(tree.leaf_of(new.key), digest(old), digest(new))
+            if old.owner and old.value is not None:
+                keys = self._owned.get(old.owner)
+                if keys is not None:
+                    keys.discard(old.key)
+                    if not keys:
+                        del self._owned[old.owner]
+        if new.owner and new.value is not None:
+            self._owned.setdefault(new.owner, set()).add(new.key)
         if new.value is None:
             heapq.heappush(self._tombstones, (new.hlc, new.key))

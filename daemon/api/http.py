@@ -45,17 +45,22 @@ REQUEST_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 120.0
 _REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
             405: b"Method Not Allowed",
-            408: b"Request Timeout", 409: b"Conflict", 413: b"Payload Too Large",
+            408: b"Request Timeout", 409: b"Conflict", 410: b"Gone", 413: b"Payload Too Large",
             431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
-            504: b"Gateway Timeout"}  # fmt: skip
+            503: b"Service Unavailable", 504: b"Gateway Timeout"}  # fmt: skip
 
 
 class HttpError(Exception):
     """A request answered with a 4xx/5xx JSON error."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, **fields: Any) -> None:
         super().__init__(message)
         self.status = status
+        self.fields = fields  # more members of the JSON error body
+
+    def body(self) -> dict[str, Any]:
+        """The JSON error body: `error` and the fields."""
+        return {"error": str(self), **self.fields}
 
 
 class Request(msgspec.Struct):
@@ -86,7 +91,8 @@ class Deferred(msgspec.Struct):
 
 
 class Stream(msgspec.Struct):
-    """A streaming answer: each item of `lines` is sent as one JSON line."""
+    """A streaming answer: each item of `lines` is sent as one JSON line
+    (bytes items as they are: a line already rendered)."""
 
     lines: AsyncIterator[Any]
 
@@ -249,7 +255,7 @@ class HttpProtocol(asyncio.Protocol):
             try:
                 result = self._handler(item)
             except HttpError as exc:
-                self._write(json_response(exc.status, {"error": str(exc)}, keep_alive))
+                self._write(json_response(exc.status, exc.body(), keep_alive))
                 continue
             except Exception:
                 self._bug(item)
@@ -283,7 +289,7 @@ class HttpProtocol(asyncio.Protocol):
                 return
             self._write(json_response(answer[0], answer[1], keep_alive))
         except HttpError as exc:
-            self._write(json_response(exc.status, {"error": str(exc)}, keep_alive))
+            self._write(json_response(exc.status, exc.body(), keep_alive))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -308,7 +314,7 @@ class HttpProtocol(asyncio.Protocol):
             status, obj = result.answer()
             self._write(json_response(status, obj, keep_alive))
         except HttpError as exc:
-            self._write(json_response(exc.status, {"error": str(exc)}, keep_alive))
+            self._write(json_response(exc.status, exc.body(), keep_alive))
         except Exception:
             self._bug(request)
             return
@@ -327,7 +333,7 @@ class HttpProtocol(asyncio.Protocol):
         async for item in stream.lines:
             if self._closing:
                 return
-            line = json.dumps(item).encode() + b"\n"
+            line = item if isinstance(item, bytes) else json.dumps(item).encode() + b"\n"
             self._write(b"%x\r\n%s\r\n" % (len(line), line))
         self._write(b"0\r\n\r\n")
         self._close()
@@ -338,7 +344,7 @@ class HttpProtocol(asyncio.Protocol):
         self._close()
 
     def _fail(self, exc: HttpError) -> None:
-        self._write(json_response(exc.status, {"error": str(exc)}, keep_alive=False))
+        self._write(json_response(exc.status, exc.body(), keep_alive=False))
         self._close()
 
     def _write(self, data: bytes) -> None:

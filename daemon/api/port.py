@@ -17,6 +17,7 @@ import msgspec
 from shoal.node.status import NodeStatus
 
 if TYPE_CHECKING:
+    from shoal.daemon.api.changes import ChangeLog
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.network.keyops import KeyService
@@ -59,6 +60,10 @@ class AgentPort(Protocol):
         """The open `/v1/events` streams."""
 
     @property
+    def changes(self) -> ChangeLog:
+        """The numbered changes the `/v1/watch` streams follow."""
+
+    @property
     def controller_watch(self) -> ControllerWatch:
         """Wakes callers waiting for the controller to change."""
 
@@ -90,8 +95,13 @@ class AgentPort(Protocol):
     def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
         """Up to `limit` records under `prefix`, after key `after`, in key order."""
 
-    def write(self, key: bytes, value: bytes | None) -> tuple[Record, asyncio.Future[None]]:
-        """Put or delete `key`; the future completes once it is durable."""
+    def visible(self, rec: Record) -> bool:
+        """Whether readers see `rec` (not an ephemeral key of a member gone)."""
+
+    def write(self, key: bytes, value: bytes | None, fence: int | None = None,
+              ephemeral: bool = False) -> tuple[Record, asyncio.Future[None]]:  # fmt: skip
+        """Put or delete `key` (fenced, ephemeral); the future completes once
+        it is durable."""
 
     def change_tags(self, set_tags: dict[str, str], delete: list[str]) -> Tags:
         """Set and delete this node's tags at run time (persisted)."""

@@ -8,10 +8,17 @@
     POST /v1/leave                 leave the cluster (the agent keeps running)
     POST /v1/tags {"set": {..}, "delete": [..]}  change this node's tags (kept across restarts)
     GET  /v1/events                membership events as newline-delimited JSON
-    PUT  /v1/kv/<key>              store the request body as the value of <key>
+    GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
+                                   keys) as newline-delimited JSON; resumable (api/changes.py)
+    PUT  /v1/kv/<key>[?fence=E&ephemeral=1]   store the request body as the value of <key>
     GET  /v1/kv/<key>              the value and its version (404 if absent)
-    DELETE /v1/kv/<key>            delete <key> (a tombstone that replicates)
+    DELETE /v1/kv/<key>[?fence=E]  delete <key> (a tombstone that replicates)
     GET  /v1/kv/?prefix=&after=&limit=   list keys and values in key order
+
+Listings (members, keys, controller) carry the change `index` they were
+taken at and the agent's `run`: a client lists, then watches from there.
+A fenced write names the controller epoch it is made under; one under an
+epoch this agent knows is overtaken is refused with 409 (docs/storage.md).
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
@@ -27,7 +34,7 @@ default; see docs/operations.md.
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import json
 import os
 import socket
@@ -36,10 +43,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from shoal.daemon.api.changes import TOPICS, ResumeError, record_json
 from shoal.daemon.api.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
-from shoal.kernel.errors import ConfigError, WriteRefused
+from shoal.kernel.errors import ConfigError, FenceRefused, WriteRefused
 from shoal.membership.member import MemberState
 from shoal.storage import hlc
 from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
@@ -49,6 +57,7 @@ KV_PREFIX = "/v1/kv/"
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
+WATCH_PING_S = 5.0  # a quiet watch stream gets a ping line this often
 
 
 class ApiServer:
@@ -66,6 +75,7 @@ class ApiServer:
             ("POST", "/v1/leave"): self.leave,
             ("POST", "/v1/tags"): self.tags,
             ("GET", "/v1/events"): self.events,
+            ("GET", "/v1/watch"): self.watch,
             ("GET", "/v1/controller"): self.controller,
             ("POST", "/v1/force-leave"): self.force_leave,
             ("GET", "/metrics"): self.metrics,
@@ -90,6 +100,7 @@ class ApiServer:
     async def stop(self) -> None:
         """Close the listener and every open connection."""
         self.agent.watchers.end_all()
+        self.agent.changes.end_all()
         self._http.close()
 
     @staticmethod
@@ -149,7 +160,12 @@ class ApiServer:
         views = [m.to_json() for m in self.agent.status().node.members]
         if status is not None:
             views = [v for v in views if v["status"] == status]
-        return 200, {"members": views}
+        return 200, {"members": views, **self._at()}
+
+    def _at(self) -> dict[str, Any]:
+        """Where a listing stands in the change log: watch from here."""
+        changes = self.agent.changes
+        return {"index": changes.index, "run": changes.run}
 
     def self_info(self, request: Request) -> Result:
         status = self.agent.status()
@@ -223,21 +239,38 @@ class ApiServer:
             return 200, self._kv_list(query)
         if method == "GET":
             rec = self.agent.read(key)
-            if rec is None or rec.value is None:
+            if rec is None or rec.value is None or not self.agent.visible(rec):
                 raise HttpError(404, f"no key {key.decode(errors='replace')!r}")
-            return 200, _record_json(rec, self.agent.member_name(rec.writer))
+            return 200, self._record_json(rec)
         if method not in ("PUT", "DELETE"):
             raise HttpError(405, f"no {method} {KV_PREFIX}<key>")
+        fence_text = query.get("fence", [None])[0]
+        if fence_text is not None and not (fence_text.isdigit() and int(fence_text) < 2**63):
+            raise HttpError(400, f"fence must be a controller epoch (an integer), not "
+                            f"{fence_text[:40]!r}")  # fmt: skip
+        fence = None if fence_text is None else int(fence_text)
+        ephemeral = query.get("ephemeral", ["0"])[0]
+        if ephemeral not in ("0", "1", "true", "false"):
+            raise HttpError(400, "ephemeral must be 1 or 0")
         try:
-            rec, durable = self.agent.write(key, request.body if method == "PUT" else None)
+            rec, durable = self.agent.write(key, request.body if method == "PUT" else None,
+                                            fence, ephemeral in ("1", "true"))  # fmt: skip
         except WriteRefused as exc:
             raise HttpError(503, str(exc)) from None
+        except FenceRefused as exc:
+            raise HttpError(409, str(exc), fence=exc.fence, epoch=exc.epoch) from None
         return Deferred(durable, lambda: (200, self._written_json(rec)))
+
+    def _record_json(self, rec: Record) -> dict[str, Any]:
+        name_of = self.agent.member_name
+        return record_json(rec, name_of(rec.writer), name_of(rec.owner) if rec.owner else None)
 
     def _written_json(self, rec: Record) -> dict[str, Any]:
         # Lean on purpose: this answer is built for every write.
         out = {"key": rec.key.decode(errors="replace"), "hlc": rec.hlc,
-               "modified_wall_ms": rec.hlc >> hlc.LOGICAL_BITS}  # fmt: skip
+               "modified_wall_ms": rec.hlc >> hlc.LOGICAL_BITS, "epoch": rec.epoch}  # fmt: skip
+        if rec.owner:
+            out["ephemeral"] = True
         if rec.value is None:
             out["deleted"] = True
         return out
@@ -251,15 +284,16 @@ class ApiServer:
         limit = int(limit_text)
         items: list[dict[str, Any]] = []
         more = True
+        visible = self.agent.visible
         while len(items) < limit and more:
             batch = self.agent.scan(prefix, after, limit)
             more = len(batch) == limit
             for rec in batch:
                 after = rec.key
-                if rec.value is not None and len(items) < limit:
-                    items.append(_record_json(rec, self.agent.member_name(rec.writer)))
+                if rec.value is not None and len(items) < limit and visible(rec):
+                    items.append(self._record_json(rec))
         next_after = items[-1]["key"] if len(items) == limit else None
-        return {"items": items, "next_after": next_after}
+        return {"items": items, "next_after": next_after, **self._at()}
 
     def controller(self, request: Request) -> Any:
         """The controller; with `?wait=S`, block up to S seconds until it
@@ -284,8 +318,8 @@ class ApiServer:
 
     def _controller_now(self) -> dict[str, Any]:
         agent = self.agent
-        return _controller_info(agent.status(), agent.controller_watch.since_wall_ms,
-                                agent.loop_time())  # fmt: skip
+        return {**_controller_info(agent.status(), agent.controller_watch.since_wall_ms,
+                                   agent.loop_time()), **self._at()}  # fmt: skip
 
     def metrics(self, request: Request) -> Result:
         from shoal.daemon.api.metrics import CONTENT_TYPE, render
@@ -335,6 +369,44 @@ class ApiServer:
 
         return Stream(lines())
 
+    def watch(self, request: Request) -> Result:
+        """`/v1/watch`: numbered changes from `index` on (api/changes.py);
+        a hello line first, a ping line every `WATCH_PING_S` of quiet."""
+        query = request.query
+        topics_text = query.get("topics", [",".join(TOPICS)])[0]
+        topics = frozenset(t for t in topics_text.split(",") if t)
+        if not topics or not topics <= set(TOPICS):
+            raise HttpError(400, f"topics must be a comma list of {', '.join(TOPICS)}")
+        prefix = unquote_to_bytes(query.get("prefix", [""])[0])
+        if len(prefix) > MAX_KEY_BYTES:
+            raise HttpError(400, f"a prefix is at most {MAX_KEY_BYTES} bytes")
+        index_text = query.get("index", [None])[0]
+        if index_text is not None and not (index_text.isdigit() and len(index_text) < 19):
+            raise HttpError(400, f"index must be a non-negative integer, not {index_text[:40]!r}")
+        changes = self.agent.changes
+        try:
+            sub = changes.subscribe(topics, prefix, query.get("run", [None])[0],
+                                    None if index_text is None else int(index_text))  # fmt: skip
+        except ResumeError as exc:
+            raise HttpError(exc.status, str(exc), run=changes.run, index=changes.index) from None
+
+        async def lines() -> AsyncIterator[Any]:
+            try:
+                yield {"type": "hello", "run": changes.run, "index": changes.index}
+                while True:
+                    try:
+                        change = await asyncio.wait_for(sub.queue.get(), WATCH_PING_S)
+                    except TimeoutError:
+                        yield {"type": "ping", "index": changes.index}
+                        continue
+                    if change is None:
+                        return
+                    yield change.line
+            finally:
+                changes.close(sub)
+
+        return Stream(lines())
+
     async def keys(self, request: Request) -> Result:
         """`shoal keys`: list, or change the keyring here and on every member."""
         from shoal.kernel.sealing import KeyringError, parse_key
@@ -359,26 +431,6 @@ class ApiServer:
         if me in outcome.errors:  # refused here: nothing was sent to the others
             raise HttpError(409, outcome.errors[me])
         return 200, outcome.to_json()
-
-
-def _record_json(rec: Record, writer: str | None) -> dict[str, Any]:
-    """A record as the API shows it, with its writer's name if known."""
-    out: dict[str, Any] = {
-        "key": rec.key.decode(errors="replace"),
-        "hlc": rec.hlc,
-        "modified_wall_ms": hlc.physical_ms(rec.hlc),
-        "writer": writer or rec.writer.hex(),
-        "writer_id": rec.writer.hex(),
-    }
-    if rec.value is None:
-        out["deleted"] = True
-    else:
-        try:
-            out["value"] = rec.value.decode()
-        except UnicodeDecodeError:
-            out["value"] = None
-        out["value_base64"] = base64.b64encode(rec.value).decode()
-    return out
 
 
 def _controller_info(status: AgentStatus, since_wall_ms: int, now: float) -> dict[str, Any]:
