@@ -107,6 +107,7 @@ class ShoalNode:
         self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
         self._swim_events_seen = 0  # membership events already read (_note_returns)
         self._sweep_at = -math.inf  # the controller's next ephemeral-key sweep
+        self._epoch_seen = 0  # the highest controller epoch known so far (known_epoch)
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
         self._routes = dict(self.swim.handlers)
@@ -169,6 +170,7 @@ class ShoalNode:
         self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
+        self.known_epoch()  # remember the epoch while the lease or the notice lasts
         if now >= self._sweep_at:
             self._sweep_at = now + _EPHEMERAL_SWEEP_S
             if self.election.is_controller and not self.swim.leaving:
@@ -310,11 +312,15 @@ class ShoalNode:
         return self.sync.write(key, value, now, fence or 0, owner)
 
     def known_epoch(self) -> int:
-        """The highest controller epoch this node knows (0: none yet)."""
+        """The highest controller epoch this node has known in this run (0:
+        none yet). The election forgets a controller whose lease ran out;
+        fences must not: a write under the last epoch is still the newest
+        one while a successor is being elected."""
         election = self.election
         known = election.known
         lease = election.lease_epoch
-        return max(known[1] if known else 0, lease or 0)
+        self._epoch_seen = max(self._epoch_seen, known[1] if known else 0, lease or 0)
+        return self._epoch_seen
 
     def set_wall_offset(self, wall_offset_ms: int) -> None:
         """Wall clock minus monotonic `now`, in ms, for the cores that stamp."""
