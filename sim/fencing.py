@@ -90,7 +90,7 @@ def fencing_run(seed: int, fenced: bool = True) -> FencingRun:
     healed_at = cluster.now
 
     def settled() -> bool:
-        versions = {n.read(KEY).version if n and n.read(KEY) else None for n in cluster.nodes}
+        versions = {rec.version if n and (rec := n.read(KEY)) else None for n in cluster.nodes}
         return len(versions) == 1
 
     cluster.run_until(cluster.now + 60.0, settled)
