@@ -36,10 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
+from shoal.daemon.health import HEALTH_TAG
+from shoal.daemon.liveness import Liveness
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.keyops import KeyService
@@ -95,6 +98,7 @@ class Agent:
         self.persister: Persister
         self.discovery: DiscoveryJoins
         self.publisher: Publisher
+        self.liveness: Liveness  # client sessions and health checks
         self._loop: asyncio.AbstractEventLoop
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
@@ -160,7 +164,10 @@ class Agent:
             log.info("tags set by `shoal tags` win over the configured ones",
                      tags=dict(runtime_tags))  # fmt: skip
         tags = cfg.tags if runtime_tags is None else runtime_tags
-        ident = NodeIdentity(cfg.node_name, stored.node_id, advertise, tags)
+        self.liveness = Liveness(self._loop, lambda: getattr(self, "node", None), self.flush)
+        self.liveness.configure_checks(cfg.checks)  # every check starts critical
+        ident = NodeIdentity(cfg.node_name, stored.node_id, advertise,
+                             self.liveness.with_health(tags))  # fmt: skip
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
@@ -196,7 +203,8 @@ class Agent:
                                    lambda: self.net.sending, self.counters)  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
-                                   self.notifier, self._join_completed, str(self.run_number))  # fmt: skip
+                                   self.notifier, self._join_completed,
+                                   str(self.run_number))  # fmt: skip
 
     def request_stop(self) -> None:
         """Ask the agent to leave and exit (as SIGTERM does)."""
@@ -222,6 +230,7 @@ class Agent:
     def _close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self.liveness.stop()
         self.net.close()
         self.net.streams.close()
         self.publisher.cancel()
@@ -307,15 +316,23 @@ class Agent:
         self.discovery.withdraw()
 
     def write(self, key: bytes, value: bytes | None, fence: int | None = None,
-              ephemeral: bool = False) -> tuple[Record, asyncio.Future[None]]:  # fmt: skip
+              ephemeral: bool = False,
+              session: str | None = None) -> tuple[Record, asyncio.Future[None]]:  # fmt: skip
         """Put (or delete, with None) `key`: visible here and pushed to peers
         at once. Returns the record and a future that completes once it is
         durable (group commit); acknowledge the client only then, so an
         acknowledged write survives a crash of this machine. The future is
         shared by a group of writes: add callbacks, never cancel it.
-        `fence` and `ephemeral`: see `ShoalNode.write`."""
+        `fence` and `ephemeral`: see `ShoalNode.write`; a key written under
+        `session` is ephemeral and deleted when the session ends
+        (daemon/sessions.py; SessionError 404 for an unknown session)."""
+        if session is not None:
+            self.liveness.sessions.get(session)
+            ephemeral = True
         self.node.set_wall_offset(self._wall_offset_ms())
         record = self.node.write(key, value, self._loop.time(), fence, ephemeral)
+        if session is not None and value is not None:
+            self.liveness.sessions.attach(session, key, record.hlc)
         self.flush()
         assert self.commits is not None
         return record, self.commits.waiter()
@@ -335,20 +352,24 @@ class Agent:
                         "`shoal tags` win (remove tags.json in the data directory to use the "
                         "configured ones)")  # fmt: skip
             return
-        self.node.set_tags(tags, self._loop.time())
+        self.node.set_tags(self.liveness.with_health(tags), self._loop.time())
         self.flush()
+
+    def set_checks(self, checks: tuple[CheckConfig, ...]) -> None:
+        """Run these health checks from now on (a reload)."""
+        self.liveness.configure_checks(checks)
 
     def change_tags(self, set_tags: dict[str, str], delete: list[str]) -> Tags:
         """`shoal tags`: set and delete tags at run time; written to the data
         directory first, so a restart keeps them. Returns the tags now."""
         assert self.data_dir is not None
-        tags = dict(self.node.swim.ident.tags)
+        tags = {k: v for k, v in self.node.swim.ident.tags if k != HEALTH_TAG}
         tags.update(set_tags)
         for key in delete:
             tags.pop(key, None)
         new = make_tags(tags)
         self.data_dir.save_tags(new)
-        self.node.set_tags(new, self._loop.time())
+        self.node.set_tags(self.liveness.with_health(new), self._loop.time())
         self.flush()
         return new
 

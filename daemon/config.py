@@ -19,6 +19,7 @@ import msgspec
 import msgspec.structs
 
 from shoal.daemon.api.access import ApiAccess, parse_access
+from shoal.daemon.checks import CheckConfig, parse_checks
 from shoal.daemon.keys import EncryptionConfig, parse_encryption
 from shoal.election.config import LeaseConfig
 from shoal.kernel.contract import Address
@@ -79,6 +80,8 @@ class AgentConfig(msgspec.Struct, frozen=True):
     discovery_service: str = "_shoal._udp.local."
     encryption: EncryptionConfig = msgspec.field(default_factory=EncryptionConfig)
     access: ApiAccess = msgspec.field(default_factory=ApiAccess)
+    checks: tuple[CheckConfig, ...] = ()  # [[checks]] tables (daemon/checks.py)
+    enable_script_checks: bool = False
 
 
 # -- parsing single values ------------------------------------------------------
@@ -137,14 +140,18 @@ def _swim(profile: str, overrides: Mapping[str, Any]) -> SwimConfig:
 
 
 def _section(name: str, base: Any, overrides: Any) -> Any:
-    """`base` (a frozen struct of numbers) with the numeric `overrides`
-    of the config table `[name]` applied and validated."""
+    """`base` (a frozen struct of numbers and switches) with the
+    `overrides` of the config table `[name]` applied and validated."""
     if not isinstance(overrides, Mapping):
         raise ConfigError(f"{name}: expected a table of settings")
     known = {f.name: f.type for f in msgspec.structs.fields(base)}
     for key, value in overrides.items():
         if key not in known:
             raise ConfigError(f"{name}.{key}: unknown setting")
+        if known[key] in (bool, "bool"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}.{key}: expected true or false, got {value!r}")
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name}.{key}: expected a number, got {value!r}")
         if known[key] is int and not isinstance(value, int):
@@ -162,7 +169,7 @@ _TOP_KEYS = {
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
     "controller_handler", "event_handlers", "history", "encryption", "encrypt", "api_token",
-    "api_token_file", "api_socket",
+    "api_token_file", "api_socket", "checks", "enable_script_checks",
 }  # fmt: skip
 
 _ENV = {
@@ -271,6 +278,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
     if not 0 <= leave_timeout <= 300:
         raise ConfigError("leave_timeout_s: expected 0 to 300 seconds")
     api = parse_address("api", raw.get("api", f"127.0.0.1:{DEFAULT_API_PORT}"))
+    scripts = _flag(raw.get("enable_script_checks", False), "enable_script_checks")
     encryption = raw.get("encryption", {})
     if raw.get("encrypt") and isinstance(encryption, Mapping):  # --encrypt KEY, $SHOAL_ENCRYPT
         encryption = {**encryption, "key": raw["encrypt"]}
@@ -300,6 +308,8 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         discovery_service=_service(raw.get("discovery_service", "_shoal._udp.local.")),
         encryption=parse_encryption(encryption),
         access=parse_access(dict(raw), api),
+        checks=parse_checks(raw.get("checks", []), scripts),
+        enable_script_checks=scripts,
     )
 
 
@@ -314,7 +324,8 @@ def _bootstrap_expect(value: Any) -> int:
 
 _EVENT_TYPES = ("member-joined", "member-left", "member-failed", "member-updated",
                 "member-suspected", "member-refuted", "member-reaped", "controller-elected",
-                "controller-lost", "controller-changed", "voters-changed")  # fmt: skip
+                "controller-lost", "controller-changed", "voters-changed",
+                "member-health-changed")  # fmt: skip
 
 
 def _event_handlers(value: Any) -> tuple[tuple[str, str], ...]:

@@ -1,6 +1,7 @@
 """SIGHUP: read the configuration again and apply what can change now.
 
-Tags, logging, the handlers and the history log's limits apply at once;
+Tags, logging, the handlers, the health checks and the history log's
+limits apply at once;
 any other changed setting is logged as needing a restart and keeps its
 running value. A configuration that does not load is logged and the
 running one kept. systemd hears RELOADING=1, then READY=1 (Type=notify-reload).
@@ -17,6 +18,7 @@ import structlog
 
 from shoal.daemon import config as config_mod
 from shoal.daemon import logging as shoal_logging
+from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.systemd import Notifier
 from shoal.kernel.contract import Tags
@@ -24,7 +26,8 @@ from shoal.kernel.errors import ConfigError
 from shoal.storage.history import HistoryWriter
 
 # The settings a running agent applies without a restart.
-LIVE = {"tags", "log_level", "log_format", "controller_handler", "event_handlers", "history"}
+LIVE = {"tags", "log_level", "log_format", "controller_handler", "event_handlers", "history",
+        "checks", "enable_script_checks"}
 log = structlog.get_logger("shoal")
 
 
@@ -41,6 +44,9 @@ class Reloadable(Protocol):
 
     def set_tags(self, tags: Tags) -> None:
         """Replace this node's tags."""
+
+    def set_checks(self, checks: tuple[CheckConfig, ...]) -> None:
+        """Run these health checks from now on."""
 
     def status_text(self) -> str:
         """systemd's STATUS line."""
@@ -64,6 +70,8 @@ def reload(agent: Reloadable) -> None:
     agent.config = msgspec.structs.replace(old, **changes)
     if "tags" in changes:
         agent.set_tags(new.tags)
+    if "checks" in changes:
+        agent.set_checks(new.checks)
     if "history" in changes and agent.history is not None:
         agent.history.reconfigure(new.history)
     if "log_level" in changes or "log_format" in changes:

@@ -245,10 +245,15 @@ class ShoalNode:
         self._swim_events_seen = len(events)
 
     def _delete_ephemeral(self, owner: bytes, now: float) -> None:
-        """Delete `owner`'s ephemeral keys for good: tombstones under each
-        record's own epoch, so that they win over it everywhere."""
+        """Delete `owner`'s ephemeral keys for good (`expire`)."""
         for rec in self.sync.replica.owned_by(owner):
-            self.sync.write(rec.key, None, now, rec.epoch)
+            self.expire(rec, now)
+
+    def expire(self, rec: Record, now: float) -> Record:
+        """Delete the key of `rec`, an ephemeral record whose owner or session
+        ended: a tombstone under the record's own epoch, so that it wins over
+        it everywhere (an unfenced delete would lose to a fenced record)."""
+        return self.sync.write(rec.key, None, now, rec.epoch)
 
     # -- commands ----------------------------------------------------------------
 

@@ -28,6 +28,9 @@ class SyncConfig(msgspec.Struct, frozen=True):
     # Members a fresh write is pushed to at once (Serf's user events use
     # the gossip fan-out, 3 on a LAN).
     push_fanout: int = 3
+    # A member passes a pushed record that is news to it on to push_fanout
+    # others (storage/antientropy.py); off: only the writer pushes.
+    forward_pushes: bool = True
     # 16**4 = 65,536 leaves: ~15 keys per leaf at a million keys.
     tree_depth: int = 4
     # A remote HLC more than this ahead of our wall clock is refused.

@@ -30,6 +30,7 @@ from typing import Any
 from shoal.storage import hlc
 from shoal.storage.records import Record
 
+PING_S = 5.0  # a quiet stream gets a ping line this often
 KEEP_CHANGES = 65_536
 KEEP_VALUE_BYTES = 32 * 1024 * 1024
 TOPICS = ("members", "controller", "kv")
@@ -61,6 +62,14 @@ class Change:
         return self._line
 
 
+class Ping:
+    """Queued to every open stream each PING_S: the stream writes a ping
+    line (one timer for all streams, not a timeout per stream and event)."""
+
+
+PING = Ping()
+
+
 class Subscription:
     """One `/v1/watch` stream: the topics and key prefix it follows, and a
     bounded queue of changes; None in the queue ends the stream."""
@@ -68,7 +77,7 @@ class Subscription:
     def __init__(self, topics: frozenset[str], prefix: bytes) -> None:
         self.topics = topics
         self.prefix = prefix
-        self.queue: asyncio.Queue[Change | None] = asyncio.Queue(_QUEUE)
+        self.queue: asyncio.Queue[Change | Ping | None] = asyncio.Queue(_QUEUE)
 
     def wants(self, change: Change) -> bool:
         """Whether this stream follows `change`."""
@@ -76,7 +85,7 @@ class Subscription:
             change.topic != "kv" or change.key.startswith(self.prefix)
         )
 
-    def offer(self, change: Change) -> bool:
+    def offer(self, change: Change | Ping) -> bool:
         """Queue `change`; on overflow end the stream, return False."""
         try:
             self.queue.put_nowait(change)
@@ -108,6 +117,7 @@ class ChangeLog:
         self._bytes = 0
         self._changes: deque[Change] = deque()
         self._open: set[Subscription] = set()
+        self._ping: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         """Open streams."""
@@ -159,7 +169,17 @@ class ChangeLog:
                 if change.index > after and sub.wants(change) and not sub.offer(change):
                     return sub  # more than a queue's worth: it ends, the client resumes
         self._open.add(sub)
+        if self._ping is None:
+            self._ping = asyncio.get_running_loop().call_later(PING_S, self._ping_all)
         return sub
+
+    def _ping_all(self) -> None:
+        self._ping = None
+        for sub in list(self._open):
+            if sub.queue.empty() and not sub.offer(PING):
+                self._open.discard(sub)
+        if self._open:
+            self._ping = asyncio.get_running_loop().call_later(PING_S, self._ping_all)
 
     def close(self, sub: Subscription) -> None:
         """Stop feeding `sub` (its client went away)."""
@@ -167,6 +187,9 @@ class ChangeLog:
 
     def end_all(self) -> None:
         """End every stream (the API is stopping)."""
+        if self._ping is not None:
+            self._ping.cancel()
+            self._ping = None
         for sub in list(self._open):
             while not sub.queue.empty():
                 sub.queue.get_nowait()

@@ -34,7 +34,6 @@ default; see docs/operations.md.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -43,7 +42,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from shoal.daemon.api.changes import TOPICS, ResumeError, record_json
+from shoal.daemon.api.changes import TOPICS, Ping, ResumeError, record_json
 from shoal.daemon.api.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
@@ -57,7 +56,6 @@ KV_PREFIX = "/v1/kv/"
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
-WATCH_PING_S = 5.0  # a quiet watch stream gets a ping line this often
 
 
 class ApiServer:
@@ -371,7 +369,7 @@ class ApiServer:
 
     def watch(self, request: Request) -> Result:
         """`/v1/watch`: numbered changes from `index` on (api/changes.py);
-        a hello line first, a ping line every `WATCH_PING_S` of quiet."""
+        a hello line first, a ping line every PING_S of quiet."""
         query = request.query
         topics_text = query.get("topics", [",".join(TOPICS)])[0]
         topics = frozenset(t for t in topics_text.split(",") if t)
@@ -393,15 +391,11 @@ class ApiServer:
         async def lines() -> AsyncIterator[Any]:
             try:
                 yield {"type": "hello", "run": changes.run, "index": changes.index}
-                while True:
-                    try:
-                        change = await asyncio.wait_for(sub.queue.get(), WATCH_PING_S)
-                    except TimeoutError:
+                while (change := await sub.queue.get()) is not None:
+                    if isinstance(change, Ping):
                         yield {"type": "ping", "index": changes.index}
-                        continue
-                    if change is None:
-                        return
-                    yield change.line
+                    else:
+                        yield change.line
             finally:
                 changes.close(sub)
 
