@@ -28,8 +28,11 @@ class SyncConfig(msgspec.Struct, frozen=True):
     # Members a fresh write is pushed to at once (Serf's user events use
     # the gossip fan-out, 3 on a LAN).
     push_fanout: int = 3
-    # A member passes a pushed record that is news to it on to push_fanout
-    # others (storage/antientropy.py); off: only the writer pushes.
+    # A write goes to every alive member while there are at most this many;
+    # beyond, to push_fanout members, who forward what is news to them.
+    push_all_max: int = 64
+    # The forwarding in larger clusters (storage/antientropy.py); off: only
+    # the writer pushes.
     forward_pushes: bool = True
     # 16**4 = 65,536 leaves: ~15 keys per leaf at a million keys.
     tree_depth: int = 4

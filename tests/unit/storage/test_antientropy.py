@@ -137,15 +137,35 @@ def test_a_failed_stream_ends_the_session_and_the_next_can_start():
 
 
 @pytest.mark.parametrize("size,channel", [(10, "packet"), (5000, "stream")])
-def test_writes_are_pushed_to_the_fanout_in_a_datagram_when_they_fit(size, channel):
+def test_writes_are_pushed_to_every_member_of_a_small_cluster_in_a_datagram_when_they_fit(
+    size, channel
+):
     peers = [("p", i) for i in range(10)]
     rep = Replica(MemoryStore(4), b"\x01" * 16, 60_000, 86_400_000)
     core = AntiEntropy(rep, SyncConfig(push_fanout=3), random.Random(1),
-                       lambda rng, k: rng.sample(peers, k), WALL)  # fmt: skip
+                       lambda rng, k: rng.sample(peers, min(k, len(peers))), WALL)  # fmt: skip
     core.write(b"k", b"v" * size, 0.0)
     sends = core.drain().send
-    assert len({s.to for s in sends}) == 3
+    assert {s.to for s in sends} == set(peers)
     assert {s.channel.value for s in sends} == {channel}
+
+
+def test_in_a_large_cluster_a_write_goes_to_the_fanout_who_forward_what_is_news_once():
+    peers = [("p", i) for i in range(200)]
+    sample = lambda rng, k: rng.sample(peers, min(k, len(peers)))  # noqa: E731
+    config = SyncConfig(push_fanout=3, push_all_max=64)
+    writer = AntiEntropy(Replica(MemoryStore(4), b"\x01" * 16, 60_000, 86_400_000), config,
+                         random.Random(1), sample, WALL)  # fmt: skip
+    writer.write(b"k", b"v", 0.0)
+    (first, *_) = sends = writer.drain().send
+    assert len({s.to for s in sends}) == 3
+    relay = AntiEntropy(Replica(MemoryStore(4), b"\x02" * 16, 60_000, 86_400_000), config,
+                        random.Random(2), sample, WALL)  # fmt: skip
+    relay.receive(first.messages[0], ("p", 0), 0.0)
+    forwarded = relay.drain().send
+    assert len(forwarded) == 3 and ("p", 0) not in {s.to for s in forwarded}
+    relay.receive(first.messages[0], ("p", 1), 0.0)  # old news now: not forwarded again
+    assert not relay.drain().send
 
 
 def test_a_quiet_store_syncs_less_often_and_a_write_brings_the_pace_back():
