@@ -25,6 +25,7 @@ import structlog
 from shoal.daemon.api.changes import ChangeLog, record_json
 from shoal.daemon.api.watch import ControllerWatch, Watchers
 from shoal.daemon.config import AgentConfig
+from shoal.daemon.health import HEALTH_TAG, PASSING
 from shoal.daemon.systemd import Notifier
 from shoal.election.events import (
     ControllerChanged,
@@ -62,6 +63,7 @@ class Publisher:
         self.watchers = Watchers()
         self.controller_watch = ControllerWatch()
         self.changes = ChangeLog(run)
+        self._health: dict[str, str] = {}  # member -> its last health (shoal:health tag)
         self._status = ""
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -92,6 +94,26 @@ class Publisher:
         else:
             topic = "controller" if isinstance(event, ELECTION_EVENTS) else "members"
             self.changes.append(topic, record, _same)
+            if topic == "members" and isinstance(record.get("tags"), dict):
+                self._note_health(cfg, record)
+
+    def _note_health(self, cfg: AgentConfig, record: dict[str, Any]) -> None:
+        """Publish `member-health-changed` when a member's health tag
+        (daemon/health.py) differs from what it was."""
+        name = str(record.get("name"))
+        health = record["tags"].get(HEALTH_TAG, PASSING)
+        previous = self._health.get(name)
+        self._health[name] = health
+        if previous is None or previous == health:
+            return
+        changed = {"type": "member-health-changed", "name": name, "health": health,
+                   "previous": previous, "status": record.get("status"),
+                   "address": record.get("address"), "at_ms": record["at_ms"],
+                   "observer": record["observer"]}  # fmt: skip
+        log.info("member-health-changed", **{k: v for k, v in changed.items() if k != "type"})
+        self._run_event_handlers(cfg, "member-health-changed", changed)
+        self.watchers.offer(changed)
+        self.changes.append("members", changed, _same)
 
     def publish_records(self, replica: Replica) -> None:
         """Number the key changes `replica` collected since the last call:
@@ -149,7 +171,8 @@ class Publisher:
                 continue
             me = cfg.node_name
             env = {"SHOAL_EVENT": kind, "SHOAL_SELF_NAME": me, "SHOAL_NODE": me}
-            for key in ("name", "address", "status", "incarnation", "controller", "epoch"):
+            for key in ("name", "address", "status", "incarnation", "controller", "epoch",
+                        "health"):
                 if key in record:
                     env[f"SHOAL_{key.upper()}"] = str(record[key])
             self._spawn(run_handler(command, env, dict(record)))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.changes import ChangeLog
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.config import AgentConfig
+    from shoal.daemon.liveness import Liveness
     from shoal.daemon.network.keyops import KeyService
     from shoal.kernel.contract import Address, Tags
     from shoal.storage.records import Record
@@ -58,6 +59,10 @@ class AgentPort(Protocol):
     @property
     def watchers(self) -> Watchers:
         """The open `/v1/events` streams."""
+
+    @property
+    def liveness(self) -> Liveness:
+        """Client sessions and health checks."""
 
     @property
     def changes(self) -> ChangeLog:
@@ -99,7 +104,8 @@ class AgentPort(Protocol):
         """Whether readers see `rec` (not an ephemeral key of a member gone)."""
 
     def write(self, key: bytes, value: bytes | None, fence: int | None = None,
-              ephemeral: bool = False) -> tuple[Record, asyncio.Future[None]]:  # fmt: skip
+              ephemeral: bool = False,
+              session: str | None = None) -> tuple[Record, asyncio.Future[None]]:  # fmt: skip
         """Put or delete `key` (fenced, ephemeral); the future completes once
         it is durable."""
 

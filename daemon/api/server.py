@@ -10,7 +10,7 @@
     GET  /v1/events                membership events as newline-delimited JSON
     GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
                                    keys) as newline-delimited JSON; resumable (api/changes.py)
-    PUT  /v1/kv/<key>[?fence=E&ephemeral=1]   store the request body as the value of <key>
+    PUT  /v1/kv/<key>[?fence=E&ephemeral=1&session=ID]   store the body as the value of <key>
     GET  /v1/kv/<key>              the value and its version (404 if absent)
     DELETE /v1/kv/<key>[?fence=E]  delete <key> (a tombstone that replicates)
     GET  /v1/kv/?prefix=&after=&limit=   list keys and values in key order
@@ -19,6 +19,8 @@ Listings (members, keys, controller) carry the change `index` they were
 taken at and the agent's `run`: a client lists, then watches from there.
 A fenced write names the controller epoch it is made under; one under an
 epoch this agent knows is overtaken is refused with 409 (docs/storage.md).
+    POST /v1/session, GET /v1/sessions, PUT /v1/session/<id>/renew, DELETE /v1/session/<id>,
+    GET  /v1/checks, PUT /v1/check/<id>/pass|warn|fail   (api/liveness.py)
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
@@ -39,13 +41,26 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from shoal.daemon.api import liveness
 from shoal.daemon.api.changes import TOPICS, Ping, ResumeError, record_json
-from shoal.daemon.api.http import Deferred, HttpError, HttpServer, Raw, Request, Result, Stream
+from shoal.daemon.api.http import (
+    Deferred,
+    Handler,
+    HttpError,
+    HttpServer,
+    Raw,
+    Request,
+    Result,
+    Stream,
+)
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
+from shoal.daemon.health import HEALTH_TAG, PASSING
+from shoal.daemon.sessions import SessionError
 from shoal.kernel.errors import ConfigError, FenceRefused, WriteRefused
 from shoal.membership.member import MemberState
 from shoal.storage import hlc
@@ -56,6 +71,7 @@ KV_PREFIX = "/v1/kv/"
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
+_HEALTH = ("passing", "warning", "critical")
 
 
 class ApiServer:
@@ -64,7 +80,7 @@ class ApiServer:
     def __init__(self, agent: AgentPort) -> None:
         self.agent = agent
         self._http = HttpServer(self.handle, self.body_limit)
-        self._routes = {
+        self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/"): self.root,
             ("GET", "/v1/health"): self.health,
             ("GET", "/v1/members"): self.members,
@@ -78,6 +94,9 @@ class ApiServer:
             ("POST", "/v1/force-leave"): self.force_leave,
             ("GET", "/metrics"): self.metrics,
             ("GET", "/v1/keys"): self.keys,
+            ("POST", "/v1/session"): partial(liveness.open_session, agent),
+            ("GET", "/v1/sessions"): partial(liveness.list_sessions, agent),
+            ("GET", "/v1/checks"): partial(liveness.list_checks, agent),
         }
         for op in ("install", "use", "remove"):
             self._routes[("POST", f"/v1/keys/{op}")] = self.keys
@@ -115,6 +134,10 @@ class ApiServer:
                             "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
         if request.path.startswith(KV_PREFIX):
             return self.kv(request)
+        if request.path.startswith(liveness.SESSION_PREFIX):
+            return liveness.session_op(self.agent, request)
+        if request.path.startswith(liveness.CHECK_PREFIX):
+            return liveness.check_op(self.agent, request)
         handler = self._routes.get((request.method, request.path))
         if handler is None:
             known = any(path == request.path for _, path in self._routes)
@@ -152,12 +175,23 @@ class ApiServer:
         return (503 if reasons else 200), body
 
     def members(self, request: Request) -> Result:
+        """The members; `?status=`, `?health=` (passing, warning, critical:
+        the worst of a member's checks, passing for a member without any)."""
         status = request.query.get("status", [None])[0]
         if status is not None and status not in _STATUSES:
             raise HttpError(400, f"status must be one of {', '.join(sorted(_STATUSES))}")
-        views = [m.to_json() for m in self.agent.status().node.members]
+        health = request.query.get("health", [None])[0]
+        if health is not None and health not in _HEALTH:
+            raise HttpError(400, f"health must be one of {', '.join(_HEALTH)}")
+        views = []
+        for m in self.agent.status().node.members:
+            view = m.to_json()
+            view["health"] = dict(m.tags).get(HEALTH_TAG, PASSING)
+            views.append(view)
         if status is not None:
             views = [v for v in views if v["status"] == status]
+        if health is not None:
+            views = [v for v in views if v["health"] == health]
         return 200, {"members": views, **self._at()}
 
     def _at(self) -> dict[str, Any]:
@@ -250,9 +284,12 @@ class ApiServer:
         ephemeral = query.get("ephemeral", ["0"])[0]
         if ephemeral not in ("0", "1", "true", "false"):
             raise HttpError(400, "ephemeral must be 1 or 0")
+        session = query.get("session", [None])[0]
         try:
             rec, durable = self.agent.write(key, request.body if method == "PUT" else None,
-                                            fence, ephemeral in ("1", "true"))  # fmt: skip
+                                            fence, ephemeral in ("1", "true"), session)  # fmt: skip
+        except SessionError as exc:
+            raise HttpError(exc.status, str(exc)) from None
         except WriteRefused as exc:
             raise HttpError(503, str(exc)) from None
         except FenceRefused as exc:
