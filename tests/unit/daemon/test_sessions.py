@@ -1,0 +1,87 @@
+"""The session table (daemon/sessions.py) and the check runner's rules
+(daemon/health.py, daemon/checks.py), without an agent."""
+
+import asyncio
+
+import pytest
+
+from shoal.daemon.checks import CheckConfig, parse_checks
+from shoal.daemon.health import CRITICAL, PASSING, WARNING, HealthChecks, worst
+from shoal.daemon.sessions import SessionError, SessionTable
+from shoal.kernel.errors import ConfigError
+
+
+def test_a_session_expires_ttl_after_its_last_renewal_and_not_before():
+    table = SessionTable()
+    s = table.open(2.0, "b1", (), now=0.0)
+    assert table.expire_due(1.9) == []
+    table.renew(s.id, 1.5)
+    assert table.next_expiry() == 3.5
+    assert table.expire_due(3.4) == [] and table.expire_due(3.5) == [s]
+    with pytest.raises(SessionError) as err:
+        table.renew(s.id, 4.0)
+    assert err.value.status == 404
+    assert table.next_expiry() is None and table.expired == 1
+
+
+def test_ten_thousand_renewing_sessions_expire_in_order():
+    table = SessionTable()
+    ids = [table.open(10.0, "", (), now=float(i % 7)).id for i in range(10_000)]
+    for n, sid in enumerate(ids[:5000]):
+        table.renew(sid, 8.0 + n % 3)
+    gone = table.expire_due(16.9)
+    assert {s.id for s in gone} == set(ids[5000:])
+    assert len(table) == 5000 and table.next_expiry() == 18.0
+
+
+@pytest.mark.parametrize("ttl", [0.0, 0.5, 3601.0])
+def test_a_ttl_out_of_range_is_refused(ttl):
+    with pytest.raises(SessionError, match="ttl_s must be") as err:
+        SessionTable().open(ttl, "", (), 0.0)
+    assert err.value.status == 400
+
+
+def test_a_critical_check_ends_only_the_sessions_bound_to_it():
+    table = SessionTable()
+    bound = table.open(60, "", ("app",), 0.0)
+    free = table.open(60, "", (), 0.0)
+    assert table.bound_to("app") == [bound]
+    assert [s.id for s in table.all()] == [free.id]
+
+
+def test_checks_parse_with_consuls_defaults_and_refuse_what_they_should():
+    (c,) = parse_checks([{"id": "web", "kind": "http", "target": "http://127.0.0.1:1/"}], False)
+    assert c == CheckConfig("web", "http", "http://127.0.0.1:1/", 10.0, 5.0, 1, 1, 0.0)
+    bad = [
+        ([{"id": "a", "kind": "tcp", "target": "nohost"}], "ADDR:PORT"),
+        ([{"id": "a", "kind": "ttl"}], "ttl_s"),
+        ([{"id": "a", "kind": "ttl", "ttl_s": 5, "target": "x"}], "no target"),
+        ([{"id": "a b", "kind": "ttl", "ttl_s": 5}], "id must be"),
+        ([{"id": "a", "kind": "ttl", "ttl_s": 5}] * 2, "declared twice"),
+        ([{"id": "a", "kind": "tcp", "target": "h:1", "timeout_s": 20, "interval_s": 10}],
+         "timeout_s"),
+        ([{"id": "a", "kind": "tcp", "target": "h:1", "critical_after": 0}], "critical_after"),
+        ([{"id": "a", "kind": "tcp", "target": "h:1", "color": "red"}], "unknown setting"),
+    ]  # fmt: skip
+    for value, words in bad:
+        with pytest.raises(ConfigError, match=words):
+            parse_checks(value, True)
+
+
+def test_thresholds_hold_a_status_until_enough_consecutive_results():
+    changes = []
+
+    async def main():
+        checks = HealthChecks(lambda i, old, new: changes.append(new))
+        checks.configure((CheckConfig("t", "ttl", ttl_s=60.0),))
+        state = checks.checks["t"]
+        state.config = CheckConfig("t", "tcp", "h:1", passing_after=2, critical_after=3)
+        for result in (PASSING, PASSING, CRITICAL, CRITICAL, PASSING, CRITICAL, CRITICAL,
+                       CRITICAL, WARNING):  # fmt: skip
+            checks._result(state, result)
+        checks.stop()
+        return checks.health
+
+    assert asyncio.run(main()) == WARNING
+    assert changes == [PASSING, CRITICAL, WARNING]
+    assert worst([]) == PASSING and worst([PASSING, WARNING, PASSING]) == WARNING
