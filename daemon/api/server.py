@@ -72,6 +72,9 @@ LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
 _HEALTH = ("passing", "warning", "critical")
+_UI_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
+             "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}  # fmt: skip
+_UI_FILES: dict[str, bytes] = {}
 
 
 class ApiServer:
@@ -127,6 +130,8 @@ class ApiServer:
 
     def handle(self, request: Request) -> Any:
         """Route one request (see the module docstring)."""
+        if request.path == "/ui" or request.path.startswith("/ui/"):
+            return self.ui(request)  # static files, no data: the page asks for the token
         if not self.agent.config.access.allows(request.method, request.path,
                                                request.authorization):  # fmt: skip
             self.agent.count("api_unauthorized")
@@ -145,6 +150,25 @@ class ApiServer:
         return handler(request)
 
     # -- routes --------------------------------------------------------------------
+
+    def ui(self, request: Request) -> Result:
+        """`GET /ui/<file>`: the status page's files (daemon/ui/), read once."""
+        if request.method != "GET":
+            raise HttpError(405, f"no {request.method} {request.path}")
+        name = request.path[len("/ui/") :] or "index.html"
+        kind = _UI_TYPES.get(name.rpartition(".")[2])
+        if kind is None or "/" in name or name.startswith("."):
+            raise HttpError(404, f"no {request.path}")
+        body = _UI_FILES.get(name)
+        if body is None:
+            from importlib.resources import files
+
+            try:
+                body = files("shoal.daemon.ui").joinpath(name).read_bytes()
+            except (FileNotFoundError, IsADirectoryError):
+                raise HttpError(404, f"no {request.path}") from None
+            _UI_FILES[name] = body
+        return Raw(200, kind, body)
 
     def root(self, request: Request) -> Result:
         """What answers here (for a browser or `curl` pointed at the port)."""
