@@ -50,6 +50,7 @@ from shoal.daemon.network.sockets import Network, open_wire
 from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
 from shoal.daemon.systemd import Notifier
+from shoal.daemon.userevents import UserEvents
 from shoal.kernel.contract import Address, Output, Tags
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import KeyCommand, KeyReply
@@ -99,6 +100,7 @@ class Agent:
         self.discovery: DiscoveryJoins
         self.publisher: Publisher
         self.liveness: Liveness  # client sessions and health checks
+        self.user_events: UserEvents  # `shoal event`
         self._loop: asyncio.AbstractEventLoop
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
@@ -174,6 +176,9 @@ class Agent:
                               self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
         self.node.sync.replica.changes = []  # numbered for the watch streams (publisher)
         self._wire_roles(observer)
+        self.user_events = UserEvents(engine, lambda: self.node, lambda: self.config,
+                                      self.publisher.publish_user, self.flush, self._loop)
+        self.publisher.user_events = self.user_events.offer
         now = self._loop.time()
         self.node.start(now)
         # The agent's own start is the first row of its history: the churn
@@ -231,6 +236,7 @@ class Agent:
         if self._timer is not None:
             self._timer.cancel()
         self.liveness.stop()
+        self.user_events.stop()
         self.net.close()
         self.net.streams.close()
         self.publisher.cancel()

@@ -328,8 +328,14 @@ _EVENT_TYPES = ("member-joined", "member-left", "member-failed", "member-updated
                 "member-health-changed")  # fmt: skip
 
 
+def valid_event_name(name: str) -> bool:
+    """Whether `name` may name a user event or a query."""
+    return 0 < len(name) <= 128 and name.isprintable() and not any(c.isspace() for c in name)
+
+
 def _event_handlers(value: Any) -> tuple[tuple[str, str], ...]:
-    """`["member-joined=cmd", "cmd-for-all"]` (Serf's -event-handler form)."""
+    """`["member-joined=cmd", "cmd-for-all", "user:deploy=cmd", "query:load=cmd"]`
+    (Serf's -event-handler forms)."""
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list):
@@ -340,6 +346,12 @@ def _event_handlers(value: Any) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f'event_handlers: expected "[EVENT=]COMMAND", got {item!r}')
         event, sep, command = item.partition("=")
         if sep and event in _EVENT_TYPES:
+            out.append((event, command))
+        elif sep and (event == "user" or event.startswith(("user:", "query:"))):
+            name = event.partition(":")[2]
+            if event != "user" and not valid_event_name(name):
+                raise ConfigError(f"event_handlers: {event!r}: a user event or query name is "
+                                  "1 to 128 printable characters without spaces")  # fmt: skip
             out.append((event, command))
         elif sep and " " not in event and event.startswith(("member-", "controller-")):
             raise ConfigError(f"event_handlers: unknown event {event!r} "

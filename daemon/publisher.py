@@ -41,7 +41,7 @@ from shoal.node.status import summary
 from shoal.storage.antientropy import SyncCompleted
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
-from shoal.storage.store import Replica
+from shoal.storage.store import EVENT_PREFIX, Replica
 
 log = structlog.get_logger("shoal")
 ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
@@ -64,6 +64,8 @@ class Publisher:
         self.controller_watch = ControllerWatch()
         self.changes = ChangeLog(run)
         self._health: dict[str, str] = {}  # member -> its last health (shoal:health tag)
+        # Takes each user-event record (daemon/userevents.py), set by the agent.
+        self.user_events: Callable[[Record], None] | None = None
         self._status = ""
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -125,11 +127,25 @@ class Publisher:
             return
         append, visible, render = self.changes.append, replica.visible, self._render_record
         for rec, was_visible, reason in changes:
+            if rec.key[:1] == b"\x00":  # user events (storage/store.py EVENT_PREFIX)
+                if self.user_events is not None and rec.key.startswith(EVENT_PREFIX):
+                    self.user_events(rec)
+                continue
             if rec.value is not None and visible(rec):
                 append("kv", (rec, "put", reason), render, rec.key, len(rec.value))
             elif was_visible:
                 append("kv", (rec, "delete", reason), render, rec.key)
         changes.clear()
+
+    def publish_user(self, record: dict[str, Any]) -> None:
+        """A user event is being delivered here: log it and give it to the
+        `/v1/events` and `/v1/watch` streams (topic `events`)."""
+        record["at_ms"] = int(time.time() * 1000)
+        record["observer"] = self._config().node_name
+        log.info("user event", **{k: v for k, v in record.items()
+                                  if k not in ("type", "payload_base64")})  # fmt: skip
+        self.watchers.offer(record)
+        self.changes.append("events", record, _same)
 
     def _render_record(self, change: tuple[Record, str, str]) -> dict[str, Any]:
         rec, kind, reason = change

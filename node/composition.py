@@ -94,7 +94,8 @@ class ShoalNode:
         cfg = sync_config or SyncConfig()
         if store is None:
             store = MemoryStore(cfg.tree_depth)
-        replica = Replica(store, ident.node_id, cfg.max_skew_ms, int(cfg.tombstone_grace_s * 1000))
+        replica = Replica(store, ident.node_id, cfg.max_skew_ms, int(cfg.tombstone_grace_s * 1000),
+                          int(cfg.event_retention_s * 1000))  # fmt: skip
         sync_rng = random.Random(rng.getrandbits(64))
         self.sync = AntiEntropy(replica, cfg, sync_rng, self._sample_peers, wall_offset_ms)
         self.swim.set_wall_offset(wall_offset_ms)

@@ -54,6 +54,9 @@ class SyncConfig(msgspec.Struct, frozen=True):
     session_timeout_s: float = 10.0
     record_switch_count: int = 16
     gc_interval_s: float = 60.0
+    # How long a user event (`shoal event`) is kept and delivered: a member
+    # down or cut off for less than this still runs its handlers.
+    event_retention_s: float = 3600.0
     mtu_bytes: int = 1400
 
     def __post_init__(self) -> None:

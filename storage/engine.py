@@ -85,6 +85,20 @@ class Engine:
         False (then the next `sync()` makes it durable)."""
         self._local.put(name, value, self._synced if sync else self._unsynced)
 
+    def local_scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every (name, value) of this node's own state under `prefix`."""
+        out = []
+        for name, value in _raw(self._local.items(from_key=prefix)):
+            if not name.startswith(prefix):
+                break
+            out.append((name, value))
+        return out
+
+    def local_delete(self, names: list[bytes]) -> None:
+        """Forget these names of this node's own state (unsynced)."""
+        for name in names:
+            self._local.delete(name, self._unsynced)
+
     def sync(self) -> None:
         """Make every write so far durable: fsync the write-ahead log."""
         self._db.flush_wal(True)

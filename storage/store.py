@@ -43,6 +43,14 @@ from shoal.storage.records import Record, digest
 # Keys remembered with a version refused as too far ahead (`Replica._ahead`);
 # beyond this the least recently refused is forgotten.
 MAX_AHEAD_KEYS = 10_000
+# User events (issue 29) are records under this prefix, one key per event
+# (origin id / sequence), never rewritten: the store's push and anti-entropy
+# carry them to every member, including one that was away. They are dropped
+# everywhere `event_retention_ms` after they were stamped (no tombstone:
+# every replica drops them at the same age, and refuses them older than
+# that, so none brings one back). The key-value API refuses keys starting
+# with a zero byte.
+EVENT_PREFIX = b"\x00e/"
 # Why a record changed, in `Replica.changes` (the watch streams' `reason`).
 WRITE, SYNC, OWNER_FAILED, OWNER_LEFT = "write", "sync", "owner-failed", "owner-left"
 
@@ -137,13 +145,16 @@ class ReplicaCounters(Counters):
     tombstones_collected: int = 0
     fence_refused: int = 0
     ephemeral_hidden: int = 0
+    events_collected: int = 0
+    expired_events_refused: int = 0
 
 
 class Replica:
     """One node's copy of the replicated records (module docstring)."""
 
     def __init__(
-        self, store: RecordStore, node_id: bytes, max_skew_ms: int, tombstone_grace_ms: int
+        self, store: RecordStore, node_id: bytes, max_skew_ms: int, tombstone_grace_ms: int,
+        event_retention_ms: int = 3_600_000,
     ) -> None:
         """Load the tree and the clock from what `store` holds.
 
@@ -154,8 +165,11 @@ class Replica:
             tombstone_grace_ms: how long a delete is kept (and so can still
                 win against an older write arriving late) before it is
                 collected.
+            event_retention_ms: how long a user event is kept (EVENT_PREFIX).
         """
         self.store = store
+        self.event_retention_ms = event_retention_ms
+        self._events: list[tuple[int, bytes]] = []  # heap of (hlc, key) of user events
         self.node_id = node_id
         self.tree = MerkleTree(store.depth)
         self.clock = HybridClock(max_skew_ms)
@@ -183,7 +197,10 @@ class Replica:
                 self._tombstones.append((rec.hlc, rec.key))
             elif rec.owner:
                 self._owned.setdefault(rec.owner, set()).add(rec.key)
+            if rec.key.startswith(EVENT_PREFIX):
+                self._events.append((rec.hlc, rec.key))
         heapq.heapify(self._tombstones)
+        heapq.heapify(self._events)
         self.clock.last = newest
 
     def get(self, key: bytes) -> Record | None:
@@ -285,6 +302,10 @@ class Replica:
             if rec.value is None and rec.hlc < cutoff:
                 self.counters.expired_tombstones_refused += 1
                 continue
+            if rec.key.startswith(EVENT_PREFIX) and hlc_mod.physical_ms(rec.hlc) < \
+                    wall_ms - self.event_retention_ms:  # fmt: skip
+                self.counters.expired_events_refused += 1
+                continue
             old = applied.get(rec.key) or self.store.get(rec.key)
             if not rec.newer_than(old):
                 self.counters.stale += 1
@@ -313,6 +334,21 @@ class Replica:
             self.counters.tombstones_collected += len(dropped)
         return len(dropped)
 
+    def collect_events(self, wall_ms: int) -> int:
+        """Drop user events older than the retention; returns how many."""
+        cutoff = hlc_mod.pack(max(0, wall_ms - self.event_retention_ms))
+        heap, dropped = self._events, []
+        while heap and heap[0][0] < cutoff:
+            stamp, key = heapq.heappop(heap)
+            rec = self.store.get(key)
+            if rec is not None and rec.hlc == stamp:
+                self.tree.remove(self.tree.leaf_of(key), digest(rec))
+                dropped.append(key)
+        if dropped:
+            self.store.apply([], dropped)
+            self.counters.events_collected += len(dropped)
+        return len(dropped)
+
     def _replace(self, old: Record | None, new: Record) -> None:
         tree = self.tree
         if old is None:
@@ -327,5 +363,7 @@ class Replica:
                         del self._owned[old.owner]
         if new.owner and new.value is not None:
             self._owned.setdefault(new.owner, set()).add(new.key)
+        if new.key.startswith(EVENT_PREFIX):
+            heapq.heappush(self._events, (new.hlc, new.key))
         if new.value is None:
             heapq.heappush(self._tombstones, (new.hlc, new.key))

@@ -33,7 +33,7 @@ from shoal.storage.records import Record
 PING_S = 5.0  # a quiet stream gets a ping line this often
 KEEP_CHANGES = 65_536
 KEEP_VALUE_BYTES = 32 * 1024 * 1024
-TOPICS = ("members", "controller", "kv")
+TOPICS = ("members", "controller", "kv", "events")
 _QUEUE = 4096
 
 

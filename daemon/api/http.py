@@ -46,6 +46,7 @@ IDLE_TIMEOUT_S = 120.0
 _REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
             405: b"Method Not Allowed",
             408: b"Request Timeout", 409: b"Conflict", 410: b"Gone", 413: b"Payload Too Large",
+            429: b"Too Many Requests",
             431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
             503: b"Service Unavailable", 504: b"Gateway Timeout"}  # fmt: skip
 

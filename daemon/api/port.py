@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.liveness import Liveness
     from shoal.daemon.network.keyops import KeyService
+    from shoal.daemon.userevents import UserEvents
     from shoal.kernel.contract import Address, Tags
     from shoal.storage.records import Record
 
@@ -59,6 +60,10 @@ class AgentPort(Protocol):
     @property
     def watchers(self) -> Watchers:
         """The open `/v1/events` streams."""
+
+    @property
+    def user_events(self) -> UserEvents:
+        """`shoal event`: sends and delivers user events."""
 
     @property
     def liveness(self) -> Liveness:

@@ -7,7 +7,8 @@
     POST /v1/join  {"addrs": [..]} join through addresses; per-address outcome
     POST /v1/leave                 leave the cluster (the agent keeps running)
     POST /v1/tags {"set": {..}, "delete": [..]}  change this node's tags (kept across restarts)
-    GET  /v1/events                membership events as newline-delimited JSON
+    GET  /v1/events                membership and user events as newline-delimited JSON
+    POST /v1/event/<name>          fire a user event; the body is its payload (daemon/userevents.py)
     GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
                                    keys) as newline-delimited JSON; resumable (api/changes.py)
     PUT  /v1/kv/<key>[?fence=E&ephemeral=1&session=ID]   store the body as the value of <key>
@@ -72,6 +73,7 @@ LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
 _HEALTH = ("passing", "warning", "critical")
+EVENT_ROUTE = "/v1/event/"
 _UI_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
              "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}  # fmt: skip
 _UI_FILES: dict[str, bytes] = {}
@@ -139,6 +141,8 @@ class ApiServer:
                             "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
         if request.path.startswith(KV_PREFIX):
             return self.kv(request)
+        if request.path.startswith(EVENT_ROUTE):
+            return self.user_event(request)
         if request.path.startswith(liveness.SESSION_PREFIX):
             return liveness.session_op(self.agent, request)
         if request.path.startswith(liveness.CHECK_PREFIX):
@@ -288,6 +292,8 @@ class ApiServer:
         key = unquote_to_bytes(request.path[len(KV_PREFIX) :])
         if len(key) > MAX_KEY_BYTES:
             raise HttpError(400, f"a key is at most {MAX_KEY_BYTES} bytes")
+        if key[:1] == b"\x00":
+            raise HttpError(400, "keys starting with a zero byte are reserved (user events)")
         if not key:
             if method != "GET":
                 raise HttpError(405 if method in ("PUT", "DELETE") else 404,
@@ -320,6 +326,26 @@ class ApiServer:
             raise HttpError(409, str(exc), fence=exc.fence, epoch=exc.epoch) from None
         return Deferred(durable, lambda: (200, self._written_json(rec)))
 
+    def user_event(self, request: Request) -> Result:
+        """`POST /v1/event/NAME`: fire a user event (the body is its payload)."""
+        from shoal.daemon.config import valid_event_name
+        from shoal.daemon.userevents import MAX_PAYLOAD_BYTES, QueueFull
+
+        if request.method != "POST":
+            raise HttpError(405, f"no {request.method} {EVENT_ROUTE}<name>")
+        name = unquote_to_bytes(request.path[len(EVENT_ROUTE) :]).decode(errors="replace")
+        if not valid_event_name(name):
+            raise HttpError(400, "an event name is 1 to 128 printable characters without spaces")
+        if len(request.body) > MAX_PAYLOAD_BYTES:
+            raise HttpError(413, f"a payload is at most {MAX_PAYLOAD_BYTES} bytes")
+        try:
+            ident, rec = self.agent.user_events.send(name, request.body)
+        except QueueFull as exc:
+            raise HttpError(429, str(exc)) from None
+        except WriteRefused as exc:
+            raise HttpError(503, str(exc)) from None
+        return 200, {"id": ident, "name": name, "payload_bytes": len(request.body)}
+
     def _record_json(self, rec: Record) -> dict[str, Any]:
         name_of = self.agent.member_name
         return record_json(rec, name_of(rec.writer), name_of(rec.owner) if rec.owner else None)
@@ -349,7 +375,8 @@ class ApiServer:
             more = len(batch) == limit
             for rec in batch:
                 after = rec.key
-                if rec.value is not None and len(items) < limit and visible(rec):
+                if rec.value is not None and len(items) < limit and visible(rec) and \
+                        rec.key[:1] != b"\x00":  # fmt: skip
                     items.append(self._record_json(rec))
         next_after = items[-1]["key"] if len(items) == limit else None
         return {"items": items, "next_after": next_after, **self._at()}
