@@ -46,6 +46,7 @@ from shoal.daemon.liveness import Liveness
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.keyops import KeyService
+from shoal.daemon.network.queries import QueryService
 from shoal.daemon.network.sockets import Network, open_wire
 from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
@@ -101,6 +102,7 @@ class Agent:
         self.publisher: Publisher
         self.liveness: Liveness  # client sessions and health checks
         self.user_events: UserEvents  # `shoal event`
+        self.queries: QueryService  # `shoal query`
         self._loop: asyncio.AbstractEventLoop
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
@@ -179,6 +181,9 @@ class Agent:
         self.user_events = UserEvents(engine, lambda: self.node, lambda: self.config,
                                       self.publisher.publish_user, self.flush, self._loop)
         self.publisher.user_events = self.user_events.offer
+        self.queries = QueryService(self.wire, self.net.contact, lambda: self.node,
+                                    lambda: self.config)  # fmt: skip
+        self.net.streams.answer_query = self.queries.answer
         now = self._loop.time()
         self.node.start(now)
         # The agent's own start is the first row of its history: the churn

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.liveness import Liveness
     from shoal.daemon.network.keyops import KeyService
+    from shoal.daemon.network.queries import QueryService
     from shoal.daemon.userevents import UserEvents
     from shoal.kernel.contract import Address, Tags
     from shoal.storage.records import Record
@@ -60,6 +61,10 @@ class AgentPort(Protocol):
     @property
     def watchers(self) -> Watchers:
         """The open `/v1/events` streams."""
+
+    @property
+    def queries(self) -> QueryService:
+        """`shoal query`: asks members and collects their answers."""
 
     @property
     def user_events(self) -> UserEvents:

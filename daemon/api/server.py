@@ -9,6 +9,8 @@
     POST /v1/tags {"set": {..}, "delete": [..]}  change this node's tags (kept across restarts)
     GET  /v1/events                membership and user events as newline-delimited JSON
     POST /v1/event/<name>          fire a user event; the body is its payload (daemon/userevents.py)
+    POST /v1/query/<name>?node=RE&tag=K=RE&timeout=S   ask members; the body is the payload;
+                                   returns when all expected answered (daemon/network/queries.py)
     GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
                                    keys) as newline-delimited JSON; resumable (api/changes.py)
     PUT  /v1/kv/<key>[?fence=E&ephemeral=1&session=ID]   store the body as the value of <key>
@@ -74,6 +76,7 @@ LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
 _HEALTH = ("passing", "warning", "critical")
 EVENT_ROUTE = "/v1/event/"
+QUERY_ROUTE = "/v1/query/"
 _UI_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
              "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}  # fmt: skip
 _UI_FILES: dict[str, bytes] = {}
@@ -143,6 +146,8 @@ class ApiServer:
             return self.kv(request)
         if request.path.startswith(EVENT_ROUTE):
             return self.user_event(request)
+        if request.path.startswith(QUERY_ROUTE):
+            return self.query(request)
         if request.path.startswith(liveness.SESSION_PREFIX):
             return liveness.session_op(self.agent, request)
         if request.path.startswith(liveness.CHECK_PREFIX):
@@ -345,6 +350,40 @@ class ApiServer:
         except WriteRefused as exc:
             raise HttpError(503, str(exc)) from None
         return 200, {"id": ident, "name": name, "payload_bytes": len(request.body)}
+
+    async def query(self, request: Request) -> Result:
+        """`POST /v1/query/NAME?node=RE&tag=K=RE&timeout=S`: ask members."""
+        import re
+
+        from shoal.daemon.config import valid_event_name
+        from shoal.daemon.network.queries import MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S
+
+        if request.method != "POST":
+            raise HttpError(405, f"no {request.method} {QUERY_ROUTE}<name>")
+        name = unquote_to_bytes(request.path[len(QUERY_ROUTE) :]).decode(errors="replace")
+        if not valid_event_name(name):
+            raise HttpError(400, "a query name is 1 to 128 printable characters without spaces")
+        if len(request.body) > MAX_PAYLOAD_BYTES:
+            raise HttpError(413, f"a payload is at most {MAX_PAYLOAD_BYTES} bytes")
+        query = request.query
+        try:
+            timeout_s = float(query.get("timeout", ["5"])[0])
+        except ValueError:
+            timeout_s = -1.0
+        if not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise HttpError(400, f"timeout must be seconds above 0, at most {MAX_TIMEOUT_S:g}")
+        try:
+            node_text = query.get("node", [None])[0]
+            node_re = re.compile(node_text) if node_text is not None else None
+            tags = {}
+            for item in query.get("tag", []):
+                key, sep, pattern = item.partition("=")
+                if not sep or not key:
+                    raise HttpError(400, f"tag must be KEY=REGEX, not {item[:80]!r}")
+                tags[key] = re.compile(pattern)
+        except re.error as exc:
+            raise HttpError(400, f"a regex does not compile: {exc}") from None
+        return 200, await self.agent.queries.run(name, request.body, node_re, tags, timeout_s)
 
     def _record_json(self, rec: Record) -> dict[str, Any]:
         name_of = self.agent.member_name

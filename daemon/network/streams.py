@@ -8,19 +8,21 @@ stream is one task; a failure is told to the cores (`stream_failed`).
 
 A `KeyCommand` never reaches the cores: it is applied here, and only when
 it arrived sealed (never plaintext, even while a migration accepts
-plaintext gossip). An outbound stream is bound to its receiver's run
-(`FirstContact.bound`); an answer on an inbound stream to the run of the
-request it answers.
+plaintext gossip). A `QueryRequest` is answered here too (`answer_query`,
+daemon/network/queries.py), sealed only when this agent has a keyring.
+An outbound stream is bound to its receiver's run (`FirstContact.bound`);
+an answer on an inbound stream to the run of the request it answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shoal.daemon.network.first_contact import FirstContact
+from shoal.daemon.network.queries import QueryReply, QueryRequest
 from shoal.daemon.network.wire import Received, Wire
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Send
@@ -30,7 +32,7 @@ from shoal.membership.transport import read_frame
 Receive = Callable[[list[Any], Address], None]
 # Never the first frame of an inbound stream: answers, and first contact
 # (a datagram's business).
-_NOT_ON_STREAMS = {KeyReply, Hello, Welcome}
+_NOT_ON_STREAMS = {KeyReply, QueryReply, Hello, Welcome}
 Dropped = Callable[[str, Address, str], None]
 
 
@@ -61,6 +63,8 @@ class Streams:
         self._dropped = dropped
         # An inbound stream's writer, and the binding of the request's sender.
         self._inbound: dict[Address, tuple[asyncio.StreamWriter, bytes]] = {}
+        # Answers a query (QueryService.answer), set by the agent.
+        self.answer_query: Callable[[QueryRequest], Awaitable[QueryReply]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -80,6 +84,9 @@ class Streams:
                 if any(isinstance(m, KeyCommand) for m in messages):
                     self._on_key_command(received.sealed, messages, writer, peer, to)
                     await writer.drain()
+                    return
+                if any(isinstance(m, QueryRequest) for m in messages):
+                    await self._on_query(received.sealed, messages, writer, peer, to)
                     return
                 self._inbound[peer] = (writer, to)
                 self._receive(messages, peer)
@@ -124,6 +131,18 @@ class Streams:
             return
         self._counters["key_commands"] += 1
         writer.write(self._wire.frame([self._apply_key(messages[0])], to))
+
+    async def _on_query(self, sealed: bool, messages: list[Any], writer: asyncio.StreamWriter,
+                        peer: Address, to: bytes) -> None:  # fmt: skip
+        # A query runs a handler: with a keyring, only for a member holding a key.
+        if len(messages) != 1 or self.answer_query is None or (
+                self._wire.keyring is not None and not sealed):  # fmt: skip
+            self._dropped("query_refused", peer, "plaintext, mixed or unexpected query")
+            return
+        self._counters["queries_answered"] += 1
+        reply = await self.answer_query(messages[0])
+        writer.write(self._wire.frame([reply], to))
+        await writer.drain()
 
     async def _stream_out(self, send: Send) -> None:
         timeout_s = self._timeout_s
