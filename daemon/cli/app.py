@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import re
 import sys
-import time
 from typing import Any
 
-from shoal.kernel.errors import ConfigError, ShoalError
+from shoal.kernel.errors import ShoalError
 
 DEFAULT_API = "127.0.0.1:7947"
 
@@ -31,22 +28,6 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
                    default=os.environ.get("SHOAL_API_TOKEN_FILE", ""),
                    help="file holding the API token (or $SHOAL_API_TOKEN_FILE, "
                    "or the token in $SHOAL_API_TOKEN)")  # fmt: skip
-
-
-def _client(args: argparse.Namespace) -> Any:
-    from shoal.daemon.api.client import ApiClient
-    from shoal.daemon.config import parse_address
-
-    token = os.environ.get("SHOAL_API_TOKEN", "")
-    if args.token_file:
-        from pathlib import Path
-
-        from shoal.daemon.api.access import read_token_file
-
-        token = read_token_file(Path(args.token_file), "--token-file")
-    where = args.api[len("unix:"):] if args.api.startswith("unix:") else \
-        parse_address("--api", args.api)  # fmt: skip
-    return ApiClient(where, token=token)
 
 
 def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
@@ -228,8 +209,10 @@ def _run(args: argparse.Namespace) -> int:
         return _agent(args)
     if command == "demo":
         from shoal.daemon.cli.demo import run_demo
+        from shoal.daemon.cli.remote import agent_errors
 
-        return run_demo(args.nodes, keep=args.keep)
+        with agent_errors():
+            return run_demo(args.nodes, keep=args.keep)
     if command in ("history", "churn"):
         from shoal.daemon.cli import history as history_cli
 
@@ -243,68 +226,9 @@ def _run(args: argparse.Namespace) -> int:
         from shoal.daemon.cli.keys import generate
 
         return generate()
-    client = _client(args)
-    if command == "keys":
-        from shoal.daemon.cli.keys import keys_command
+    from shoal.daemon.cli.remote import remote_command
 
-        return keys_command(client, args)
-    if command == "members":
-        return _members(client, args)
-    if command == "info":
-        return _info(client, args)
-    if command == "tags":
-        if not args.set_tags and not args.delete:
-            raise ConfigError("tags: give --set KEY=VALUE or --delete KEY (repeatable)")
-        from shoal.daemon.config import parse_tags
-
-        pairs = dict(parse_tags("--set", args.set_tags))
-        answer = client.post("/v1/tags", {"set": pairs, "delete": args.delete})
-        print("Tags now: " + (", ".join(f"{k}={v}" for k, v in sorted(answer["tags"].items()))
-                              or "(none)"))  # fmt: skip
-        return 0
-    if command == "join":
-        addrs = [f"{a}" if ":" in a else f"{a}:7946" for a in args.addrs]
-        answer = client.post("/v1/join", {"addrs": addrs})
-        for addr, ok in answer["results"].items():
-            print(f"{addr}: " + ("joined" if ok else "no answer (is an agent of this cluster "
-                                 "listening there, with the same key?)"))  # fmt: skip
-        joined, asked = answer["joined"], len(answer["results"])
-        if not joined:
-            print(f"shoal: joined no one: none of the {asked} address(es) answered",
-                  file=sys.stderr)  # fmt: skip
-            return 1
-        print(f"Joined the cluster through {joined} of {asked} address(es).")
-        return 0
-    if command == "controller":
-        return _controller(client, args)
-    if command == "force-leave":
-        client.post("/v1/force-leave", {"node": args.node})
-        print(f"Removing voter {args.node}.")
-        return 0
-    if command == "kv":
-        from shoal.daemon.cli.kv import kv_command
-
-        return kv_command(client, args)
-    if command == "leave":
-        client.post("/v1/leave")
-        print("Graceful leave complete.")
-        return 0
-    return _monitor(client, args)
-
-
-def _monitor(client: Any, args: argparse.Namespace) -> int:
-    """Follow the events; 1, with a line saying so, when the agent ends it."""
-    print(f"Monitoring the agent at {client.base} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    for event in client.stream("/v1/events"):
-        if args.text:
-            fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "at_ms"))
-            when = time.strftime("%H:%M:%S", time.localtime(event.get("at_ms", 0) / 1000))
-            print(f"{when} {event.get('type', '?')} {fields}", flush=True)
-        else:
-            print(json.dumps(event), flush=True)
-    print(f"shoal: the agent at {client.base} ended the stream (it stopped or is leaving)",
-          file=sys.stderr)  # fmt: skip
-    return 1
+    return remote_command(args)
 
 
 def _agent(args: argparse.Namespace) -> int:
@@ -345,81 +269,3 @@ def _agent(args: argparse.Namespace) -> int:
 
     agent = Agent(cfg, flags)
     return uvloop.run(agent.run())
-
-
-def _controller(client: Any, args: argparse.Namespace) -> int:
-    info = client.get("/v1/controller")
-    while True:
-        if args.json:
-            print(json.dumps(info), flush=True)
-        elif info["controller"] is None:
-            print("No controller known.", flush=True)
-        else:
-            print(f"{info['controller']} (epoch {info['epoch']})", flush=True)
-        if not args.watch:
-            return 0 if info["controller"] is not None else 1
-        info = client.get(f"/v1/controller?wait=60&epoch={info['epoch']}")
-
-
-def _member_filters(args: argparse.Namespace) -> list[tuple[str, re.Pattern[str]]]:
-    """(field or tag, pattern) pairs from --name and --tag; ConfigError if bad."""
-    filters = []
-    specs = [("--name", "", args.name)] if args.name else []
-    for spec in args.tag:
-        key, sep, pattern = spec.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--tag: expected KEY=REGEX, got {spec!r}")
-        specs.append(("--tag", key, pattern))
-    for flag, key, pattern in specs:
-        try:
-            filters.append((key, re.compile(pattern)))
-        except re.error as exc:
-            raise ConfigError(f"{flag}: {pattern!r} is not a regular expression: {exc}") from None
-    return filters
-
-
-def _selected(member: dict[str, Any], filters: list[tuple[str, re.Pattern[str]]]) -> bool:
-    for key, pattern in filters:
-        value = member["name"] if key == "" else member["tags"].get(key)
-        if value is None or not pattern.fullmatch(value):
-            return False
-    return True
-
-
-def _info(client: Any, args: argparse.Namespace) -> int:
-    """Serf's `info`: this agent, its controller, its counters."""
-    me, ctl, root = client.get("/v1/self"), client.get("/v1/controller"), client.get("/")
-    if args.json:
-        print(json.dumps({"agent": me, "controller": ctl, "version": root["version"]}, indent=2))
-        return 0
-    print("agent:")
-    for key in ("name", "node_id", "cluster", "address", "status", "incarnation"):
-        print(f"  {key} = {me.get(key)}")
-    print(f"  version = {root['version']}")
-    print(f"  clock_offset_ms = {me.get('clock_offset_ms')}")
-    print(f"  health_score = {me.get('health_score')}")
-    print("controller:")
-    for key in ("controller", "epoch", "is_self", "voters"):
-        print(f"  {key} = {ctl.get(key)}")
-    print("counters:")
-    for key, value in sorted(me["counters"].items()):
-        print(f"  {key} = {value}")
-    return 0
-
-
-def _members(client: Any, args: argparse.Namespace) -> int:
-    query = f"?status={args.status}" if args.status else ""
-    if args.status and args.status not in ("alive", "suspect", "dead", "left"):
-        raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
-    filters = _member_filters(args)
-    members = [m for m in client.get("/v1/members" + query)["members"] if _selected(m, filters)]
-    if args.json:
-        print(json.dumps(members, indent=2))
-        return 0
-    if not members:
-        print(f"no member is {args.status}" if args.status else "no members")
-        return 0
-    from shoal.daemon.cli.format import format_members
-
-    print(format_members(members))
-    return 0

@@ -22,9 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shoal.daemon.api.client import ApiClient
+import msgspec
+
+from shoal.client import Client
+from shoal.client import ShoalError as ClientError
 from shoal.daemon.cli.format import format_members
-from shoal.kernel.errors import ApiError, ConfigError, ShoalError
+from shoal.kernel.errors import ConfigError, ShoalError
 
 FIRST_HOST = 11
 
@@ -39,7 +42,7 @@ class DemoAgent:
         self.root = root
         self.cluster_size = cluster_size
         self.proc: subprocess.Popen[bytes] | None = None
-        self.api = ApiClient((self.ip, 7947), timeout_s=3.0)
+        self.api = Client(f"{self.ip}:7947", token="", timeout=3.0)
 
     def start(self) -> None:
         # No --join: the agents find each other by multicast DNS-SD, on
@@ -56,9 +59,9 @@ class DemoAgent:
 
     def members(self) -> list[dict[str, Any]]:
         try:
-            members: list[dict[str, Any]] = self.api.get("/v1/members")["members"]
+            members: list[dict[str, Any]] = msgspec.to_builtins(self.api.members())
             return members
-        except ApiError:
+        except ClientError:
             return []
 
     def check_running(self) -> None:
@@ -91,14 +94,14 @@ def _one_controller(agents: list[DemoAgent]) -> tuple[str, int] | None:
     seen = set()
     for agent in agents:
         try:
-            info = agent.api.get("/v1/controller")
-        except ApiError:
+            info = agent.api.controller()
+        except ClientError:
             return None
-        seen.add((info["controller"], info["epoch"]))
+        seen.add((info.controller, info.epoch))
     if len(seen) == 1:
-        (only,) = seen
-        if only[0] is not None:
-            return only
+        ((name, epoch),) = seen
+        if name is not None:
+            return name, epoch or 0
     return None
 
 
@@ -109,16 +112,15 @@ def _new_controller(agents: list[DemoAgent], old_epoch: int) -> bool:
 
 def _read(agent: DemoAgent, key: str) -> bytes | None:
     try:
-        value: bytes | None = agent.api.get(f"/v1/kv/{key}")["value"]
-        return value
-    except ApiError:
+        return agent.api.kv.get(key).value
+    except ClientError:
         return None
 
 
 def _follow(agent: DemoAgent, t0: float, stop: threading.Event) -> None:
     """Print the first agent's view of events as they happen."""
     try:
-        for event in agent.api.stream("/v1/events"):
+        for event in agent.api.events():
             if stop.is_set():
                 return
             if event["type"] in ("member-suspected", "member-failed", "member-joined",
@@ -127,7 +129,7 @@ def _follow(agent: DemoAgent, t0: float, stop: threading.Event) -> None:
                 who = f" ({verb} by {event['source']})" if event.get("source") else ""
                 print(f"  [{time.monotonic() - t0:6.2f} s] {agent.name} sees {event['name']}: "
                       f"{event['type'].removeprefix('member-')}{who}", flush=True)  # fmt: skip
-    except ShoalError:
+    except ClientError:
         return
 
 
@@ -156,7 +158,7 @@ def run_demo(nodes: int, keep: bool = False) -> int:
         took = _wait(lambda: _one_controller(agents) is not None, agents, 30)
         controller, epoch = _one_controller(agents) or ("", 0)
         print(f"\n   Controller: {controller} (epoch {epoch}), agreed by all {nodes} agents.")
-        agents[0].api.request("PUT", "/v1/kv/demo/greeting", b"hello from demo-0")
+        agents[0].api.kv.put("demo/greeting", b"hello from demo-0")
         took = _wait(lambda: _read(agents[-1], "demo/greeting") is not None, agents, 15)
         print(f"   `shoal kv put demo/greeting` on {agents[0].name}: readable on "
               f"{agents[-1].name} {took * 1000:.0f} ms later.")  # fmt: skip

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.daemon.keys import generate_key
+
+if TYPE_CHECKING:
+    from shoal.client import Client
 
 
 def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -34,11 +37,11 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
                        "docs/security.md)")  # fmt: skip
 
 
-def keys_command(client: Any, args: argparse.Namespace) -> int:
+def keys_command(client: Client, args: argparse.Namespace) -> int:
     """Run one `shoal keys` action; 0 if every member acknowledged."""
     action = args.keys_command
     if action == "list":
-        answer = client.get("/v1/keys" + ("?local=1" if args.local else ""))
+        answer = client.request("GET", "/v1/keys" + ("?local=1" if args.local else ""))
         if args.json:
             import json
 
@@ -51,7 +54,7 @@ def keys_command(client: Any, args: argparse.Namespace) -> int:
                 print(f"  {key}  [{count}/{answer['members']}]{mark}")
         _print_errors(answer)
         return 0 if not answer["errors"] else 1
-    answer = client.post(f"/v1/keys/{action}", {"key": args.key, "local": args.local})
+    answer = client.request("POST", f"/v1/keys/{action}", {"key": args.key, "local": args.local})
     doing = {"install": "Installing the key", "use": "Changing the primary key",
              "remove": "Removing the key"}  # fmt: skip
     print(f"{doing[action]}: {answer['acks']}/{answer['members']} members acknowledged")

@@ -1,0 +1,60 @@
+"""shoal.client: talk to a shoal agent from Python (docs/client.md).
+
+    from shoal.client import Client
+    with Client("127.0.0.1:7947") as c:
+        for event in c.watch_members():
+            print(event.name, event.status)
+
+`Client` blocks (http.client); `AsyncClient` is for asyncio and is loaded
+only when first named, so that `import shoal.client` stays as light as the
+`shoal` command line needs it (the standard library and msgspec).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shoal.client.errors import (
+    BadRequest,
+    Conflict,
+    Gone,
+    IncompatibleAgent,
+    NotFound,
+    ShoalError,
+    Unauthorized,
+    Unavailable,
+)
+from shoal.client.sync import Client, KvApi, Watch
+from shoal.client.types import (
+    Controller,
+    ControllerEvent,
+    Event,
+    JoinResult,
+    KeyValue,
+    KvEvent,
+    Member,
+    MemberEvent,
+    SelfInfo,
+    Written,
+)
+
+if TYPE_CHECKING:
+    from shoal.client.aio import AsyncClient, AsyncKvApi, AsyncWatch
+
+__all__ = [
+    "AsyncClient", "AsyncKvApi", "AsyncWatch", "BadRequest", "Client", "Conflict", "Controller",
+    "ControllerEvent", "Event", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi",
+    "KvEvent", "Member", "MemberEvent", "NotFound", "SelfInfo", "ShoalError", "Unauthorized",
+    "Unavailable", "Watch", "Written",
+]  # fmt: skip
+
+_ASYNC = ("AsyncClient", "AsyncKvApi", "AsyncWatch")
+
+
+def __getattr__(name: str) -> Any:
+    """Load the asyncio client on first use (it imports asyncio and httptools)."""
+    if name in _ASYNC:
+        from shoal.client import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,374 @@
+"""`AsyncClient`: the client for asyncio programs, on asyncio streams, with
+answers parsed by httptools (llhttp, the parser the agent's server uses).
+
+Same calls as `Client` (calls.py builds them), each `async`; watches are
+async iterators. One connection per call, as in `Client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import httptools
+
+from shoal.client import calls
+from shoal.client.endpoint import parse_endpoint, resolve_token
+from shoal.client.errors import ShoalError, Unavailable
+from shoal.client.types import (
+    TOPICS,
+    Controller,
+    ControllerEvent,
+    Event,
+    JoinResult,
+    KeyValue,
+    KvEvent,
+    Member,
+    MemberEvent,
+    SelfInfo,
+    Written,
+)
+from shoal.client.watch import SILENCE_S, WatchCursor
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Event)
+_READ_BYTES = 64 * 1024
+
+
+class _Answer:
+    """httptools' callbacks for one response: status, then body as it comes."""
+
+    def __init__(self) -> None:
+        self.headers_done = False
+        self.complete = False
+        self.body = bytearray()
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class _Response:
+    """One response read from a connection as it arrives."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.read_timeout_s: float | None = None  # a watch's: no ping for this long, dead
+        self.answer = _Answer()
+        self.parser = httptools.HttpResponseParser(self.answer)
+
+    @property
+    def status(self) -> int:
+        return int(self.parser.get_status_code())
+
+    async def more(self) -> bool:
+        """Read and parse what the agent sent next; False at the end.
+
+        Raises:
+            ConnectionError: the agent closed before the answer was complete.
+        """
+        if self.answer.complete:
+            return False
+        async with asyncio.timeout(self.read_timeout_s):
+            data = await self.reader.read(_READ_BYTES)
+        if not data:
+            raise ConnectionError("the agent closed the connection mid-answer")
+        self.parser.feed_data(data)
+        return True
+
+    async def head(self) -> None:
+        while not self.answer.headers_done:
+            await self.more()
+
+    async def whole(self) -> bytes:
+        while await self.more():
+            pass
+        return bytes(self.answer.body)
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """The body's complete lines as they arrive."""
+        while True:
+            body = self.answer.body
+            end = body.rfind(b"\n") + 1
+            if end:
+                chunk = bytes(body[:end])
+                del body[:end]
+                for line in chunk.splitlines():
+                    yield line
+            if not await self.more():
+                return
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class AsyncClient:
+    """An asyncio client of one agent's API: `Client`'s methods, as coroutines.
+
+    Args: as `Client`'s.
+    """
+
+    def __init__(self, addr: str | None = None, token: str | None = None,
+                 token_file: str | None = None, timeout: float = 15.0) -> None:  # fmt: skip
+        self.endpoint = parse_endpoint(addr)
+        self.token = resolve_token(token, token_file)
+        self.timeout = timeout
+        self.kv = AsyncKvApi(self)
+
+    @property
+    def base(self) -> str:
+        """The agent's address, as messages name it."""
+        return self.endpoint.base
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:  # fmt: skip
+        await self.close()
+
+    async def close(self) -> None:
+        """Nothing stays open between calls; here for `async with`."""
+
+    # -- the API (docstrings: Client's) -------------------------------------------------
+
+    async def members(self, status: str | None = None,
+                      tags: Mapping[str, calls.Pattern] | None = None,
+                      name: calls.Pattern | None = None) -> list[Member]:  # fmt: skip
+        """See `Client.members`."""
+        return await self.run(calls.members(status, tags, name))
+
+    async def self(self) -> SelfInfo:
+        """See `Client.self`."""
+        return await self.run(calls.one(calls.self_info()))
+
+    async def join(self, addrs: Sequence[str]) -> JoinResult:
+        """See `Client.join`."""
+        return await self.run(calls.one(calls.join(addrs)))
+
+    async def leave(self) -> None:
+        """See `Client.leave`."""
+        await self.run(calls.one(calls.leave()))
+
+    async def set_tags(self, tags: Mapping[str, str]) -> dict[str, str]:
+        """See `Client.set_tags`."""
+        return await self.run(calls.change_tags(tags, ()))
+
+    async def delete_tags(self, keys: Iterable[str]) -> dict[str, str]:
+        """See `Client.delete_tags`."""
+        return await self.run(calls.change_tags({}, list(keys)))
+
+    async def controller(self) -> Controller:
+        """See `Client.controller`."""
+        return await self.run(calls.one(calls.controller()))
+
+    async def wait_controller(self, after_epoch: int | None = None,
+                              timeout: float = 30.0) -> Controller:  # fmt: skip
+        """See `Client.wait_controller`."""
+        return await self.run(calls.wait_controller(after_epoch, timeout))
+
+    async def force_leave(self, node: str) -> Any:
+        """See `Client.force_leave`."""
+        return await self.run(calls.one(calls.force_leave(node)))
+
+    def watch(self, topics: Iterable[str] = TOPICS, prefix: str = "", index: int | None = None,
+              run: str | None = None) -> AsyncWatch[Event]:  # fmt: skip
+        """See `Client.watch`; an async iterator (`async with` closes it)."""
+        return AsyncWatch(self, WatchCursor(topics, prefix, index, run))
+
+    def watch_members(self, index: int | None = None,
+                      run: str | None = None) -> AsyncWatch[MemberEvent]:  # fmt: skip
+        """See `Client.watch_members`."""
+        return AsyncWatch(self, WatchCursor(("members",), "", index, run))
+
+    def watch_controller(self, index: int | None = None,
+                         run: str | None = None) -> AsyncWatch[ControllerEvent]:  # fmt: skip
+        """See `Client.watch_controller`."""
+        return AsyncWatch(self, WatchCursor(("controller",), "", index, run))
+
+    async def request(self, method: str, path: str, body: Any = None, wait: float = 0.0) -> Any:
+        """See `Client.request`."""
+        return await self.run(calls.one(calls.raw(method, path, body, wait)))
+
+    # -- the transport ----------------------------------------------------------------
+
+    async def run(self, steps: calls.Steps[T]) -> T:
+        """Drive `steps`: send each call it yields, give it each answer."""
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(await self.send(call))
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        finally:
+            steps.close()
+
+    async def send(self, call: calls.Call[T]) -> T:
+        """One request and its decoded answer (see `Client.send`)."""
+        try:
+            async with asyncio.timeout(self.timeout + call.wait_s):
+                response = await self.open(call.method, call.path, call.body)
+                try:
+                    body = await response.whole()
+                finally:
+                    response.close()
+        except (OSError, TimeoutError, httptools.HttpParserError) as exc:
+            raise calls.unreachable(self.base, exc) from None
+        return calls.answer(call, response.status, "", body)
+
+    async def open(self, method: str, path: str, body: bytes | None = None) -> _Response:
+        """Send a request; the response, its head read.
+
+        Raises:
+            OSError, TimeoutError, httptools.HttpParserError: no (readable) answer.
+        """
+        if self.endpoint.path:
+            reader, writer = await asyncio.open_unix_connection(self.endpoint.path)
+            host = "localhost"
+        else:
+            reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
+            host = f"{self.endpoint.host}:{self.endpoint.port}"
+        head = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
+        if self.token:
+            head.append(f"Authorization: Bearer {self.token}")
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        response = _Response(reader, writer)
+        try:
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + (body or b""))
+            await writer.drain()
+            await response.head()
+        except BaseException:
+            response.close()
+            raise
+        return response
+
+
+class AsyncKvApi:
+    """`AsyncClient.kv`: `KvApi`'s calls, as coroutines."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def get(self, key: str) -> KeyValue:
+        """See `KvApi.get`."""
+        return await self._client.run(calls.one(calls.kv_get(key)))
+
+    async def put(self, key: str, value: bytes | str, fence: int | None = None,
+                  ephemeral: bool = False, session: str | None = None) -> Written:  # fmt: skip
+        """See `KvApi.put`."""
+        put = calls.kv_put(key, value, fence, ephemeral, session)
+        return await self._client.run(calls.one(put))
+
+    async def delete(self, key: str, fence: int | None = None) -> Written:
+        """See `KvApi.delete`."""
+        return await self._client.run(calls.one(calls.kv_delete(key, fence)))
+
+    async def list(self, prefix: str = "") -> list[KeyValue]:
+        """See `KvApi.list`."""
+        return await self._client.run(calls.kv_list(prefix))
+
+    def watch(self, prefix: str = "", index: int | None = None,
+              run: str | None = None) -> AsyncWatch[KvEvent]:  # fmt: skip
+        """See `KvApi.watch`."""
+        return AsyncWatch(self._client, WatchCursor(("kv",), prefix, index, run))
+
+
+class AsyncWatch(Generic[E]):
+    """A watch as an async iterator; `async with` or `aclose()` ends it."""
+
+    def __init__(self, client: AsyncClient, cursor: WatchCursor) -> None:
+        self.cursor = cursor
+        self._events = _follow(client, cursor)
+
+    @property
+    def index(self) -> int | None:
+        """See `Watch.index`."""
+        return self.cursor.index
+
+    @property
+    def run(self) -> str | None:
+        """See `Watch.run`."""
+        return self.cursor.run
+
+    def __aiter__(self) -> AsyncWatch[E]:
+        return self
+
+    async def __anext__(self) -> E:
+        event: Any = await self._events.__anext__()
+        return event  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        """End the watch and close its connection."""
+        await self._events.aclose()
+
+    close = aclose
+
+    async def __aenter__(self) -> AsyncWatch[E]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[Event, None]:
+    """The events of a watch; the same course as the blocking one (sync.py)."""
+    answered = False
+    while True:
+        try:
+            response = await _open_watch(client, cursor.path())
+        except ShoalError as exc:
+            if exc.status == 410:
+                try:
+                    for made_up in await client.run(cursor.resync()):
+                        yield made_up
+                except Unavailable:
+                    await asyncio.sleep(cursor.backoff())
+                continue
+            if answered and (exc.status is None or exc.status == 503):
+                await asyncio.sleep(cursor.backoff())
+                continue
+            raise
+        answered = True
+        response.read_timeout_s = max(client.timeout, SILENCE_S)
+        try:
+            # No timeout scope around a yield: it would cancel the consumer.
+            lines = response.lines()
+            first = await anext(lines, b"")
+            if first:
+                cursor.opened(first)
+                async for line in lines:
+                    event = cursor.event(line)
+                    if event is not None:
+                        yield event
+        except (OSError, TimeoutError, httptools.HttpParserError):
+            pass  # dropped: resume below
+        finally:
+            response.close()
+        await asyncio.sleep(cursor.backoff())
+
+
+async def _open_watch(client: AsyncClient, path: str) -> _Response:
+    """Open the stream; a refusal raises its ShoalError."""
+    try:
+        async with asyncio.timeout(client.timeout):
+            response = await client.open("GET", path)
+            if response.status < 400:
+                return response
+            try:
+                body = await response.whole()
+            finally:
+                response.close()
+    except (OSError, TimeoutError, httptools.HttpParserError) as exc:
+        raise calls.unreachable(client.base, exc) from None
+    needs = path.partition("?")[0]
+    calls.answer(calls.Call("GET", path, calls._raw, needs=needs), response.status, "", body)
+    raise AssertionError("unreachable: answer() raises for a status >= 400")

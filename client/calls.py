@@ -1,0 +1,267 @@
+"""Every call the client makes, as data: what to send and how to read the
+answer. No I/O here: `Client` (http.client) and `AsyncClient` (asyncio) send
+the same `Call`s, and a call that takes several requests (a listing that
+pages, a wait that long-polls) is a generator of them, `Steps`, which each
+client drives the same way: it sends the yielded call and sends the
+decoded answer back in, until the generator returns the result (the sans-I/O
+shape of h11).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote, urlencode
+
+import msgspec
+
+from shoal.client.errors import IncompatibleAgent, ShoalError, Unavailable, error_for
+from shoal.client.types import (
+    Controller,
+    JoinResult,
+    KeyListing,
+    KeyValue,
+    Member,
+    MemberListing,
+    SelfInfo,
+    TagsAnswer,
+    Written,
+)
+
+T = TypeVar("T")
+KV_PAGE = 1000
+# The agent refuses a controller wait above 300 s: a longer one is several.
+MAX_WAIT_S = 300.0
+Pattern = str | re.Pattern[str]
+
+
+def _raw(body: bytes) -> Any:
+    return json.loads(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request and how to read its answer.
+
+    Attributes:
+        wait_s: how long the agent may hold the answer back (a long poll),
+            on top of the client's timeout.
+        needs: the endpoint an older agent lacks, named when it answers 404/405.
+    """
+
+    method: str
+    path: str
+    decode: Callable[[bytes], T]
+    body: bytes | None = None
+    wait_s: float = 0.0
+    needs: str = ""
+
+
+Steps = Generator[Call[Any], Any, T]
+
+
+def typed(cls: type[T]) -> Callable[[bytes], T]:
+    """A decoder of a JSON answer into `cls`."""
+    return lambda body: msgspec.json.decode(body, type=cls)
+
+
+def answer(call: Call[T], status: int, reason: str, body: bytes) -> T:
+    """The decoded answer to `call`, or the exception for a refusal.
+
+    Raises:
+        ShoalError: a subclass for the status (errors.py); IncompatibleAgent
+            when the agent lacks `call.needs` or its answer does not parse.
+    """
+    if status >= 400:
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        if call.needs and status in (404, 405):
+            raise IncompatibleAgent(f"the agent has no {call.needs} (it runs an older shoal; "
+                                    "upgrade it)", status)  # fmt: skip
+        raise error_for(status, parsed, reason)
+    try:
+        return call.decode(body)
+    except (msgspec.MsgspecError, ValueError) as exc:
+        raise IncompatibleAgent(f"unreadable answer to {call.method} {call.path}: {exc}",
+                                status) from None  # fmt: skip
+
+
+def one(call: Call[T]) -> Steps[T]:
+    """Steps of a single request."""
+    result: T = yield call
+    return result
+
+
+def raw(method: str, path: str, body: Any = None, wait_s: float = 0.0) -> Call[Any]:
+    """Any route, JSON in and out (the escape hatch the CLI uses for `keys`)."""
+    data = None if body is None else json.dumps(body).encode()
+    return Call(method, path, _raw, data, wait_s=wait_s)
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def members_listing(status: str | None = None) -> Call[MemberListing]:
+    """`GET /v1/members[?status=S]`."""
+    query = "?" + urlencode({"status": status}) if status else ""
+    return Call("GET", "/v1/members" + query, typed(MemberListing))
+
+
+def member_filter(tags: Mapping[str, Pattern] | None = None,
+                  name: Pattern | None = None) -> Callable[[Member], bool]:  # fmt: skip
+    """A predicate: True for members whose tag KEY matches each `tags[KEY]` in
+    full (a member without the tag fails), and whose name matches `name`, as
+    Serf's `members -tag` does.
+
+    Raises:
+        re.error: a pattern given as text does not compile.
+    """
+    wanted = [(k, re.compile(p) if isinstance(p, str) else p) for k, p in (tags or {}).items()]
+    named = re.compile(name) if isinstance(name, str) else name
+
+    def selected(member: Member) -> bool:
+        if named is not None and not named.fullmatch(member.name):
+            return False
+        for key, pattern in wanted:
+            value = member.tags.get(key)
+            if value is None or not pattern.fullmatch(value):
+                return False
+        return True
+
+    return selected
+
+
+def members(status: str | None, tags: Mapping[str, Pattern] | None,
+            name: Pattern | None) -> Steps[list[Member]]:  # fmt: skip
+    """The members (in the agent's order) that pass `member_filter`."""
+    selected = member_filter(tags, name)
+    listing: MemberListing = yield members_listing(status)
+    return [m for m in listing.members if selected(m)]
+
+
+def self_info() -> Call[SelfInfo]:
+    """`GET /v1/self`."""
+    return Call("GET", "/v1/self", typed(SelfInfo))
+
+
+def join(addrs: Sequence[str]) -> Call[JoinResult]:
+    """`POST /v1/join`."""
+    if isinstance(addrs, str):
+        raise TypeError("join() takes a list of addresses, not one string")
+    return Call("POST", "/v1/join", typed(JoinResult), _json({"addrs": list(addrs)}))
+
+
+def leave() -> Call[Any]:
+    """`POST /v1/leave`."""
+    return Call("POST", "/v1/leave", _raw, b"{}")
+
+
+def change_tags(set_tags: Mapping[str, str], delete: Sequence[str]) -> Steps[dict[str, str]]:
+    """`POST /v1/tags`: this agent's tags afterwards."""
+    body = _json({"set": dict(set_tags), "delete": list(delete)})
+    result: TagsAnswer = yield Call("POST", "/v1/tags", typed(TagsAnswer), body)
+    return result.tags
+
+
+def force_leave(node: str) -> Call[Any]:
+    """`POST /v1/force-leave` (ask the controller's agent)."""
+    return Call("POST", "/v1/force-leave", _raw, _json({"node": node}))
+
+
+def controller() -> Call[Controller]:
+    """`GET /v1/controller`."""
+    return Call("GET", "/v1/controller", typed(Controller))
+
+
+def wait_controller(after_epoch: int | None, timeout_s: float,
+                    clock: Callable[[], float] = time.monotonic) -> Steps[Controller]:  # fmt: skip
+    """Long-poll until a controller is known whose epoch is above `after_epoch`
+    (None: any controller, the current one if there is one).
+
+    Raises:
+        TimeoutError: none within `timeout_s`.
+    """
+    deadline_at = clock() + timeout_s
+    info: Controller = yield controller()
+    while info.controller is None or (after_epoch is not None and (info.epoch or 0) <= after_epoch):
+        remaining_s = deadline_at - clock()
+        if remaining_s <= 0:
+            wanted = "a controller" if after_epoch is None else f"an epoch above {after_epoch}"
+            raise TimeoutError(f"no controller with {wanted} within {timeout_s} s "
+                               f"(now: {info.controller or 'none'}, epoch {info.epoch})")
+        wait_s = min(remaining_s, MAX_WAIT_S)
+        query = urlencode({"wait": f"{wait_s:.3f}"} if info.epoch is None else
+                          {"wait": f"{wait_s:.3f}", "epoch": info.epoch})  # fmt: skip
+        info = yield Call("GET", f"/v1/controller?{query}", typed(Controller), wait_s=wait_s)
+    return info
+
+
+def _key_path(key: str, query: dict[str, Any]) -> str:
+    if not key:
+        raise ValueError("a key must not be empty")
+    path = "/v1/kv/" + quote(key, safe="/")
+    return path + ("?" + urlencode(query) if query else "")
+
+
+def kv_get(key: str) -> Call[KeyValue]:
+    """`GET /v1/kv/<key>` (NotFound when absent)."""
+    return Call("GET", _key_path(key, {}), typed(KeyValue))
+
+
+def kv_put(key: str, value: bytes | str, fence: int | None = None, ephemeral: bool = False,
+           session: str | None = None) -> Call[Written]:  # fmt: skip
+    """`PUT /v1/kv/<key>[?fence=E][&ephemeral=1][&session=ID]`."""
+    data = value.encode() if isinstance(value, str) else bytes(value)
+    query: dict[str, Any] = {} if fence is None else {"fence": _fence(fence)}
+    if ephemeral:
+        query["ephemeral"] = 1
+    if session is not None:
+        query["session"] = session
+    return Call("PUT", _key_path(key, query), typed(Written), data)
+
+
+def kv_delete(key: str, fence: int | None = None) -> Call[Written]:
+    """`DELETE /v1/kv/<key>[?fence=E]`."""
+    query = {} if fence is None else {"fence": _fence(fence)}
+    return Call("DELETE", _key_path(key, query), typed(Written))
+
+
+def _fence(fence: int) -> int:
+    if isinstance(fence, bool) or not isinstance(fence, int) or fence < 0:
+        raise ValueError(f"a fence is an epoch, a non-negative int: got {fence!r}")
+    return fence
+
+
+def kv_listing(prefix: str = "") -> Steps[KeyListing]:
+    """Every key under `prefix`, following the pages; the position is the
+    first page's (the oldest), so a watch from it misses nothing."""
+    items: list[KeyValue] = []
+    first: KeyListing | None = None
+    after = ""
+    while True:
+        query = urlencode({"prefix": prefix, "after": after, "limit": KV_PAGE})
+        page: KeyListing = yield Call("GET", f"/v1/kv/?{query}", typed(KeyListing))
+        first = first or page
+        items.extend(page.items)
+        if page.next_after is None:
+            return KeyListing(items=items, index=first.index, run=first.run)
+        after = page.next_after
+
+
+def kv_list(prefix: str = "") -> Steps[list[KeyValue]]:
+    """The keys under `prefix`, in key order."""
+    listing: KeyListing = yield from kv_listing(prefix)
+    return listing.items
+
+
+def unreachable(base: str, exc: BaseException) -> ShoalError:
+    """The Unavailable error for an agent that gave no answer."""
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return Unavailable(f"cannot reach the agent at {base}: {reason}")

@@ -1,0 +1,197 @@
+"""The commands that talk to a running agent, through `shoal.client`:
+members, info, tags, join, leave, monitor, controller, force-leave, kv and
+keys. A refusal or an absent agent becomes one line on stderr and exit 1
+(`ApiError`): "cannot reach the agent at ...", or "the agent refused: ...".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import msgspec
+
+from shoal.client import Client, ShoalError
+from shoal.kernel.errors import ApiError, ConfigError
+
+STATUSES = ("alive", "suspect", "dead", "left")
+
+
+@contextmanager
+def agent_errors() -> Iterator[None]:
+    """Turn the client's errors into the CLI's one-line ApiError."""
+    try:
+        yield
+    except ShoalError as exc:
+        # An absent agent's message says so; a 404's names what is missing.
+        refused = exc.status is not None and exc.status != 404
+        raise ApiError(f"the agent refused: {exc.message}" if refused else exc.message) from None
+
+
+def make_client(args: argparse.Namespace) -> Client:
+    """The client for `--api` and `--token-file` (or $SHOAL_API_TOKEN[_FILE])."""
+    from shoal.daemon.config import parse_address
+
+    token = os.environ.get("SHOAL_API_TOKEN", "")
+    if args.token_file:
+        from pathlib import Path
+
+        from shoal.daemon.api.access import read_token_file
+
+        token = read_token_file(Path(args.token_file), "--token-file")
+    if not args.api.startswith("unix:"):
+        parse_address("--api", args.api)  # its error names the flag
+    return Client(args.api, token=token)
+
+
+def remote_command(args: argparse.Namespace) -> int:
+    """Run one command against the agent; its exit code."""
+    client = make_client(args)
+    with agent_errors():
+        return _dispatch(client, args)
+
+
+def _dispatch(client: Client, args: argparse.Namespace) -> int:
+    command: str = args.command
+    if command == "keys":
+        from shoal.daemon.cli.keys import keys_command
+
+        return keys_command(client, args)
+    if command == "kv":
+        from shoal.daemon.cli.kv import kv_command
+
+        return kv_command(client, args)
+    handler = {"members": _members, "info": _info, "tags": _tags, "join": _join,
+               "controller": _controller, "force-leave": _force_leave, "leave": _leave,
+               "monitor": _monitor}[command]  # fmt: skip
+    return handler(client, args)
+
+
+def _tags(client: Client, args: argparse.Namespace) -> int:
+    if not args.set_tags and not args.delete:
+        raise ConfigError("tags: give --set KEY=VALUE or --delete KEY (repeatable)")
+    from shoal.daemon.config import parse_tags
+
+    pairs = dict(parse_tags("--set", args.set_tags))
+    tags = client.request("POST", "/v1/tags", {"set": pairs, "delete": args.delete})["tags"]
+    print("Tags now: " + (", ".join(f"{k}={v}" for k, v in sorted(tags.items())) or "(none)"))
+    return 0
+
+
+def _join(client: Client, args: argparse.Namespace) -> int:
+    addrs = [f"{a}" if ":" in a else f"{a}:7946" for a in args.addrs]
+    answer = client.join(addrs)
+    for addr, ok in answer.results.items():
+        print(f"{addr}: " + ("joined" if ok else "no answer (is an agent of this cluster "
+                             "listening there, with the same key?)"))  # fmt: skip
+    joined, asked = answer.joined, len(answer.results)
+    if not joined:
+        print(f"shoal: joined no one: none of the {asked} address(es) answered", file=sys.stderr)
+        return 1
+    print(f"Joined the cluster through {joined} of {asked} address(es).")
+    return 0
+
+
+def _force_leave(client: Client, args: argparse.Namespace) -> int:
+    client.force_leave(args.node)
+    print(f"Removing voter {args.node}.")
+    return 0
+
+
+def _leave(client: Client, args: argparse.Namespace) -> int:
+    client.leave()
+    print("Graceful leave complete.")
+    return 0
+
+
+def _monitor(client: Client, args: argparse.Namespace) -> int:
+    """Follow the events; 1, with a line saying so, when the agent ends it."""
+    print(f"Monitoring the agent at {client.base} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    for event in client.events():
+        if args.text:
+            fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "at_ms"))
+            when = time.strftime("%H:%M:%S", time.localtime(event.get("at_ms", 0) / 1000))
+            print(f"{when} {event.get('type', '?')} {fields}", flush=True)
+        else:
+            print(json.dumps(event), flush=True)
+    print(f"shoal: the agent at {client.base} ended the stream (it stopped or is leaving)",
+          file=sys.stderr)  # fmt: skip
+    return 1
+
+
+def _controller(client: Client, args: argparse.Namespace) -> int:
+    info = client.request("GET", "/v1/controller")
+    while True:
+        if args.json:
+            print(json.dumps(info), flush=True)
+        elif info["controller"] is None:
+            print("No controller known.", flush=True)
+        else:
+            print(f"{info['controller']} (epoch {info['epoch']})", flush=True)
+        if not args.watch:
+            return 0 if info["controller"] is not None else 1
+        info = client.request("GET", f"/v1/controller?wait=60&epoch={info['epoch']}", wait=60)
+
+
+def _member_filters(args: argparse.Namespace) -> dict[str, re.Pattern[str]]:
+    """{tag: pattern} from --tag; ConfigError naming the flag if one is bad."""
+    filters = {}
+    for spec in args.tag:
+        key, sep, pattern = spec.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--tag: expected KEY=REGEX, got {spec!r}")
+        filters[key] = _compile("--tag", pattern)
+    return filters
+
+
+def _compile(flag: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"{flag}: {pattern!r} is not a regular expression: {exc}") from None
+
+
+def _info(client: Client, args: argparse.Namespace) -> int:
+    """Serf's `info`: this agent, its controller, its counters."""
+    me = client.request("GET", "/v1/self")
+    ctl, root = client.request("GET", "/v1/controller"), client.request("GET", "/")
+    if args.json:
+        print(json.dumps({"agent": me, "controller": ctl, "version": root["version"]}, indent=2))
+        return 0
+    print("agent:")
+    for key in ("name", "node_id", "cluster", "address", "status", "incarnation"):
+        print(f"  {key} = {me.get(key)}")
+    print(f"  version = {root['version']}")
+    print(f"  clock_offset_ms = {me.get('clock_offset_ms')}")
+    print(f"  health_score = {me.get('health_score')}")
+    print("controller:")
+    for key in ("controller", "epoch", "is_self", "voters"):
+        print(f"  {key} = {ctl.get(key)}")
+    print("counters:")
+    for key, value in sorted(me["counters"].items()):
+        print(f"  {key} = {value}")
+    return 0
+
+
+def _members(client: Client, args: argparse.Namespace) -> int:
+    if args.status and args.status not in STATUSES:
+        raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
+    name = _compile("--name", args.name) if args.name else None
+    tags = _member_filters(args)
+    members = msgspec.to_builtins(client.members(status=args.status, tags=tags, name=name))
+    if args.json:
+        print(json.dumps(members, indent=2))
+        return 0
+    if not members:
+        print(f"no member is {args.status}" if args.status else "no members")
+        return 0
+    from shoal.daemon.cli.format import format_members
+
+    print(format_members(members))
+    return 0
