@@ -70,6 +70,7 @@ bench: $(STAMP) bytecode
 	$(PY) bench/election.py
 	$(PY) bench/churn.py
 	$(PY) bench/watch.py
+	$(PY) bench/sessions.py
 
 # Style, types (mypy strict on the whole package) and the layering contracts
 # (import-linter, pyproject.toml). `make test` runs it first.

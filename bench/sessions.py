@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""Client sessions (issue 30): what they cost an agent, and how fast a dead holder's key goes.
+
+Sections:
+
+  capacity  one agent; --sessions (10,000) sessions opened (ttl 30 s) over
+            --connections (4) keep-alive HTTP connections: the agent's RSS
+            before and after (KiB per session, VmRSS). Then every session is
+            renewed every ttl/3 = 10 s, as a client library would, the
+            renewals spread evenly (~1,000/s for 10,000): the agent's CPU (% of
+            one core, utime+stime from /proc/PID/stat) over --renew-s (30 s),
+            against the same agent idle with no session open. Two controls
+            with the sessions open: a short window with no renewal at all (it
+            must stay well inside the TTL), and the same request rate of
+            `GET /v1/session/<id>` (the same HTTP path and JSON answer, without
+            the renewal's heap push and timer re-arm). Sessions that expired
+            unexpectedly (a renewal answered 404, or missing from
+            `GET /v1/sessions` at the end): should be 0.
+  removal   a holder process (a Python child) opens a session with ttl T
+            (--ttl, 4 s: ZooKeeper's minimum with tickTime 2000), registers
+            (shoal: `PUT /v1/kv/<key>?session=`; ZooKeeper: an ephemeral znode
+            through kazoo with timeout=T), keeps it alive (shoal: a renewal
+            every T/3; kazoo pings by itself, every ~T/3) and says "ready". A
+            watch on ANOTHER member (shoal: agent 2 of 3, the holder on agent
+            0; ZooKeeper: a kazoo exists-watch on a client of server 2 of 3,
+            the holder on server 0) waits for the deletion. The bench sleeps a
+            random 1 s + [0, T/3) (the same seeded delays for both systems, so
+            the kill lands anywhere in the keepalive cycle), kill -9s the
+            holder and times the deletion's arrival at the watch: from the
+            kill, and from the holder's last keepalive send (every request a
+            kazoo client sends is one; shoal's are the session's open and its
+            renewals). --rounds (10) each; p50 and max; ratios shoal/ZooKeeper.
+            Expected: shoal's keepalive -> deletion is T plus a few ms (the
+            agent expires the session at its TTL); ZooKeeper's is T to T +
+            tickTime (its session tracker expires in tickTime buckets).
+
+Clocks: every time is CLOCK_MONOTONIC (time.monotonic(), one clock for every
+process on the host); the holder stamps its keepalives just before writing
+them. Everything runs on loopback: shoal on 127.21.3.x, ZooKeeper on
+127.21.4.x (ports as bench/watch.py, whose classes this reuses).
+
+    apt-get install zookeeper; pip install kazoo
+    .venv/bin/python bench/sessions.py [--sessions 10000] [--rounds 10] [--ttl 4]
+        [--skip-zk] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_spec = importlib.util.spec_from_file_location("bench_watch", Path(__file__).with_name("watch.py"))
+assert _spec is not None and _spec.loader is not None
+watch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(watch)
+
+SHOAL_NET, ZK_NET = "127.21.3", "127.21.4"  # free of bench/watch.py's and the tests'
+KEY_PREFIX = "bench/sessions/"
+ZPARENT = "/bench-sessions"
+CAPACITY_TTL_S = 30.0
+SEED = 30  # the kill delays: the same for both systems, and from run to run
+
+
+class Agents(watch.Shoal):
+    """bench/watch.py's agents, on this bench's addresses."""
+
+    def __init__(self, root: Path, n: int) -> None:
+        super().__init__(root, n)
+        self.ips = [f"{SHOAL_NET}.{i + 1}" for i in range(n)]
+        self.writer = watch.HttpConnection(self.ips[0], 7947)
+
+
+class ZooKeeper(watch.ZooKeeper):
+    """bench/watch.py's 3-server ensemble (tickTime 2000), on this bench's addresses."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.ips = [f"{ZK_NET}.{i + 1}" for i in range(3)]
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """The q-quantile of `values` (nearest rank), or None."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- capacity ----------------------------------------------------------------------------
+
+
+async def cpu_pct(agents: Agents, seconds: float) -> float:
+    """The agent's CPU over the next `seconds`, in % of one core."""
+    cpu, at = agents.cpu_s(0), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (agents.cpu_s(0) - cpu) / (time.monotonic() - at) * 100
+
+
+async def open_sessions(conns: list[watch.HttpConnection], n: int) -> list[str]:
+    ids: list[str] = []
+
+    async def opener(conn: watch.HttpConnection, count: int) -> None:
+        for _ in range(count):
+            body = json.dumps({"ttl_s": CAPACITY_TTL_S, "name": f"bench-{len(ids)}"}).encode()
+            status, answer = await conn.request("POST", "/v1/session", body)
+            assert status == 200, answer
+            ids.append(json.loads(answer)["id"])
+
+    share = [n // len(conns) + (1 if i < n % len(conns) else 0) for i in range(len(conns))]
+    await asyncio.gather(*(opener(c, k) for c, k in zip(conns, share)))
+    return ids
+
+
+async def paced(agents: Agents, conns: list[watch.HttpConnection], ids: list[str], method: str,
+                op: str, period_s: float, duration_s: float) -> dict[str, Any]:  # fmt: skip
+    """Each session once every `period_s`, spread evenly, for `duration_s`:
+    request g (session g mod N) is due at start + g * period_s / N;
+    connection c sends the requests g = c mod len(conns), one at a time.
+    The agent's CPU is taken over the whole schedule."""
+    n, width = len(ids), len(conns)
+    total = int(duration_s * n / period_s)
+    latency: list[float] = []
+    lateness: list[float] = []
+    refused: list[tuple[int, bytes]] = []
+    start = time.monotonic() + 0.05
+
+    async def sender(c: int, conn: watch.HttpConnection) -> None:
+        for g in range(c, total, width):
+            due = start + g * period_s / n
+            now = time.monotonic()
+            if due > now:
+                await asyncio.sleep(due - now)
+                now = time.monotonic()
+            lateness.append(now - due)
+            status, answer = await conn.request(method, f"/v1/session/{ids[g % n]}{op}")
+            latency.append(time.monotonic() - now)
+            if status != 200:
+                refused.append((status, answer[:200]))
+
+    cpu, at, own = agents.cpu_s(0), time.monotonic(), time.process_time()
+    await asyncio.gather(*(sender(c, conn) for c, conn in enumerate(conns)))
+    wall = time.monotonic() - at
+    cpu = agents.cpu_s(0) - cpu
+    return {"rate": total / wall, "wall_s": wall, "cpu_pct": cpu / wall * 100,
+            "cpu_us": cpu / total * 1e6,
+            "own_cpu_pct": (time.process_time() - own) / wall * 100,
+            "latency_p50_ms": pct(latency, 0.5) * 1000,  # type: ignore[operator]
+            "latency_p99_ms": pct(latency, 0.99) * 1000,  # type: ignore[operator]
+            "late_p99_ms": pct(lateness, 0.99) * 1000,  # type: ignore[operator]
+            "late_max_ms": max(lateness) * 1000,
+            "refused": len(refused), "refused_first": refused[:1]}  # fmt: skip
+
+
+async def run_capacity(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
+    agents = Agents(root, 1)
+    conns: list[watch.HttpConnection] = []
+    try:
+        await agents.start()
+        host = agents.ips[0]
+        await asyncio.sleep(3.0)  # the agent's start-up work settles
+        out["rss_start_kb"] = agents.rss_kb(0)
+        out["idle_cpu_pct"] = await cpu_pct(agents, args.idle_s)
+        rss_before = agents.rss_kb(0)
+        conns = [watch.HttpConnection(host, 7947) for _ in range(args.connections)]
+        opened_at, cpu = time.monotonic(), agents.cpu_s(0)
+        ids = await open_sessions(conns, args.sessions)
+        open_s = time.monotonic() - opened_at
+        out["open_s"] = open_s
+        out["open_rate"] = args.sessions / open_s
+        out["open_cpu_us"] = (agents.cpu_s(0) - cpu) / args.sessions * 1e6
+        await asyncio.sleep(1.0)
+        rss_open = agents.rss_kb(0)
+        out |= {"rss_before_kb": rss_before, "rss_open_kb": rss_open,
+                "rss_per_session_kib": (rss_open - rss_before) / args.sessions}  # fmt: skip
+        period = CAPACITY_TTL_S / 3
+        print(f"  renewing {len(ids)} sessions every {period:.0f} s for {args.renew_s:.0f} s",
+              file=sys.stderr, flush=True)  # fmt: skip
+        out["renew"] = await paced(agents, conns, ids, "PUT", "/renew", period, args.renew_s)
+        out["rss_renewed_kb"] = agents.rss_kb(0)
+        # Every session was renewed within the last `period`: each has at least
+        # ttl - period left; the two controls below take less than that.
+        out["quiet_cpu_pct"] = await cpu_pct(agents, args.quiet_s)
+        out["read"] = await paced(agents, conns, ids, "GET", "", period, args.read_s)
+        status, answer = await conns[0].request("GET", "/v1/sessions")
+        listed = {s["id"] for s in json.loads(answer)["sessions"]} if status == 200 else set()
+        out["missing"] = len(set(ids) - listed)
+        out["unexpected"] = out["renew"]["refused"] + out["read"]["refused"] + out["missing"]
+        out["rss_end_kb"] = agents.rss_kb(0)
+    finally:
+        for conn in conns:
+            conn.close()
+        await agents.stop()
+
+
+# -- removal after kill -9 ---------------------------------------------------------------
+
+HOLDER_SHOAL = r"""
+import http.client, json, sys, time
+host, key, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
+conn = http.client.HTTPConnection(host, 7947, timeout=10)
+def call(method, path, body=None, keepalive=False):
+    if keepalive:
+        print("keepalive", repr(time.monotonic()), flush=True)
+    conn.request(method, path, body=body)
+    answer = conn.getresponse()
+    data = answer.read()
+    if answer.status != 200:
+        sys.exit(f"holder: {method} {path}: {answer.status} {data[:200]!r}")
+    return json.loads(data)
+opened = call("POST", "/v1/session", json.dumps({"ttl_s": ttl, "name": "bench-holder"}).encode(),
+              keepalive=True)
+sid = opened["id"]
+print("negotiated", opened["ttl_s"] * 1000, flush=True)
+call("PUT", f"/v1/kv/{key}?session={sid}", b"holder")
+print("ready", flush=True)
+due = time.monotonic()
+while True:
+    due += ttl / 3
+    time.sleep(max(0.0, due - time.monotonic()))
+    call("PUT", f"/v1/session/{sid}/renew", keepalive=True)
+"""
+
+HOLDER_ZK = r"""
+import logging, sys, time
+from kazoo.client import KazooClient
+from kazoo.loggingsupport import BLATHER
+hosts, path, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
+
+class Stamps(logging.Handler):
+    # Every request kazoo writes (pings included) keeps the session alive.
+    def emit(self, record):
+        if record.msg.startswith("Sending request"):
+            print("keepalive", repr(time.monotonic()), flush=True)
+        elif record.msg.startswith("Session created"):
+            print("negotiated", record.args[2], flush=True)
+
+log = logging.getLogger("bench-holder")
+log.setLevel(BLATHER)
+log.propagate = False
+log.addHandler(Stamps())
+zk = KazooClient(hosts=hosts, timeout=ttl, logger=log)
+zk.start(timeout=30)
+zk.create(path, b"holder", ephemeral=True)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+class Holder:
+    """One holder process: its keepalive stamps, "ready", the negotiated timeout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.keepalives: list[float] = []
+        self.negotiated_ms: float | None = None
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            word, _, rest = raw.decode().strip().partition(" ")
+            if word == "keepalive":
+                self.keepalives.append(float(rest))
+            elif word == "negotiated":
+                self.negotiated_ms = float(rest)
+            elif word == "ready" and not self.ready.done():
+                self.ready.set_result(None)
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError("the holder ended before it was ready"))
+
+    def last_keepalive(self, before: float) -> float | None:
+        return max((k for k in self.keepalives if k <= before), default=None)
+
+    async def kill(self) -> float:
+        """kill -9; the time just before the signal."""
+        at = time.monotonic()
+        if self.proc.returncode is None:
+            self.proc.kill()
+        await self.proc.wait()
+        await self.task
+        return at
+
+
+async def spawn_holder(root: Path, code: str, *argv: str) -> Holder:
+    with open(root / "holders.log", "ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, cwd=watch.ROOT)  # fmt: skip
+    return Holder(proc)
+
+
+class KvStream(asyncio.Protocol):
+    """A /v1/watch stream of kv events under KEY_PREFIX: when each key was
+    first put and first deleted, stamped on arrival."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.put_at: dict[str, float] = {}
+        self.deleted_at: dict[str, float] = {}
+        self.changed = asyncio.Event()
+        self.transport: asyncio.Transport | None = None
+        self._buf = b""
+        self._head: bytes | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.write(f"GET /v1/watch?topics=kv&prefix={KEY_PREFIX} HTTP/1.1\r\n"  # type: ignore[attr-defined]
+                        f"host: {self.host}\r\n\r\n".encode())  # fmt: skip
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        self._buf += data
+        if self._head is None:
+            head, sep, rest = self._buf.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            self._head, self._buf = head, rest
+        *parts, self._buf = self._buf.split(b"\r\n")
+        for part in parts:  # chunk sizes are hex, the JSON lines start with "{"
+            if not part.startswith(b"{"):
+                continue
+            event = json.loads(part)
+            if event.get("type") == "hello" and not self.ready.done():
+                self.ready.set_result(None)
+            elif event.get("topic") == "kv":
+                seen = self.deleted_at if event.get("type") == "delete" else self.put_at
+                seen.setdefault(event["key"], now)
+                self.changed.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            head = (self._head or b"no answer").split(b"\r\n")[0].decode(errors="replace")
+            self.ready.set_exception(RuntimeError(f"/v1/watch: {head} {self._buf[:200]!r}"))
+        self.changed.set()
+
+    async def until(self, seen: dict[str, float], key: str, timeout_s: float) -> float | None:
+        deadline = time.monotonic() + timeout_s
+        while key not in seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.transport is None or self.transport.is_closing():
+                return None
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except TimeoutError:
+                pass
+        return seen[key]
+
+
+def kill_delays(rounds: int, ttl_s: float) -> list[float]:
+    rng = random.Random(SEED)
+    return [1.0 + rng.uniform(0, ttl_s / 3) for _ in range(rounds)]
+
+
+def one_round(kill_at: float, holder: Holder, deleted_at: float | None) -> dict[str, Any]:
+    last = holder.last_keepalive(kill_at)
+    if deleted_at is None:
+        return {"lost": True}
+    return {"from_kill": deleted_at - kill_at,
+            "from_keepalive": None if last is None else deleted_at - last,
+            "kill_after_keepalive": None if last is None else kill_at - last}  # fmt: skip
+
+
+async def removal_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
+    agents = Agents(root, 3)
+    stream: KvStream | None = None
+    holder: Holder | None = None
+    rounds: list[dict[str, Any]] = []
+    try:
+        await agents.start()
+        loop = asyncio.get_running_loop()
+        _, stream = await loop.create_connection(lambda: KvStream(agents.ips[2]),
+                                                 agents.ips[2], 7947)  # fmt: skip
+        await asyncio.wait_for(stream.ready, 10)
+        for r, delay in enumerate(kill_delays(args.rounds, args.ttl)):
+            key = f"{KEY_PREFIX}holder-{r}"
+            holder = await spawn_holder(root, HOLDER_SHOAL, agents.ips[0], key, f"{args.ttl:g}")
+            await asyncio.wait_for(holder.ready, 30)
+            assert await stream.until(stream.put_at, key, 10) is not None, "no put on agent 2"
+            await asyncio.sleep(delay)
+            kill_at = await holder.kill()
+            deleted = await stream.until(stream.deleted_at, key, 3 * args.ttl + 10)
+            rounds.append(
+                one_round(kill_at, holder, deleted) | {"negotiated_ms": holder.negotiated_ms}
+            )
+            holder = None
+    finally:
+        if holder is not None:
+            await holder.kill()
+        if stream is not None and stream.transport is not None:
+            stream.transport.close()
+        await agents.stop()
+        out["rounds"] = rounds
+
+
+async def removal_zk(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
+    zk = ZooKeeper(root)
+    watcher: Any = None
+    holder: Holder | None = None
+    rounds: list[dict[str, Any]] = []
+    try:
+        try:
+            await zk.start()
+        except watch.Skip as exc:
+            out["skipped"] = str(exc)
+            return
+        from kazoo.client import KazooClient
+
+        out["leader"] = await zk.leader()
+        await asyncio.to_thread(zk.client.ensure_path, ZPARENT)
+        watcher = KazooClient(hosts=f"{zk.ips[2]}:2181", timeout=10.0)
+        await asyncio.to_thread(watcher.start, 30)
+        loop = asyncio.get_running_loop()
+        for r, delay in enumerate(kill_delays(args.rounds, args.ttl)):
+            path = f"{ZPARENT}/holder-{r}"
+            holder = await spawn_holder(root, HOLDER_ZK, f"{zk.ips[0]}:2181", path,
+                                        f"{args.ttl:g}")  # fmt: skip
+            await asyncio.wait_for(holder.ready, 30)
+            gone: asyncio.Future[tuple[str, float]] = loop.create_future()
+
+            def fired(event: Any, gone: asyncio.Future[tuple[str, float]] = gone) -> None:
+                now = time.monotonic()  # in kazoo's callback thread, at once
+                loop.call_soon_threadsafe(gone.set_result, (event.type, now))
+
+            async def visible(path: str = path) -> bool:
+                return await asyncio.to_thread(watcher.exists, path) is not None
+
+            await watch.poll(visible, 10, f"{path} on server 2")
+            stat = await asyncio.to_thread(watcher.exists, path, fired)
+            assert stat is not None, f"{path} went before the kill"
+            await asyncio.sleep(delay)
+            kill_at = await holder.kill()
+            try:
+                kind, deleted_at = await asyncio.wait_for(gone, 3 * args.ttl + 10)
+            except TimeoutError:
+                kind, deleted_at = "none", None
+            assert kind in ("DELETED", "none"), kind
+            rounds.append(
+                one_round(kill_at, holder, deleted_at) | {"negotiated_ms": holder.negotiated_ms}
+            )
+            holder = None
+    finally:
+        if holder is not None:
+            await holder.kill()
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()
+        await zk.stop()
+        out["rounds"] = rounds
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def fmt(v: object, digits: int = 1) -> str:
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return "-" if v is None else str(v)
+
+
+def versions() -> str:
+    def first_line(cmd: list[str], stderr: bool = False) -> str:
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except OSError:
+            return "not installed"
+        out = done.stderr if stderr else done.stdout
+        return out.splitlines()[0] if out.strip() else "not installed"
+
+    try:
+        import kazoo
+
+        kz = kazoo.__version__
+    except ImportError:
+        kz = "not installed"
+    rev = first_line(["git", "-C", str(watch.ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = first_line(["git", "-C", str(watch.ROOT), "status", "--porcelain",
+                        "--untracked-files=no"])  # fmt: skip
+    where = f"{watch.ROOT} at {rev}" + (" (with uncommitted edits)" if dirty != "not installed"
+                                        else "")  # fmt: skip
+    if not (watch.ROOT / ".git").exists():
+        where = f"{watch.ROOT} (an export, not a checkout)"
+    return (f"shoal from {where}; ZooKeeper "
+            f"{first_line(['dpkg-query', '-W', '-f', '${Version}', 'zookeeper'])}; kazoo {kz}; "
+            f"{first_line(['java', '-version'], stderr=True)}")  # fmt: skip
+
+
+def report_capacity(args: argparse.Namespace, c: dict[str, Any]) -> None:
+    n = args.sessions
+    print(f"\n== capacity: {n} sessions (ttl {CAPACITY_TTL_S:.0f} s) on one agent, opened over "
+          f"{args.connections} keep-alive connections")  # fmt: skip
+    if "renew" not in c:
+        print("  (did not finish)")
+        return
+    renew, read = c["renew"], c["read"]
+    rows = [
+        ("opening them (s)", fmt(c["open_s"], 2)),
+        ("opened per second", fmt(c["open_rate"], 0)),
+        ("agent CPU per open (us)", fmt(c["open_cpu_us"], 0)),
+        ("agent RSS before (MiB)", fmt(c["rss_before_kb"] / 1024)),
+        ("agent RSS with them open (MiB)", fmt(c["rss_open_kb"] / 1024)),
+        ("RSS per session (KiB)", fmt(c["rss_per_session_kib"], 2)),
+        (f"agent CPU idle, no session ({args.idle_s:.0f} s) (% of a core)",
+         fmt(c["idle_cpu_pct"], 2)),
+        (f"renewals: each every {CAPACITY_TTL_S / 3:.0f} s, {args.renew_s:.0f} s; rate (/s)",
+         fmt(renew["rate"], 0)),
+        ("  agent CPU (% of a core)", fmt(renew["cpu_pct"], 1)),
+        ("  agent CPU per renewal (us)", fmt(renew["cpu_us"], 0)),
+        ("  renewal round trip p50 / p99 (ms)",
+         f"{fmt(renew['latency_p50_ms'], 2)} / {fmt(renew['latency_p99_ms'], 2)}"),
+        ("  sent late vs schedule p99 / max (ms)",
+         f"{fmt(renew['late_p99_ms'], 1)} / {fmt(renew['late_max_ms'], 1)}"),
+        ("  this process's CPU (% of a core)", fmt(renew["own_cpu_pct"], 1)),
+        ("  agent RSS after the renewals (MiB)", fmt(c["rss_renewed_kb"] / 1024)),
+        (f"control: open, no renewal ({args.quiet_s:.0f} s) (% of a core)",
+         fmt(c["quiet_cpu_pct"], 2)),
+        (f"control: GET /v1/session/<id> at the same rate ({args.read_s:.0f} s); rate (/s)",
+         fmt(read["rate"], 0)),
+        ("  agent CPU (% of a core)", fmt(read["cpu_pct"], 1)),
+        ("  agent CPU per request (us)", fmt(read["cpu_us"], 0)),
+        ("  round trip p50 / p99 (ms)",
+         f"{fmt(read['latency_p50_ms'], 2)} / {fmt(read['latency_p99_ms'], 2)}"),
+        ("renewal's own cost over a GET (us)", fmt(renew["cpu_us"] - read["cpu_us"], 0)),
+        ("agent RSS at the end (MiB)", fmt(c["rss_end_kb"] / 1024)),
+        ("sessions expired unexpectedly (should be 0)", str(c["unexpected"])),
+    ]  # fmt: skip
+    for label, value in rows:
+        print(f"  {label:66} {value:>14}")
+    for phase in ("renew", "read"):
+        if c[phase]["refused_first"]:
+            print(f"  note: first refused {phase}: {c[phase]['refused_first'][0]}")
+
+
+def report_removal(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    t = args.ttl
+    print(f"\n== removal: kill -9 of the holder -> the deletion on a watch on another member; "
+          f"ttl {t:g} s, {args.rounds} rounds each; kill 1 s + [0, {t / 3:.2f}) s after "
+          "'ready' (seeded)")  # fmt: skip
+    systems = [s for s in ("shoal", "zk") if results.get(s, {}).get("rounds")]
+    for s in ("shoal", "zk"):
+        if "skipped" in results.get(s, {}):
+            print(f"  note: {s} skipped: {results[s]['skipped']}")
+    if "leader" in results.get("zk", {}):
+        print(f"  note: ZooKeeper leader is server {results['zk']['leader']} (holder on server 0,"
+              " watcher on server 2)")  # fmt: skip
+    for s in systems:
+        negotiated = {r.get("negotiated_ms") for r in results[s]["rounds"]}
+        print(f"  note: {s} session timeout the holder got (ms): "
+              f"{', '.join(fmt(v, 0) for v in sorted(negotiated, key=str))}")  # fmt: skip
+    if not systems:
+        return
+
+    def column(s: str, key: str) -> list[float]:
+        return [r[key] for r in results[s]["rounds"] if r.get(key) is not None]
+
+    rows = [("from_kill", "kill -> deletion seen"),
+            ("from_keepalive", "last keepalive sent -> deletion seen"),
+            ("kill_after_keepalive", "(last keepalive -> kill)")]  # fmt: skip
+    print(f"  {'figure (s)':44}" + "".join(f" {s + ' p50':>9} {s + ' max':>9}" for s in systems)
+          + ("  shoal/zk p50  shoal/zk max" if len(systems) == 2 else ""))  # fmt: skip
+    for key, label in rows:
+        line = f"  {label:44}"
+        stats = {}
+        for s in systems:
+            values = column(s, key)
+            stats[s] = (pct(values, 0.5), max(values, default=None))
+            line += f" {fmt(stats[s][0], 3):>9} {fmt(stats[s][1], 3):>9}"
+        if len(systems) == 2:
+            for i in (0, 1):
+                a, b = stats["shoal"][i], stats["zk"][i]
+                line += f" {(f'{a / b:.2f}' if a is not None and b else '-'):>13}"
+        print(line)
+    for s in systems:
+        lost = sum(1 for r in results[s]["rounds"] if r.get("lost"))
+        each = " ".join(fmt(v, 3) for v in column(s, "from_kill"))
+        print(f"  {s}: kill -> deletion per round (s): {each}; never seen: {lost}")
+
+
+async def run(args: argparse.Namespace) -> None:
+    capacity: dict[str, Any] = {}
+    removal: dict[str, dict[str, Any]] = {"shoal": {}, "zk": {}}
+    steps: list[tuple[str, Any, dict[str, Any]]] = []
+    if args.sessions:
+        steps.append(("capacity", run_capacity, capacity))
+    if args.rounds:
+        steps.append(("removal, shoal", removal_shoal, removal["shoal"]))
+        if not args.skip_zk:
+            steps.append(("removal, ZooKeeper", removal_zk, removal["zk"]))
+    try:
+        for name, step, out in steps:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            root = Path(tempfile.mkdtemp(prefix="shoal-bench-sessions-", dir="/var/tmp"))
+            try:
+                await step(args, root, out)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    finally:
+        print(f"\nconfiguration: {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+              f"load average at start {args.loadavg}; {versions()}; shoal agents: profile local, "
+              f"no discovery, on {SHOAL_NET}.x; ZooKeeper: 3 servers on {ZK_NET}.x, tickTime "
+              "2000 ms; data on /var/tmp")  # fmt: skip
+        if args.sessions:
+            report_capacity(args, capacity)
+        if args.rounds:
+            report_removal(args, removal)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=10_000, help="on one agent (0: skip)")
+    parser.add_argument("--connections", type=int, default=4, help="for opening and renewing")
+    parser.add_argument("--renew-s", type=float, default=30.0, help="renewing them, measured")
+    parser.add_argument("--idle-s", type=float, default=30.0, help="the idle agent, measured")
+    parser.add_argument("--rounds", type=int, default=10, help="kill -9 rounds per system")
+    parser.add_argument("--ttl", type=float, default=4.0, help="the holder's session (s)")
+    parser.add_argument("--skip-zk", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small numbers, a smoke run")
+    args = parser.parse_args()
+    args.quiet_s, args.read_s = 5.0, 10.0  # both inside ttl - ttl/3 = 20 s (run_capacity)
+    if args.quick:
+        args.sessions, args.rounds = min(args.sessions, 1000), min(args.rounds, 3)
+        args.renew_s, args.idle_s, args.quiet_s, args.read_s = 10.0, 5.0, 3.0, 5.0
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    args.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(run(args))
+    else:
+        uvloop.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
