@@ -18,6 +18,7 @@ expected` must be 1.0, and no node may take the same event in twice
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -91,9 +92,8 @@ def burst_run(seed: int, n: int = 100, events: int = 1000, loss: float = 0.10,
         cluster._flush(origin)
 
     for e in range(events):
-        origin = rng.randrange(n)
         cluster.at(start + burst_s * e / events,
-                   lambda o=origin, v=b"\x00\x05burst%d" % e: fire(o, v))  # fmt: skip
+                   functools.partial(fire, rng.randrange(n), b"\x00\x05burst%d" % e))  # fmt: skip
     for i in rng.sample(range(n), int(n * restart_fraction)):
         down = start + rng.uniform(0, burst_s)
         cluster.crash(i, down)
