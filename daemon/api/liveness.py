@@ -73,7 +73,7 @@ def session_op(agent: AgentPort, request: Request) -> Result:
     liveness = agent.liveness
     try:
         if op == "renew" and request.method == "PUT":
-            session = liveness.renew(session_id)
+            return 200, liveness.renew(session_id).brief(agent.loop_time())
         elif not op and request.method == "GET":
             session = liveness.sessions.get(session_id)
         elif not op and request.method == "DELETE":

@@ -16,7 +16,7 @@ def test_a_session_expires_ttl_after_its_last_renewal_and_not_before():
     s = table.open(2.0, "b1", (), now=0.0)
     assert table.expire_due(1.9) == []
     table.renew(s.id, 1.5)
-    assert table.next_expiry() == 3.5
+    assert table.expire_due(2.0) == [] and table.next_expiry() == 3.5
     assert table.expire_due(3.4) == [] and table.expire_due(3.5) == [s]
     with pytest.raises(SessionError) as err:
         table.renew(s.id, 4.0)
@@ -32,6 +32,7 @@ def test_ten_thousand_renewing_sessions_expire_in_order():
     gone = table.expire_due(16.9)
     assert {s.id for s in gone} == set(ids[5000:])
     assert len(table) == 5000 and table.next_expiry() == 18.0
+    assert len(table._due) == 5000  # one entry per open session, however often renewed
 
 
 @pytest.mark.parametrize("ttl", [0.0, 0.5, 3601.0])
@@ -85,3 +86,12 @@ def test_thresholds_hold_a_status_until_enough_consecutive_results():
     assert asyncio.run(main()) == WARNING
     assert changes == [PASSING, CRITICAL, WARNING]
     assert worst([]) == PASSING and worst([PASSING, WARNING, PASSING]) == WARNING
+
+
+def test_renewing_a_thousand_times_keeps_one_heap_entry():
+    table = SessionTable()
+    s = table.open(60.0, "", (), 0.0)
+    for i in range(1000):
+        table.renew(s.id, float(i))
+    assert len(table._due) == 1 and table.expire_due(100.0) == []
+    assert table.expire_due(1059.0) == [s]
