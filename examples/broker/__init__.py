@@ -1,0 +1,12 @@
+"""A small message-queue cluster that coordinates only through shoal.
+
+Brokers register as ephemeral keys, the broker beside the shoal controller
+assigns partition leaders with a fenced write, and every broker serves the
+partitions it leads. See README.md in this folder.
+"""
+
+from .assignment import Assignment, assign
+from .broker import Broker
+from .client import BrokerClient, BrokerError
+
+__all__ = ["Assignment", "Broker", "BrokerClient", "BrokerError", "assign"]

@@ -1,0 +1,101 @@
+"""Command line of the broker example.
+
+    python -m shoal.examples.broker serve --agent 127.0.0.1:7947 --id b1 --port 9092
+    python -m shoal.examples.broker produce --broker 127.0.0.1:9092 --partition 3 hello
+    python -m shoal.examples.broker fetch --agent 127.0.0.1:7947 --partition 3 --offset 0
+    python -m shoal.examples.broker status --broker 127.0.0.1:9092
+
+`produce` and `fetch` start from `--broker` addresses, or from the brokers
+the agent at `--agent` lists; they follow `not_leader` answers to the leader.
+Exit codes: 0 done, 1 the request failed, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+
+from shoal.client import ShoalError
+
+from .broker import Broker
+from .client import BrokerClient, BrokerError, call
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        code: int = asyncio.run(args.run(args))
+        return code
+    except (BrokerError, ShoalError, OSError) as exc:
+        print(f"broker: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m shoal.examples.broker")
+    sub = parser.add_subparsers(required=True)
+    serve = sub.add_parser("serve", help="run a broker beside a shoal agent")
+    serve.add_argument("--agent", default="127.0.0.1:7947", help="the local shoal agent's API")
+    serve.add_argument("--id", required=True, help="this broker's unique id")
+    serve.add_argument("--host", default="127.0.0.1", help="address to serve on")
+    serve.add_argument("--port", type=int, required=True, help="TCP port to serve on")
+    serve.add_argument("--partitions", type=int, default=8)
+    serve.set_defaults(run=_serve)
+    for name, run in (("produce", _produce), ("fetch", _fetch)):
+        cmd = sub.add_parser(name, help=f"{name} through any broker (follows redirects)")
+        where = cmd.add_mutually_exclusive_group(required=True)
+        where.add_argument("--broker", action="append", help="HOST:PORT of a broker")
+        where.add_argument("--agent", help="start from the brokers this shoal agent lists")
+        cmd.add_argument("--partition", type=int, required=True)
+        cmd.add_argument("--timeout", type=float, default=10.0)
+        if name == "produce":
+            cmd.add_argument("value", help="a string, stored as given")
+        else:
+            cmd.add_argument("--offset", type=int, default=0)
+        cmd.set_defaults(run=run)
+    status = sub.add_parser("status", help="what one broker believes")
+    status.add_argument("--broker", required=True, help="HOST:PORT")
+    status.set_defaults(run=_status)
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s {args.id} %(name)s %(message)s")  # fmt: skip
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await Broker(args.id, args.host, args.port, args.agent, args.partitions).run(stop)
+    return 0
+
+
+async def _client(args: argparse.Namespace) -> BrokerClient:
+    if args.agent:
+        return await BrokerClient.from_agent(args.agent, args.timeout)
+    return BrokerClient(args.broker, args.timeout)
+
+
+async def _produce(args: argparse.Namespace) -> int:
+    offset = await (await _client(args)).produce(args.partition, args.value)
+    print(offset)
+    return 0
+
+
+async def _fetch(args: argparse.Namespace) -> int:
+    for offset, value in await (await _client(args)).fetch(args.partition, args.offset):
+        print(offset, json.dumps(value))
+    return 0
+
+
+async def _status(args: argparse.Namespace) -> int:
+    print(json.dumps(await call(args.broker, {"op": "status"}), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

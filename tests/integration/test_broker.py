@@ -1,0 +1,262 @@
+"""The broker example (examples/broker) on real agents: three agents, three
+broker processes, coordinated only through shoal.client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shoal.client import Client, Conflict
+from shoal.daemon.api.client import NotFoundError
+from shoal.examples.broker import BrokerClient, assign
+from shoal.kernel.errors import ApiError
+from tests.conftest import poll_until
+
+PARTITIONS = 8
+BROKER_PORT = 9092
+
+
+class BrokerProcess:
+    """`python -m shoal.examples.broker serve` beside one agent, on its address."""
+
+    def __init__(self, broker_id: str, agent, root: Path) -> None:
+        self.id = broker_id
+        self.agent = agent
+        self.log_path = root / f"broker-{broker_id}.log"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal.examples.broker", "serve", "--agent",
+             f"{agent.ip}:7947", "--id", broker_id, "--host", agent.ip,
+             "--port", str(BROKER_PORT), "--partitions", str(PARTITIONS)],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
+        log.close()
+
+    @property
+    def address(self) -> str:
+        return f"{self.agent.ip}:{BROKER_PORT}"
+
+    def status(self) -> dict[str, Any] | None:
+        """What the broker believes now (None if it does not answer)."""
+        try:
+            with socket.create_connection((self.agent.ip, BROKER_PORT), timeout=2) as sock:
+                sock.sendall(b'{"op": "status"}\n')
+                return json.loads(sock.makefile().readline())
+        except (OSError, ValueError):
+            return None
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def cluster(agents, tmp_path):
+    """Three agents with one broker each; returns (agents, brokers) once
+    every broker serves an assignment that covers every partition."""
+    # No multicast discovery: another test run's agents on this host must not join.
+    started = agents.start(3, extra=["--bootstrap-expect", "3", "--no-discovery"])
+    brokers = [BrokerProcess(f"b{i}", a, tmp_path) for i, a in enumerate(started)]
+    try:
+        poll_until(lambda: in_force(brokers, {"b0", "b1", "b2"}), 30, interval_s=0.1)
+        yield started, brokers
+    finally:
+        for b in brokers:
+            b.stop()
+        for b in brokers:  # shown by pytest for a failed test only
+            print(f"---- log of broker {b.id}\n{b.log_path.read_text(errors='replace')}")
+
+
+def in_force(brokers: list[BrokerProcess], live: set[str]) -> int | None:
+    """The epoch of the assignment every broker in `brokers` serves, if they
+    all serve the same one, it covers every partition with a broker of
+    `live`, and each partition's leader says it leads it."""
+    seen = [b.status() for b in brokers]
+    if any(s is None or not s["connected"] or s["epoch"] is None for s in seen):
+        return None
+    if len({(s["epoch"], json.dumps(s["leaders"], sort_keys=True)) for s in seen}) != 1:
+        return None
+    leaders = seen[0]["leaders"]
+    if sorted(map(int, leaders)) != list(range(PARTITIONS)) or set(leaders.values()) - live:
+        return None
+    for s in seen:
+        if s["leading"] != sorted(int(p) for p, b in leaders.items() if b == s["id"]):
+            return None
+    return seen[0]["epoch"]
+
+
+def controller_of(agent) -> tuple[str | None, int, bool]:
+    try:
+        info = agent.api.get("/v1/controller")
+    except ApiError:
+        return (None, 0, False)
+    return (info["controller"], info["epoch"] or 0, info["is_self"])  # epoch None: no election yet
+
+
+def stored_assignment(agent) -> dict[str, Any] | None:
+    """The key `assignment` as one agent's replica holds it."""
+    try:
+        return agent.api.get("/v1/kv/assignment")
+    except (NotFoundError, ApiError):
+        return None
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def report(capsys, text: str) -> None:
+    with capsys.disabled():
+        print(f"\n[broker timing] {text}")
+
+
+def test_assignment_is_sticky_and_balanced():
+    """A broker that leaves moves only its own partitions; one that comes back takes a share."""
+    first = assign(8, ["b0", "b1", "b2"], {})
+    assert sorted(list(first.values()).count(b) for b in ("b0", "b1", "b2")) == [2, 3, 3]
+    without_b1 = assign(8, ["b0", "b2"], first)
+    assert all(without_b1[p] == b for p, b in first.items() if b != "b1")
+    assert sorted(list(without_b1.values()).count(b) for b in ("b0", "b2")) == [4, 4]
+    back = assign(8, ["b0", "b1", "b2"], without_b1)
+    assert sorted(list(back.values()).count(b) for b in ("b0", "b1", "b2")) == [2, 3, 3]
+    assert assign(8, [], first) == {}
+
+
+def test_every_partition_has_a_leader_and_produce_fetch_follow_redirects(cluster):
+    """(a) Every partition is served by exactly one broker; the CLI produces
+    through any broker (or from the agent's broker list) and fetches it back;
+    a broker that stops cleanly hands its partitions over at once."""
+    agents, brokers = cluster
+    epoch = in_force(brokers, {"b0", "b1", "b2"})
+    assert epoch == controller_of(agents[0])[1]
+    record = poll_until(lambda: stored_assignment(agents[1]), 10)
+    assert record["epoch"] == epoch and json.loads(record["value"])["epoch"] == epoch
+    for a in agents:  # each registration is ephemeral, owned by the broker's agent
+        key = a.api.get(f"/v1/kv/brokers/b{agents.index(a)}")
+        assert key["ephemeral"] is True and key["owner"] == a.name
+    client = BrokerClient([brokers[0].address])
+    for p in range(PARTITIONS):
+        assert run(client.produce(p, f"m{p}-0")) == 0
+        assert run(client.produce(p, {"n": 1})) == 1
+    for p in range(PARTITIONS):
+        assert run(client.fetch(p)) == [(0, f"m{p}-0"), (1, {"n": 1})]
+    cli = [sys.executable, "-m", "shoal.examples.broker"]
+    out = subprocess.run([*cli, "produce", "--agent", f"{agents[2].ip}:7947", "--partition", "5",
+                          "hello"], capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "2", out.stderr
+    out = subprocess.run([*cli, "fetch", "--broker", brokers[1].address, "--partition", "5",
+                          "--offset", "2"], capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert out.stdout.splitlines() == ['2 "hello"'], out.stderr
+    wrong = subprocess.run([*cli, "produce", "--broker", brokers[0].address, "--partition", "99",
+                            "x"], capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert wrong.returncode == 1 and "partition must be" in wrong.stderr
+
+    # A broker stopped with SIGTERM withdraws its key: its partitions move
+    # without waiting for anything to fail.
+    leaving = next(b for b in brokers if b.agent.name != controller_of(agents[0])[0])
+    assert leaving.terminate() == 0
+    rest = [b for b in brokers if b is not leaving]
+    poll_until(lambda: in_force(rest, {b.id for b in rest}), 10, interval_s=0.05)
+    assert not_found(leaving.agent, f"brokers/{leaving.id}")
+
+
+def test_kill_9_of_a_brokers_agent_moves_its_partitions_to_the_live_brokers(cluster, capsys):
+    """(b) The broker beside a crashed agent stops serving, its key vanishes
+    with the agent, and the controller gives its partitions to the others."""
+    agents, brokers = cluster
+    controller = controller_of(agents[0])[0]
+    victim = next(b for b in brokers if b.agent.name != controller)
+    survivors = [b for b in brokers if b is not victim]
+    moving = victim.status()["leading"]
+    assert moving
+    seer = next(b.agent for b in brokers if b.agent.name == controller)
+    victim.agent.kill()
+    t0 = time.monotonic()
+    marks: dict[str, float] = {}
+
+    def moved() -> int | None:
+        if "suspected" not in marks and seer.status_of(victim.agent.name) != "alive":
+            marks["suspected"] = time.monotonic() - t0
+        return in_force(survivors, {b.id for b in survivors})
+
+    poll_until(moved, 30, interval_s=0.02)
+    took = time.monotonic() - t0
+    report(capsys, f"broker-agent kill -9 -> its {len(moving)} partitions served elsewhere: "
+                   f"{took:.2f} s (the controller's agent no longer saw it alive at "
+                   f"{marks.get('suspected', took):.2f} s)")  # fmt: skip
+    assert not victim.status()["connected"]  # it answers `unavailable` to everything
+    for a in (b.agent for b in survivors):
+        poll_until(lambda: not_found(a, f"brokers/{victim.id}"), 10)
+    client = BrokerClient([victim.address, survivors[0].address])
+    for p in moving:
+        assert run(client.produce(p, "after")) == 0  # a moved partition starts over
+        assert client.leaders[p] != victim.address
+        assert run(client.fetch(p)) == [(0, "after")]
+
+
+def test_kill_9_of_the_controllers_agent_gives_a_new_epoch_and_refuses_the_old(cluster, capsys):
+    """(c) A new controller writes a new assignment under its epoch; (d) a
+    write under the deposed epoch is refused and never seen anywhere."""
+    agents, brokers = cluster
+    name, old_epoch, _ = controller_of(agents[0])
+    old = next(b for b in brokers if b.agent.name == name)
+    survivors = [b for b in brokers if b is not old]
+    live = {b.id for b in survivors}
+    old.agent.kill()
+    t0 = time.monotonic()
+    marks: dict[str, float] = {}
+
+    def reassigned() -> int | None:
+        if "elected" not in marks and controller_of(survivors[0].agent)[1] > old_epoch:
+            marks["elected"] = time.monotonic() - t0
+        epoch = in_force(survivors, live)
+        return epoch if epoch is not None and epoch > old_epoch else None
+
+    new_epoch = poll_until(reassigned, 30, interval_s=0.02)
+    took = time.monotonic() - t0
+    report(capsys, f"controller-agent kill -9 -> new assignment (epoch {old_epoch} -> "
+                   f"{new_epoch}) in force: {took:.2f} s (new epoch seen at "
+                   f"{marks.get('elected', took):.2f} s)")  # fmt: skip
+    for a in (b.agent for b in survivors):
+        assert controller_of(a)[1] == new_epoch
+        record = poll_until(lambda: stored_assignment(a), 10)
+        assert record["epoch"] == new_epoch and json.loads(record["value"])["epoch"] == new_epoch
+
+    everything_to_old = {str(p): old.id for p in range(PARTITIONS)}
+    forged = json.dumps({"epoch": old_epoch, "leaders": everything_to_old})
+    for a in (b.agent for b in survivors):
+        with Client(addr=f"{a.ip}:7947") as shoal, pytest.raises(Conflict) as refused:
+            shoal.kv.put("assignment", forged, fence=old_epoch)
+        assert refused.value.fence == old_epoch and refused.value.epoch >= new_epoch
+    # A later write from the same agent reaching every replica shows the
+    # refused one had its chance to spread, and did not.
+    with Client(addr=f"{survivors[0].agent.ip}:7947") as shoal:
+        shoal.kv.put("after-forgery", "1")
+    for a in (b.agent for b in survivors):
+        poll_until(lambda: not not_found(a, "after-forgery"), 10)
+        record = stored_assignment(a)
+        assert record["epoch"] == new_epoch and record["value"] != forged
+    assert in_force(survivors, live) == new_epoch
+    client = BrokerClient([b.address for b in brokers])
+    assert all(run(client.produce(p, "x")) >= 0 for p in range(PARTITIONS))
+
+
+def not_found(agent, key: str) -> bool:
+    try:
+        agent.api.get(f"/v1/kv/{key}")
+    except NotFoundError:
+        return True
+    return False
