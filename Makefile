@@ -10,6 +10,7 @@ PYTHON  ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c \
   'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo $(p))))
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 # command:Debian package, for what the LAN tests run.
 TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime
 SHOAL   := $(VENV)/bin/shoal
@@ -18,13 +19,22 @@ LINT_STAMP := $(LINT_VENV)/.installed
 
 .PHONY: run test test-slow bench lint sysdeps clean bytecode
 
-$(STAMP): pyproject.toml
+# `make run` installs shoal and its runtime dependencies only (a 75 MB venv);
+# `make test` adds what the tests, the Spark job and the linters need
+# (pyspark alone is about 490 MB).
+$(RUN_STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11+ with venv (Debian: python3-venv); set PYTHON=" >&2; exit 2; }
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	@echo "make: installing shoal and what its tests need into $(VENV) (about a minute the first time)"
+	@echo "make: creating $(VENV) with $(PYTHON)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@echo "make: installing shoal and its runtime dependencies into $(VENV) (uvloop, zeroconf, rocksdict, ...)"
 	@# -qq: setuptools' notice about folders named like the package is noise
 	@# here (the repository root *is* the package `shoal`: pyproject.toml).
+	$(PY) -m pip install -qq --disable-pip-version-check -e .
+	touch $@
+
+$(STAMP): $(RUN_STAMP) pyproject.toml
+	@echo "make: installing what the tests need into $(VENV) (pyspark, pytest, selenium, mypy, ...; a minute or two the first time)"
 	$(PY) -m pip install -qq --disable-pip-version-check -e '.[test,dev]'
 	touch $@
 
@@ -32,8 +42,8 @@ $(STAMP): pyproject.toml
 # modules: compiled once here, not by each process (an environment with
 # PYTHONDONTWRITEBYTECODE would otherwise compile them at every start, about
 # 0.1 s of CPU per agent). Only what changed is compiled again.
-bytecode: $(STAMP)
-	@$(PY) -m compileall -q -j 0 __init__.py kernel node daemon membership election storage churn sim
+bytecode: $(RUN_STAMP)
+	@$(PY) -m compileall -q -j 0 __init__.py kernel node daemon membership election storage churn sim client
 
 # Debian packages the LAN tests need (network namespaces, packet loss).
 sysdeps:
@@ -47,7 +57,7 @@ sysdeps:
 
 # A demo cluster of agents on loopback: it forms, elects a controller, loses
 # it, elects another, heals.
-run: $(STAMP) bytecode
+run: $(RUN_STAMP) bytecode
 	$(SHOAL) demo --nodes 5
 
 test: $(STAMP) bytecode sysdeps lint
