@@ -48,8 +48,13 @@ case "${1:-}" in
 esac
 
 "$PYTHON" -m venv "$DESTDIR$PREFIX"
-# shellcheck disable=SC2086  # PIP_OPTS is a list of options
-"$DESTDIR$PREFIX/bin/pip" install -q --disable-pip-version-check ${PIP_OPTS:-} "${SHOAL_PACKAGE:-$SRC}"
+# The dependency versions are those of systemd/constraints.txt (`make lock`
+# writes it), so two machines installed from one tree run the same code.
+CONSTRAINTS=""
+if [ -f "$SRC/systemd/constraints.txt" ]; then CONSTRAINTS="-c $SRC/systemd/constraints.txt"; fi
+# shellcheck disable=SC2086  # PIP_OPTS and CONSTRAINTS are lists of options
+"$DESTDIR$PREFIX/bin/pip" install -q --disable-pip-version-check ${PIP_OPTS:-} $CONSTRAINTS \
+    "${SHOAL_PACKAGE:-$SRC}"
 if [ -n "$DESTDIR" ]; then
     # Scripts name their interpreter by absolute path: point them at the
     # final location, not the staging tree.
