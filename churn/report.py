@@ -34,7 +34,7 @@ def _dt(ms: float) -> datetime:
 
 
 def human_s(s: float | None) -> str:
-    """Seconds as a short human duration: 850 ms, 42 s, 7.5 min, 3.2 h, 4.1 d."""
+    """Seconds as a short human duration: 850 ms, 42 s, 7.5 min, 3.2 h, 4.1 d, 2.5 y."""
     if s is None:
         return "–"
     if s < 1:
@@ -45,7 +45,9 @@ def human_s(s: float | None) -> str:
         return f"{s / 60:.1f} min"
     if s < 172_800:
         return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
+    if s < 2 * 31_536_000:
+        return f"{s / 86400:.1f} d"
+    return f"{s / 31_536_000:.1f} y"
 
 
 def bucket_name(seconds: float) -> str:
@@ -64,44 +66,55 @@ def _time_axis(ax: Any) -> None:
     ax.set_xlabel("time (UTC)")
 
 
-def plot_size(size: list[dict[str, Any]], bucket: str) -> str:
-    """Members up over time, and joins/departures per bucket below it."""
+def plot_size(size: list[dict[str, Any]], bucket: str, span: tuple[float, float]) -> str:
+    """Members up and members observed over time, and comings up and
+    goings down per bucket below it."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True,
                                       gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
     if size:
         t = [_dt(r["bucket_ms"]) for r in size]
-        top.step(t, [r["size"] for r in size], where="post", color=BLUE)
+        top.step(t, [r["observed"] for r in size], where="post", color=GREY,
+                 label="observed (between a node's first and last record)")  # fmt: skip
+        top.step(t, [r["size"] for r in size], where="post", color=BLUE, label="up")
         width = (t[1] - t[0]) if len(t) > 1 else None
         kw = {"width": width * 0.9} if width else {}
-        bottom.bar(t, [r["joins"] for r in size], color=GREEN, label="joins", align="edge", **kw)
-        bottom.bar(t, [-r["departures"] for r in size], color=RED, label="departures (dead + left)",
-                   align="edge", **kw)  # fmt: skip
-    top.set_ylabel("members up")
+        bottom.bar(t, [r["joins"] for r in size], color=GREEN, label="came up", align="edge", **kw)
+        bottom.bar(t, [-r["departures"] for r in size], color=RED,
+                   label="went down (failed or left)", align="edge", **kw)  # fmt: skip
+        top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+        bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    top.set_ylabel("nodes")
     top.set_ylim(bottom=0)
     top.grid(alpha=0.3)
     bottom.set_ylabel(f"per {bucket}")
     bottom.axhline(0, color=GREY, lw=0.8)
-    bottom.legend(loc="upper right", fontsize=8)
+    bottom.set_xlim(_dt(span[0]), _dt(max(span[1], span[0] + 1000)))
     _time_axis(bottom)
     return _png(fig)
 
 
 def plot_hist(hist: list[tuple[float, int]], pcts: list[float | None], title: str,
               color: str) -> str:  # fmt: skip
-    """A histogram on log-spaced bins with the p50/p90/p99 marked."""
+    """A histogram on log-spaced bins with the p50/p90/p99 marked; the
+    marks are named in a legend beside the plot, never over the bars."""
     fig, ax = plt.subplots(figsize=(10, 3.4))
+    lo, hi = None, None
     if hist:
         los = [lo for lo, _ in hist]
         widths = [lo * (10**0.25 - 1) for lo in los]
         ax.bar(los, [c for _, c in hist], width=widths, align="edge", color=color, alpha=0.85)
-        ax.set_xscale("log")
-        _duration_ticks(ax, los[0], los[-1] * 10**0.25)
-    marks = zip(pcts, ("p50", "p90", "p99"), ("-", "--", ":"), (-12, -24, -36), strict=True)
-    for p, name, style, dy in marks:
+        lo, hi = los[0], los[-1] * 10**0.25
+    marks = zip(pcts, ("p50", "p90", "p99"), ("-", "--", ":"), strict=True)
+    for p, name, style in marks:
         if p:
-            ax.axvline(p, color="black", ls=style, lw=1)
-            ax.annotate(f"{name} {human_s(p)}", (p, 1), xycoords=("data", "axes fraction"),
-                        xytext=(3, dy), textcoords="offset points", fontsize=8)  # fmt: skip
+            ax.axvline(p, color="black", ls=style, lw=1, label=f"{name} {human_s(p)}")
+            lo, hi = min(lo or p, p), max(hi or p, p)
+    if lo is not None and hi is not None:
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.5, hi * 1.5)
+        _duration_ticks(ax, lo / 1.5, hi * 1.5)
+    if any(pcts):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     ax.set_xlabel(f"{title} (log scale)")
     ax.set_ylabel("count")
     ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
@@ -109,29 +122,38 @@ def plot_hist(hist: list[tuple[float, int]], pcts: list[float | None], title: st
     return _png(fig)
 
 
+_DAY = 86400
 NICE_DURATIONS = ((0.001, "1 ms"), (0.01, "10 ms"), (0.1, "100 ms"), (1, "1 s"), (10, "10 s"),
-                  (60, "1 min"), (600, "10 min"), (3600, "1 h"), (21600, "6 h"),
-                  (86400, "1 d"), (604800, "1 w"), (2592000, "30 d"))  # fmt: skip
+                  (60, "1 min"), (600, "10 min"), (3600, "1 h"), (6 * 3600, "6 h"),
+                  (_DAY, "1 d"), (7 * _DAY, "1 w"), (30 * _DAY, "30 d"), (91 * _DAY, "3 mo"),
+                  (365 * _DAY, "1 y"), (2 * 365 * _DAY, "2 y"), (5 * 365 * _DAY, "5 y"),
+                  (10 * 365 * _DAY, "10 y"), (20 * 365 * _DAY, "20 y"))  # fmt: skip
 
 
 def _duration_ticks(ax: Any, lo: float, hi: float) -> None:
-    """Log-axis ticks at round durations, labelled for people."""
-    ticks = [(v, label) for v, label in NICE_DURATIONS if lo / 3 <= v <= hi * 3]
+    """Log-axis ticks at round durations across the whole axis, labelled
+    for people; thinned to at most ten so that labels never collide."""
+    ticks = [(v, label) for v, label in NICE_DURATIONS if lo <= v <= hi]
+    step = max(1, -(-len(ticks) // 10))
+    ticks = ticks[::step]
     if len(ticks) >= 2:
         ax.set_xticks([v for v, _ in ticks], [label for _, label in ticks])
         ax.minorticks_off()
 
 
-def plot_bars(labels: list[str], values: list[float], xlabel: str, color: str,
-              fmt: str = "{:.2f}") -> str:  # fmt: skip
-    """Horizontal bars, first label at the top."""
+def plot_bars(labels: list[str], values: list[float], xlabel: str, colors: list[str],
+              fmt: str = "{:.2f}", xmax: float | None = None) -> str:  # fmt: skip
+    """Horizontal bars, first label at the top, each value at its bar's end
+    (the axis leaves room for it)."""
     fig, ax = plt.subplots(figsize=(10, 0.32 * max(4, len(labels)) + 0.8))
     ys = list(range(len(labels)))[::-1]
-    ax.barh(ys, values, color=color)
+    ax.barh(ys, values, color=colors)
     ax.set_yticks(ys, labels, fontsize=8)
     for y, v in zip(ys, values, strict=True):
         ax.annotate(fmt.format(v), (v, y), xytext=(3, 0), textcoords="offset points",
                     va="center", fontsize=7)  # fmt: skip
+    top = xmax if xmax is not None else max(values, default=1) or 1
+    ax.set_xlim(0, top * 1.12)
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3, axis="x")
     return _png(fig)
@@ -178,114 +200,195 @@ img{max-width:100%}.cap{color:#444;font-size:.92em}code{background:#f3f3f3;paddi
 """
 
 
+DEFINITIONS = (
+    ("session / downtime", "from a node coming up to its going down / from going down to coming "
+     "back; only those whose start and end were both seen feed lengths and percentiles"),
+    ("censored", "an interval whose start or end the input did not see: the last one of each "
+     "node (right-censored), and in shoal's history a first down that may be old news "
+     "(left-censored); counted, never measured"),
+    ("observed span", "per node, from its first record to its observation end: its `end` row "
+     "or last event in an imported trace; the end of the window in shoal's history, unless its "
+     "record ends with its own leave"),
+    ("MTBF", "up time observed / failures (deaths, not leaves), over every node's observed span"),
+    ("MTTR", "mean length of the downtimes that followed a failure and ended in a repair"),
+    ("availability", "up time / observed time, summed over all nodes (time-weighted); per node "
+     "the same over its own span, for nodes seen up at least once"),
+    ("failures per node per day", "failures / observed node-days"),
+    ("flapping", "a node with at least k failures within any window of length w"),
+)  # fmt: skip
+
+
+def _censor_html(s: dict[str, Any]) -> str:
+    c, x = s["censored"], s["excluded"]
+    rows = [
+        ("sessions still running at a node's observation end (counted in up time)",
+         c["sessions_end_unseen"]),
+        ("downtimes not repaired by a node's observation end (failures counted, no MTTR)",
+         c["downtimes_end_unseen"]),
+        ("downtimes whose start was not seen (first event down, in shoal's history)",
+         c["downtimes_start_unseen"]),
+        ("nodes whose first event is a failure", c["nodes_first_event_down"]),
+        ("nodes seen once (a single event: no span)", c["nodes_seen_once"]),
+        ("nodes without a per-node availability (never seen up)",
+         s["nodes_without_availability"]),
+        ("zero-length downtimes / sessions (counted, not on the log axes)",
+         f"{s['downtimes_zero_length']} / {s['sessions_zero_length']}"),
+        ("bad lines skipped", s["bad_lines"]),
+        ("rows outside --since/--until", s["rows_outside_window"]),
+        ("status events repeating the node's status (merged into the earlier one)",
+         x["repeated_status_events"]),
+        ("nodes with rows but no up or down event", x["nodes_without_status_events"]),
+    ]  # fmt: skip
+    if "overlapping_intervals_merged" in x:
+        rows.append(("intervals merged into an overlapping one", x["overlapping_intervals_merged"]))
+    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in rows)
+    return f"<table><tr><th>what</th><th>count</th></tr>{body}</table>"
+
+
 def render(results: Any, path: Path, args: Any) -> None:
-    """Write report.html."""
+    """Write report.html: sections for what the input holds, one line for
+    what it cannot tell."""
     s = results.summary
+    history = "observers" in s  # shoal's own logs, not an imported trace
     cards = [
-        (str(s["nodes"]), "nodes seen"),
+        (f"{s['nodes']:,}", "nodes seen"),
         (f"{s['events']:,}", "events read"),
-        (_pct(s["availability_ratio"]), "availability (all nodes)"),
+        (_pct(s["availability_ratio"]), "availability (time-weighted)"),
+        (_pct(s["availability_mean_ratio"]), "availability (mean per node)"),
         (human_s(s["mtbf_s"]), "MTBF (up time per failure)"),
-        (human_s(s["mttr_s"]), "MTTR (mean downtime after a failure)"),
-        (human_s(s["session_p50_s"]), "median session"),
-        (human_s(s["downtime_p50_s"]), "median downtime"),
-        (f"{s['false_suspicions']} / {s['suspicions']}", "false / all suspicions"),
-        (human_s(s["dissemination_p50_s"]), "news spread p50"),
-        (human_s(s["dissemination_p99_s"]), "news spread p99"),
-    ]
+        (human_s(s["mttr_s"]), "MTTR (mean repair)"),
+        (f"{s['failures']:,}", "failures"),
+        (f"{s['failures_per_node_day']:.4g}" if s["failures_per_node_day"] else "–",
+         "failures per node per day"),
+        (f"{s['flapping_nodes']:,}", "flapping nodes"),
+    ]  # fmt: skip
+    if history:
+        cards += [(f"{s['false_suspicions']} / {s['suspicions']}", "false / all suspicions"),
+                  (human_s(s["dissemination_p50_s"]), "news spread p50")]  # fmt: skip
     card_html = "".join(f"<div class=card><b>{html.escape(v)}</b><span>{html.escape(k)}</span>"
                         "</div>" for v, k in cards)  # fmt: skip
-    sections = []
+    sections: list[str] = []
 
     def section(title: str, img: str | None, caption: str, extra: str = "") -> None:
         pic = f"<img alt='{html.escape(title)}' src='data:image/png;base64,{img}'>" if img else ""
         sections.append(f"<h2>{html.escape(title)}</h2>{pic}<p class=cap>{caption}</p>{extra}")
 
     bucket = bucket_name(s["bucket_s"])
-    section("Cluster size over time", plot_size(results.size, bucket),
-            f"Top: how many nodes were up at the end of each {bucket}, from the reconciled "
-            f"timelines. Bottom: nodes that came up (green) and went down, by failure or by "
-            f"leaving (red), in each {bucket}. A dip in the top line with a red bar under it is "
-            f"an outage; many bars at once point at a rack, a switch or a deploy.")  # fmt: skip
-    sp = [s["session_p50_s"], s["session_p90_s"], s["session_p99_s"]]
-    section("How long nodes stay up (sessions)",
-            plot_hist(results.session_hist, sp, "session length", BLUE),
-            f"Each completed session, from a node coming up to it failing or leaving "
-            f"({s['sessions_completed']:,} sessions; sessions still running at the end of the "
-            f"window are not counted here). Bins are logarithmic: each bar covers a quarter of "
-            f"a decade. p50 {human_s(sp[0])}, p90 {human_s(sp[1])}, p99 {human_s(sp[2])}.")
-    dp = [s["downtime_p50_s"], s["downtime_p90_s"], s["downtime_p99_s"]]
-    section("How long nodes stay down (downtimes)",
-            plot_hist(results.downtime_hist, dp, "downtime", RED),
-            f"Each completed downtime, from a node failing or leaving to it coming back "
-            f"({s['downtimes_completed']:,}). A failure is dated by the first suspicion that "
-            f"led to it, which is within a probe interval of the real crash. p50 "
-            f"{human_s(dp[0])}, p90 {human_s(dp[1])}, p99 {human_s(dp[2])}.")
-    top = results.nodes[: args.top]
-    if top:
-        section(f"Flapping: the {len(top)} nodes that change state most",
-                plot_bars([n["node"] for n in top], [n["changes_per_h"] for n in top],
-                          "state changes per hour observed (join, suspect, alive, dead, left)",
-                          "#d68910"),
-                "A node that keeps joining, being suspected and coming back costs the cluster "
-                "gossip and elections; look at its network link, power and logs first. Rates "
-                "are over the time the node was observed (at least one hour).",
-                _table(top, [("node", "node", str),
-                             ("changes_per_h", "changes/h", lambda v: f"{v:.2f}"),
-                             ("failures", "failures", str), ("leaves", "leaves", str),
-                             ("false_suspicions", "false suspicions", str),
-                             ("availability", "availability", _pct),
-                             ("mtbf_s", "MTBF", human_s),
-                             ("mttr_s", "MTTR", human_s)]))  # fmt: skip
-    worst = sorted(results.nodes, key=lambda n: n["availability"])[: args.top]
-    if worst:
-        section("Least available nodes",
-                plot_bars([n["node"] for n in worst], [100 * n["availability"] for n in worst],
-                          "availability over the observed time (%)", RED, "{:.3f}"),
-                "Availability is up time over observed time (up + down), counting planned "
-                "leaves as down time. MTBF is up time per failure (deaths, not leaves); MTTR "
-                "the mean downtime that followed a failure.")  # fmt: skip
-    section("How fast news spread (dissemination delay)",
-            plot_hist(results.delay_hist, [s["dissemination_p50_s"], s["dissemination_p90_s"],
-                                          s["dissemination_p99_s"]], "delay", GREEN),
-            f"For each change seen by at least two nodes, the time from the first node that "
-            f"noticed it to the last, among the nodes that were up when it happened "
-            f"({s['changes_measured_for_spread']:,} changes). It includes clock differences "
-            f"between machines: keep them in NTP sync for this figure to mean something.")
-    false_html = (_table(results.false_by_node, [("node", "node", str),
-                                                 ("count", "false suspicions", str)])
-                  if results.false_by_node else "<p>None.</p>")  # fmt: skip
-    section("False suspicions", None,
-            f"{s['false_suspicions']} of {s['suspicions']} suspicions were later refuted by the "
-            f"node itself (it was alive). Many on one node point at a slow or overloaded "
-            f"machine; many everywhere at packet loss or a timing profile too tight for the "
-            f"network.", false_html)
-    if results.tenures:
-        section("Controller tenures", plot_tenures(results.tenures),
-                f"Each bar is one lease epoch held by a controller, from its election to its "
-                f"loss or its successor's election. {s['controller_tenures']} tenures; "
-                f"{s['controller_gaps']} gaps without a controller, "
-                f"{human_s(s['controller_gap_total_s'])} in all.",
-                _table(results.tenures[-args.top:],
-                       [("epoch", "epoch", str), ("node", "node", str),
-                        ("start_ms", "start (UTC)",
-                         lambda v: _dt(v).isoformat(timespec="seconds")),
-                        ("length_s", "held", human_s), ("ended_by", "ended by", str),
-                        ("gap_after_s", "gap after", human_s)]))  # fmt: skip
+    span = (_ms(s["window_start"]), _ms(s["window_end"]))
+    section("Cluster size over time", plot_size(results.size, bucket, span),
+            f"Top: nodes up (blue) and nodes under observation (grey) at the end of each "
+            f"{bucket}. A node leaves the grey line when its record ends, which is not a "
+            f"failure. Bottom: nodes that came up (green) and went down (red) in each {bucket}; "
+            f"many at once point at a rack, a switch or a deploy.")  # fmt: skip
+    for key, name, hist, color, what in (
+        ("session", "sessions", results.session_hist, BLUE, "How long nodes stay up (sessions)"),
+        ("downtime", "downtimes", results.downtime_hist, RED,
+         "How long nodes stay down (downtimes)"),
+    ):  # fmt: skip
+        pcts = [s[f"{key}_p50_s"], s[f"{key}_p90_s"], s[f"{key}_p99_s"]]
+        zero = s[f"{name}_zero_length"]
+        section(what, plot_hist(hist, pcts, f"{key} length", color),
+                f"Each {key} whose start and end were both seen ({s[f'{name}_completed']:,}, "
+                f"of which {zero:,} lasted no time at all: counted in the figures, not drawn on "
+                f"the log axis). Censored ones are counted in the table below, never measured. "
+                f"Bins are a quarter of a decade. p50 {human_s(pcts[0])}, p90 "
+                f"{human_s(pcts[1])}, p99 {human_s(pcts[2])}.")  # fmt: skip
+    _node_sections(results, s, args, section)
+    _history_sections(results, s, args, section, history)
+    section("What was counted, censored and left out", None,
+            "Nothing is dropped without a count; summary.json holds the same figures under "
+            "<code>censored</code> and <code>excluded</code>.", _censor_html(s))
+    defs = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                   for k, v in DEFINITIONS)  # fmt: skip
+    section("Definitions", None, "Also in docs/churn.md.",
+            f"<table class=defs><tr><th>figure</th><th>definition</th></tr>{defs}</table>")
     fmt_note = (f" Timestamps were read as <code>{s['timestamp_format']}</code>."
                 if "timestamp_format" in s else "")  # fmt: skip
+    source = (f"from {s['observers']} observers' history logs" if history
+              else f"imported with <code>--format {html.escape(s['input_format'])}</code>")
     page = f"""<!doctype html><html><head><meta charset=utf-8>
 <title>shoal churn report</title><style>{CSS}</style></head><body>
 <h1>Cluster churn</h1>
 <p class=sub>{html.escape(s['window_start'])} to {html.escape(s['window_end'])} UTC
-({human_s(s['window_s'])}), from {s['observers']} observers' history logs;
-{s['bad_lines']:,} bad lines skipped.{fmt_note}</p>
+({human_s(s['window_s'])}), {source}; {s['bad_lines']:,} bad lines skipped.{fmt_note}</p>
 <div class=cards>{card_html}</div>
 {''.join(sections)}
-<h2>About these figures</h2><p class=cap>Every agent logs what it observes. The job
-reconciles all observers into one timeline per node: a change (a join, a death, a leave of
-one incarnation) is dated by its first observer. Tables: <code>csv/</code> and
-<code>parquet/</code> next to this page; headline figures in <code>summary.json</code>.
-Definitions: docs/churn.md.</p>
+<p class=cap>Tables: <code>csv/</code> and <code>parquet/</code> next to this page; headline
+figures in <code>summary.json</code>.</p>
 </body></html>"""
     path.write_text(page)
+
+
+def _ms(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp() * 1000
+
+
+def _node_sections(results: Any, s: dict[str, Any], args: Any, section: Any) -> None:
+    k, window = s["flapping_failures"], human_s(s["flapping_window_s"])
+    top = [n for n in results.nodes if n["failures"]][: args.top]
+    if not top:
+        section("Failures per node", None, "No failures in the input.")
+    else:
+        section(f"Failures per node: the {len(top)} that failed most",
+                plot_bars([n["node"] for n in top], [n["failures"] for n in top],
+                          "failures", [RED if n["flapping"] else "#d68910" for n in top], "{:.0f}"),
+                f"Ranked by failures, then by the most failures within {window}. Red: flapping "
+                f"(at least {k} failures within {window}; {s['flapping_nodes']:,} nodes in "
+                f"all). Look at a flapping node's link, power and logs first.",
+                _table(top, [("node", "node", str), ("failures", "failures", str),
+                             ("max_failures_in_window", f"most in {window}", str),
+                             ("failures_per_day", "failures/day", _num),
+                             ("availability", "availability", _pct),
+                             ("mtbf_s", "MTBF", human_s), ("mttr_s", "MTTR", human_s),
+                             ("leaves", "leaves", str)]))  # fmt: skip
+    rated = [n for n in results.nodes if n["availability"] is not None]
+    worst = sorted(rated, key=lambda n: (n["availability"], n["node"]))[: args.top]
+    if worst:
+        section("Least available nodes",
+                plot_bars([n["node"] for n in worst], [100 * n["availability"] for n in worst],
+                          "availability over the node's observed span (%)", [RED] * len(worst),
+                          "{:.3f}", xmax=100),
+                f"Up time over observed time, each node over its own span (planned leaves "
+                f"count as down). {s['nodes_without_availability']:,} nodes were never seen up "
+                f"and have none.")  # fmt: skip
+
+
+def _num(x: Any) -> str:
+    return "–" if x is None else f"{x:.3g}"
+
+
+def _history_sections(results: Any, s: dict[str, Any], args: Any, section: Any,
+                      history: bool) -> None:  # fmt: skip
+    if not history:
+        section("Suspicions, dissemination and controller tenures", None,
+                "Not shown: these need shoal's own history logs (observers, suspicions, "
+                "controller rows); an imported trace has one up/down record per node.")
+        return
+    if results.delay_hist:
+        section("How fast news spread (dissemination delay)",
+                plot_hist(results.delay_hist, [s["dissemination_p50_s"], s["dissemination_p90_s"],
+                                               s["dissemination_p99_s"]], "delay", GREEN),
+                f"For each change seen by at least two nodes, the time from the first node that "
+                f"noticed it to the last, among the nodes that were up when it happened "
+                f"({s['changes_measured_for_spread']:,} changes). It includes clock differences "
+                f"between machines.")  # fmt: skip
+    else:
+        section("How fast news spread", None, "Not shown: no change was seen by two observers.")
+    false_html = (_table(results.false_by_node, [("node", "node", str),
+                                                 ("count", "false suspicions", str)])
+                  if results.false_by_node else "")  # fmt: skip
+    section("False suspicions", None,
+            f"{s['false_suspicions']} of {s['suspicions']} suspicions were later refuted by the "
+            f"node itself (it was alive).", false_html)
+    if not results.tenures:
+        section("Controller tenures", None, "Not shown: no controller_elected rows in the logs.")
+        return
+    section("Controller tenures", plot_tenures(results.tenures),
+            f"Each bar is one lease epoch held by a controller. {s['controller_tenures']} "
+            f"tenures; {s['controller_gaps']} gaps without a controller, "
+            f"{human_s(s['controller_gap_total_s'])} in all.",
+            _table(results.tenures[-args.top:],
+                   [("epoch", "epoch", str), ("node", "node", str),
+                    ("start_ms", "start (UTC)", lambda v: _dt(v).isoformat(timespec="seconds")),
+                    ("length_s", "held", human_s), ("ended_by", "ended by", str),
+                    ("gap_after_s", "gap after", human_s)]))  # fmt: skip

@@ -64,3 +64,73 @@ def generate(out: Path, nodes: int, days: float, target_events: int, seed: int =
         for h in handles:
             h.close()
     return written
+
+
+YEAR_S = 365 * DAY_S
+
+
+def failure_trace(out: Path, nodes: int = 3600, years: float = 10.0, seed: int = 1,
+                  final_repair: bool = True,
+                  t0_s: int = 1_104_537_600) -> dict[str, float]:  # fmt: skip
+    """Write an events-csv (`timestamp,node,event`, epoch seconds) shaped
+    like the public failure archives: every node's record begins with a
+    failure and ends with its repair, a quarter of the nodes fail exactly
+    once, and the rest fail a few to a few hundred times (some in bursts).
+    About 1 % of repairs take no time at all (the trace's resolution).
+
+    `final_repair=False` leaves out each node's last repair (the trace ends
+    before it), as some exports do.
+
+    Returns the truth from the input's own intervals: failures, repairs,
+    downtime and up time between a node's first and last row, availability,
+    MTTR and MTBF (up time per failure).
+    """
+    rng = random.Random(seed)
+    horizon_s = years * YEAR_S
+    failures = repairs = 0
+    up_s = down_s = 0.0
+    lines = ["timestamp,node,event"]
+    for i in range(nodes):
+        node = f"n{i:04d}"
+        once = rng.random() < 0.25
+        # Mean time between failures per node: heavy-tailed across nodes.
+        mtbf_s = 30 * DAY_S * rng.paretovariate(1.2)
+        at = rng.uniform(0, horizon_s * 0.9)
+        rows: list[tuple[int, str]] = []
+        while True:
+            # Downtimes: median ~2 h, long tail; 1 % are zero-length.
+            repair = 0.0 if rng.random() < 0.01 else rng.lognormvariate(8.9, 1.6)
+            repair = round(repair)
+            if at + repair >= horizon_s:
+                break
+            rows += [(round(at), "down"), (round(at + repair), "up")]
+            if once:
+                break
+            burst = rng.random() < 0.05  # a flapping spell: minutes to hours apart
+            gap_s = rng.expovariate(1 / 3600) if burst else rng.expovariate(1 / mtbf_s)
+            nxt = at + repair + gap_s
+            if nxt >= horizon_s or (len(rows) >= 4 and rng.random() < 0.02):
+                break
+            at = nxt
+        if not rows:
+            at = rng.uniform(0, horizon_s - DAY_S)
+            rows = [(round(at), "down"), (round(at) + 3600, "up")]
+        if not final_repair:
+            rows = rows[:-1]
+        for k, (ts, event) in enumerate(rows):
+            lines.append(f"{t0_s + ts},{node},{event}")
+            if event == "down":
+                failures += 1
+                if k + 1 < len(rows):
+                    repairs += 1
+                    down_s += rows[k + 1][0] - ts
+            elif k + 1 < len(rows):
+                up_s += rows[k + 1][0] - ts
+    out.write_text("\n".join(lines) + "\n")
+    return {
+        "nodes": nodes, "failures": failures, "repairs": repairs,
+        "up_s": up_s, "down_s": down_s,
+        "availability_ratio": up_s / (up_s + down_s) if up_s + down_s else float("nan"),
+        "mttr_s": down_s / repairs if repairs else float("nan"),
+        "mtbf_s": up_s / failures if failures else float("nan"),
+    }  # fmt: skip

@@ -11,7 +11,9 @@ The model (docs/churn.md):
   was already gone when that suspicion was raised.
 - An *interval* runs from one transition to the next: up intervals are
   sessions, down intervals downtimes. The last one of each node is cut at
-  the end of the window and marked incomplete.
+  the node's observation end and marked incomplete (right-censored); a
+  first down whose start may be old news is marked unseen (left-censored).
+  Censored intervals never feed length statistics (docs/churn.md).
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ CHANGE_EVENTS = ("join", "alive", "suspect", "dead", "left")
 STATUS_EVENTS = ("join", "dead", "left")
 USED_COLUMNS = ("ts_ms", "observer", "event", "node", "incarnation", "source", "epoch")
 HOUR_MS = 3_600_000
+ORDER = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
 
 
-def is_valid() -> Column:
-    """A row the job can use: parsed, known version, event, subject, time."""
+def is_valid(extra_events: tuple[str, ...] = ()) -> Column:
+    """A row the job can use: parsed, known version, event, subject, time
+    (`extra_events`: the importers' `end`)."""
     return (
         F.col(CORRUPT).isNull()
         & (F.col("v") == SCHEMA_VERSION)
         & F.col("ts_ms").isNotNull()
         & F.col("node").isNotNull()
-        & F.col("event").isin(*EVENTS)
+        & F.col("event").isin(*EVENTS, *extra_events)
     )
 
 
@@ -69,9 +73,9 @@ def changes(obs: DataFrame) -> DataFrame:
     )
 
 
-def transitions(chg: DataFrame) -> DataFrame:
-    """Each node's reconciled timeline: (node, at_ms, status, event,
-    incarnation, prev), status "up" or "down", consecutive repeats dropped.
+def status_changes(chg: DataFrame) -> DataFrame:
+    """Each node's status changes in order, repeats still in: (node, at_ms,
+    status, event, incarnation, prev), status "up" or "down".
 
     A restart quicker than failure detection leaves no death in anyone's
     log, only the node's own join at a higher incarnation while it was
@@ -103,9 +107,8 @@ def transitions(chg: DataFrame) -> DataFrame:
             .alias("at_ms"),
         )
     )
-    order = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
-    lagged = status.withColumn("prev", F.lag("status").over(order)).withColumn(
-        "prev_ms", F.lag("at_ms").over(order)
+    lagged = status.withColumn("prev", F.lag("status").over(ORDER)).withColumn(
+        "prev_ms", F.lag("at_ms").over(ORDER)
     )
     earlier = F.col("earlier_suspect_ms")
     unseen_deaths = lagged.where(
@@ -120,62 +123,121 @@ def transitions(chg: DataFrame) -> DataFrame:
         .alias("at_ms"),
     )
     merged = status.drop("self_seen", "earlier_suspect_ms").unionByName(unseen_deaths)
+    return merged.withColumn("prev", F.lag("status").over(ORDER))
+
+
+def transitions(changes: DataFrame) -> DataFrame:
+    """The reconciled timeline from `status_changes`: a status repeating the
+    one before (a second down before any up) is merged into it (the job
+    counts them). A node's first status stays, up or down."""
     prev = F.col("prev")
-    # Repeats go; so does a leading "down": a node first heard of as dead
-    # or gone was never seen up in the window, and its downtime has no start.
-    return merged.withColumn("prev", F.lag("status").over(order)).where(
-        (prev.isNull() & (F.col("status") == "up")) | (prev != F.col("status"))
-    )
+    return changes.where(prev.isNull() | (prev != F.col("status")))
 
 
-def intervals(trans: DataFrame, end_ms: int) -> DataFrame:
+def observation_ends(status: DataFrame, ends: DataFrame | None, window_end_ms: int) -> DataFrame:
+    """(node, obs_end_ms): when the input stopped watching each node, from
+    its status events (`status_changes`, repeats in: a repeated `up` is
+    still news that the node was watched).
+
+    Imported traces (`ends` given: the `end` rows): the later of the node's
+    `end` row and its last event. Shoal's history: every agent logs all the
+    time, so a node is watched to the end of the window, unless its record
+    ends with its own departure (`left`): it left the cluster then.
+    """
+    last = status.groupBy("node").agg(F.max_by(F.struct("at_ms", "event"), F.struct(
+        "at_ms", "incarnation")).alias("last"))  # fmt: skip
+    if ends is not None:
+        by_node = ends.groupBy("node").agg(F.max("ts_ms").alias("end_ms"))
+        return last.join(by_node, "node", "left").select(
+            "node", F.greatest(F.col("last.at_ms"), F.coalesce("end_ms", F.col("last.at_ms")))
+            .alias("obs_end_ms"))  # fmt: skip
+    return last.select("node", F.when(F.col("last.event") == "left", F.col("last.at_ms"))
+                       .otherwise(F.greatest(F.col("last.at_ms"), F.lit(window_end_ms)))
+                       .alias("obs_end_ms"))  # fmt: skip
+
+
+def intervals(trans: DataFrame, obs_end: DataFrame, first_down_seen: bool) -> DataFrame:
     """Sessions and downtimes: (node, status, start_ms, end_ms, length_s,
-    started_by, ended_by, complete); the last one of a node ends at `end_ms`."""
-    order = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
-    nxt = F.lead("at_ms").over(order)
-    return trans.select(
+    started_by, ended_by, complete, start_seen, counted).
+
+    `complete`: its end was seen (a next transition). The last interval of
+    a node ends at the node's observation end, right-censored. `start_seen`
+    is false for a node's first interval when it is a down and
+    `first_down_seen` is false (in shoal's history a first `dead` may be
+    old news an observer learnt on joining). `counted`: it feeds up and
+    down time: its start was seen and it lasted (or ended).
+    """
+    nxt = F.lead("at_ms").over(ORDER)
+    first_down = F.col("prev").isNull() & (F.col("status") == "down")
+    start_seen = F.lit(True) if first_down_seen else ~first_down
+    iv = trans.join(obs_end, "node").select(
         "node",
         "status",
         F.col("at_ms").alias("start_ms"),
-        F.coalesce(nxt, F.greatest(F.lit(end_ms), F.col("at_ms"))).alias("end_ms"),
+        F.coalesce(nxt, F.greatest(F.col("obs_end_ms"), F.col("at_ms"))).alias("end_ms"),
         F.col("event").alias("started_by"),
-        F.lead("event").over(order).alias("ended_by"),
+        F.lead("event").over(ORDER).alias("ended_by"),
         nxt.isNotNull().alias("complete"),
-        F.col("prev"),
+        start_seen.alias("start_seen"),
     ).withColumn("length_s", (F.col("end_ms") - F.col("start_ms")) / 1000.0)
+    counted = F.col("start_seen") & (F.col("complete") | (F.col("length_s") > 0))
+    return iv.withColumn("counted", counted)
 
 
-def node_stats(iv: DataFrame, chg: DataFrame, end_ms: int) -> DataFrame:
-    """Per node: up and down time, sessions, failures (deaths), MTBF, MTTR,
-    availability, changes per hour of observation (flapping)."""
+def node_stats(iv: DataFrame, chg: DataFrame, flap_k: int, flap_window_ms: int) -> DataFrame:
+    """Per node: observed span, up and down time, failures, repairs, MTBF,
+    MTTR, availability, failures per day, flapping (docs/churn.md)."""
     up = F.col("status") == "up"
-    death = (F.col("status") == "down") & (F.col("started_by") == "dead")
+    counted = F.col("counted")
+    death = ~up & (F.col("started_by") == "dead") & F.col("start_seen")
     repaired = death & F.col("complete")
+
+    def total(cond: Column, value: Column | None = None) -> Column:
+        return F.sum(F.when(cond, value if value is not None else F.lit(1))
+                     .otherwise(0 if value is None else 0.0))  # fmt: skip
+
     per_node = iv.groupBy("node").agg(
-        F.min("start_ms").alias("first_seen_ms"),
-        F.sum(F.when(up, F.col("length_s")).otherwise(0.0)).alias("up_s"),
-        F.sum(F.when(~up, F.col("length_s")).otherwise(0.0)).alias("down_s"),
-        F.sum(F.when(up, 1).otherwise(0)).alias("sessions"),
-        F.sum(F.when(death, 1).otherwise(0)).alias("failures"),
-        F.sum(F.when(~up & (F.col("started_by") == "left"), 1).otherwise(0)).alias("leaves"),
-        F.sum(F.when(repaired, F.col("length_s")).otherwise(0.0)).alias("repair_s"),
-        F.sum(F.when(repaired, 1).otherwise(0)).alias("repairs"),
+        F.min(F.when(counted, F.col("start_ms"))).alias("first_ms"),
+        F.max(F.when(counted, F.col("end_ms"))).alias("obs_end_ms"),
+        total(counted & up, F.col("length_s")).alias("up_s"),
+        total(counted & ~up, F.col("length_s")).alias("down_s"),
+        total(up & F.col("start_seen")).alias("sessions"),
+        total(death).alias("failures"),
+        total(~up & (F.col("started_by") == "left") & F.col("start_seen")).alias("leaves"),
+        total(repaired, F.col("length_s")).alias("repair_s"),
+        total(repaired).alias("repairs"),
     )
     counts = chg.groupBy("node").agg(
         F.count(F.lit(1)).alias("changes"),
         F.sum(F.when(F.col("event") == "suspect", 1).otherwise(0)).alias("suspicions"),
     )
-    hours = F.greatest(F.lit(1.0), (F.lit(end_ms) - F.col("first_seen_ms")) / HOUR_MS)
+    observed = F.col("up_s") + F.col("down_s")
     return (
         per_node.join(counts, "node", "left")
         .join(false_suspicions(chg).groupBy("node").count().withColumnRenamed(
             "count", "false_suspicions"), "node", "left")  # fmt: skip
-        .fillna(0, ["changes", "suspicions", "false_suspicions"])
-        .withColumn("availability", F.col("up_s") / (F.col("up_s") + F.col("down_s")))
+        .join(flapping(iv.where(death), flap_k, flap_window_ms), "node", "left")
+        .fillna(0, ["changes", "suspicions", "false_suspicions", "max_failures_in_window"])
+        .withColumn("flapping", F.col("max_failures_in_window") >= flap_k)
+        .withColumn("observed_s", observed)
+        # A node seen only while down (one failure and its repair) has no
+        # availability of its own: its span is the downtime itself.
+        .withColumn("availability", F.when(F.col("up_s") > 0, F.col("up_s") / observed))
+        .withColumn("failures_per_day",
+                    F.when(observed > 0, F.col("failures") / (observed / 86400.0)))  # fmt: skip
         .withColumn("mtbf_s", F.when(F.col("failures") > 0, F.col("up_s") / F.col("failures")))
         .withColumn("mttr_s", F.when(F.col("repairs") > 0, F.col("repair_s") / F.col("repairs")))
-        .withColumn("observed_h", hours)
-        .withColumn("changes_per_h", F.col("changes") / hours)
+    )
+
+
+def flapping(deaths: DataFrame, k: int, window_ms: int) -> DataFrame:
+    """(node, max_failures_in_window): the most failures of the node within
+    any `window_ms` (each failure and those in the window before it)."""
+    before = Window.partitionBy("node").orderBy("start_ms").rangeBetween(-window_ms, 0)
+    return (
+        deaths.withColumn("n", F.count(F.lit(1)).over(before))
+        .groupBy("node")
+        .agg(F.max("n").alias("max_failures_in_window"))
     )
 
 
@@ -254,22 +316,32 @@ def dissemination(obs: DataFrame, iv: DataFrame) -> DataFrame:
     )
 
 
-def size_over_time(trans: DataFrame, start_ms: int, bucket_ms: int) -> DataFrame:
-    """Members up at the end of each bucket, and joins and departures in it:
-    (bucket_ms, joins, departures, size)."""
-    delta = (
-        F.when(F.col("status") == "up", 1)
-        .when(F.col("prev") == "up", -1)
-        .otherwise(0)
-    )
-    bucket = (F.floor((F.col("at_ms") - start_ms) / bucket_ms) * bucket_ms + start_ms).cast("long")
-    per_bucket = trans.groupBy(bucket.alias("bucket_ms")).agg(
-        F.sum(delta).alias("delta"),
-        F.sum(F.when(F.col("status") == "up", 1).otherwise(0)).alias("joins"),
-        F.sum(F.when(F.col("status") == "down", 1).otherwise(0)).alias("departures"),
-    )
+def size_over_time(iv: DataFrame, start_ms: int, end_ms: int, bucket_ms: int) -> DataFrame:
+    """Nodes up, and nodes under observation, at the end of each bucket;
+    comings up (joins, repairs) and goings down in it: (bucket_ms, joins,
+    departures, size, observed). Intervals that last to the end of the
+    window stay counted to the end (the last bucket is no cliff)."""
+    counted = iv.where("counted")
+    up = F.when(F.col("status") == "up", 1).otherwise(0)
+    ends_before = F.col("end_ms") < end_ms
+
+    def bucket(col: str) -> Column:
+        return (F.floor((F.col(col) - start_ms) / bucket_ms) * bucket_ms + start_ms).cast("long")
+
+    starts = counted.select(bucket("start_ms").alias("bucket_ms"), up.alias("d_up"),
+                            F.lit(1).alias("d_obs"), up.alias("joins"),
+                            (1 - up).alias("departures"))  # fmt: skip
+    stops = counted.where(ends_before).select(
+        bucket("end_ms").alias("bucket_ms"), (-up).alias("d_up"), F.lit(-1).alias("d_obs"),
+        F.lit(0).alias("joins"), F.lit(0).alias("departures"))  # fmt: skip
+    per_bucket = starts.unionByName(stops).groupBy("bucket_ms").agg(
+        *[F.sum(c).alias(c) for c in ("d_up", "d_obs", "joins", "departures")])
     running = Window.orderBy("bucket_ms").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    return per_bucket.withColumn("size", F.sum("delta").over(running)).drop("delta")
+    return (
+        per_bucket.withColumn("size", F.sum("d_up").over(running))
+        .withColumn("observed", F.sum("d_obs").over(running))
+        .drop("d_up", "d_obs")
+    )
 
 
 def controller_tenures(rows: DataFrame, end_ms: int) -> DataFrame:
@@ -311,11 +383,11 @@ def controller_tenures(rows: DataFrame, end_ms: int) -> DataFrame:
 
 
 def log_histogram(df: DataFrame, column: str, per_decade: int = 4) -> DataFrame:
-    """Counts of `column` (seconds) in log-spaced bins: (lo_s, count)."""
-    value = F.greatest(F.col(column), F.lit(0.001))
-    k = F.floor(F.log10(value) * per_decade)
+    """Counts of `column` (seconds) in log-spaced bins: (lo_s, count). Zero
+    lengths have no place on a log axis: the job counts them apart."""
+    k = F.floor(F.log10(F.col(column)) * per_decade)
     return (
-        df.where(F.col(column).isNotNull())
+        df.where(F.col(column) > 0)
         .groupBy(k.alias("k"))
         .count()
         .withColumn("lo_s", F.pow(F.lit(10.0), F.col("k") / per_decade))

@@ -82,12 +82,15 @@ def test_per_node_table(report):
     assert int(nodes["c"]["false_suspicions"]) == 1
 
 
-def test_flapping_ranks_nodes_by_changes_per_hour(report):
-    _, out = report
-    rows = read_csv(out / "csv" / "nodes.csv")
-    ranked = sorted(rows, key=lambda r: -float(r["changes_per_h"]))
-    assert [r["node"] for r in ranked] == ["b", "c", "a"]
-    assert float(ranked[0]["changes_per_h"]) == pytest.approx(6 / (10000 / 3600))
+def test_failures_per_day_and_flapping_are_per_node(report):
+    """b failed once in its 10,000 s: 8.64 failures a day, not flapping
+    (that takes 3 within 24 h)."""
+    s, out = report
+    nodes = {r["node"]: r for r in read_csv(out / "csv" / "nodes.csv")}
+    assert float(nodes["b"]["failures_per_day"]) == pytest.approx(8.64)
+    assert int(nodes["b"]["max_failures_in_window"]) == 1
+    assert nodes["b"]["flapping"] == "false" and s["flapping_nodes"] == 0
+    assert s["failures_per_node_day"] == round(1 / (30000 / 86400), 6)
 
 
 def test_false_suspicions_are_the_refuted_ones(report):
@@ -156,7 +159,10 @@ def test_an_events_csv_from_another_system_gives_the_same_figures(spark, tmp_pat
     assert (s["sessions_completed"], s["session_p50_s"], s["session_p90_s"]) == (2, 1000, 1800)
     assert (s["downtimes_completed"], s["downtime_p50_s"]) == (1, 200)
     assert s["failures"] == 1 and s["leaves"] == 1
-    assert s["availability_ratio"] == round((3600 + 2800) / (3600 + 3600), 6)  # to 3600 s
+    # Each node over its own span: x to its leave at 3000 s, y to its
+    # repeated `up` at 3600 s (a repeat, counted, but proof it was watched).
+    assert s["availability_ratio"] == round((3600 + 2800) / (3600 + 3000), 6)
+    assert s["excluded"]["repeated_status_events"] == 1
     assert fmt in (tmp_path / "out" / "report.html").read_text()
 
 
