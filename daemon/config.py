@@ -102,16 +102,34 @@ def parse_address(setting: str, text: str, default_port: int | None = None) -> A
         if default_port is None:
             raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}")
         port_text = str(default_port)
+    if host.startswith("[") or ":" in host:
+        raise ConfigError(f"{setting}: {text!r} is an IPv6 address; shoal's transport is IPv4 "
+                          "only for now (docs/operations.md)")  # fmt: skip
     try:
-        ipaddress.IPv4Address(host)
         port = int(port_text)
     except ValueError:
-        raise ConfigError(
-            f"{setting}: expected ADDR:PORT with an IPv4 address, got {text!r}"
-        ) from None
+        raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}") from None
     if not 0 < port < 65536:
         raise ConfigError(f"{setting}: port must be 1-65535, got {port}")
-    return (host, port)
+    return (_ipv4(setting, host), port)
+
+
+def _ipv4(setting: str, host: str) -> str:
+    """`host` as an IPv4 address: itself, or a host name resolved once, now
+    (an agent keeps the address it resolved; restart it after a DNS change)."""
+    try:
+        ipaddress.IPv4Address(host)
+        return host
+    except ValueError:
+        pass
+    if not host or len(host) > 253 or not all(c.isalnum() or c in ".-_" for c in host):
+        raise ConfigError(f"{setting}: expected an IPv4 address or a host name, got {host!r}")
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot resolve {host!r} to an IPv4 address: "
+                          f"{exc.strerror or exc}") from None  # fmt: skip
+    return str(infos[0][4][0])
 
 
 def parse_tags(setting: str, items: list[str] | Mapping[str, Any]) -> Tags:

@@ -39,6 +39,7 @@ default; see docs/operations.md.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -253,8 +254,9 @@ class ApiServer:
         addrs = parsed_body.get("addrs") if isinstance(parsed_body, dict) else None
         if not isinstance(addrs, list) or not addrs or len(addrs) > 64:
             raise HttpError(400, 'addrs must be a list of 1 to 64 "ADDR:PORT" strings')
-        try:
-            parsed = [parse_address("addrs", a, 7946) for a in addrs]
+        try:  # a host name is resolved off the loop
+            parsed = await asyncio.to_thread(lambda: [parse_address("addrs", a, 7946)
+                                                      for a in addrs])  # fmt: skip
         except ConfigError as exc:
             raise HttpError(400, str(exc)) from None
         try:

@@ -154,3 +154,13 @@ def test_a_simulation_too_big_for_memory_is_refused_up_front():
     assert result.returncode == 2
     message = result.stderr.strip()
     assert message.startswith("shoal: --nodes: 100000 nodes need about"), message
+
+
+def test_host_names_resolve_to_ipv4_and_ipv6_is_refused_with_the_reason():
+    assert config.parse_address("join", "localhost:7946") == ("127.0.0.1", 7946)
+    assert config.parse_address("join", "localhost", 7946) == ("127.0.0.1", 7946)
+    for text, words in (("[::1]:7946", "IPv6"), ("fe80::1", "IPv6"),
+                        ("no-such-host.invalid:1", "cannot resolve"),
+                        ("bad host:1", "IPv4 address or a host name")):  # fmt: skip
+        with pytest.raises(ConfigError, match=words):
+            config.parse_address("join", text, 7946)
