@@ -134,6 +134,8 @@ def _ipv4(setting: str, host: str) -> str:
 
 def parse_tags(setting: str, items: list[str] | Mapping[str, Any]) -> Tags:
     """Tags from `k=v` strings or a TOML table."""
+    if isinstance(items, str):
+        items = [items]  # `tags = "web"`: one item, not its characters
     if isinstance(items, Mapping):
         pairs = {str(k): v for k, v in items.items()}
     else:
@@ -174,10 +176,14 @@ def _section(name: str, base: Any, overrides: Any) -> Any:
             raise ConfigError(f"{name}.{key}: expected a number, got {value!r}")
         if known[key] is int and not isinstance(value, int):
             raise ConfigError(f"{name}.{key}: expected a whole number, got {value!r}")
+        if value < 0:  # no setting of these tables is negative
+            raise ConfigError(f"{name}.{key}: must not be negative, got {value!r}")
     try:
         return msgspec.structs.replace(base, **overrides)
     except ValueError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
+        # A rule between settings: name the ones the user wrote, and the rule.
+        wrote = ", ".join(f"{name}.{k} = {v!r}" for k, v in overrides.items())
+        raise ConfigError(f"{wrote}: {exc}" if wrote else f"{name}: {exc}") from None
 
 
 # -- layering ---------------------------------------------------------------------

@@ -164,3 +164,16 @@ def test_host_names_resolve_to_ipv4_and_ipv6_is_refused_with_the_reason():
                         ("bad host:1", "IPv4 address or a host name")):  # fmt: skip
         with pytest.raises(ConfigError, match=words):
             config.parse_address("join", text, 7946)
+
+
+@pytest.mark.parametrize("text,words", [
+    ('tags = "web"', "tags: expected KEY=VALUE, got 'web'"),
+    ("[election]\nlease_s = -3", "election.lease_s: must not be negative, got -3"),
+    ("[election]\nlease_s = 0.1", "election.lease_s = 0.1: renew_interval_s must be above 0"),
+])  # fmt: skip
+def test_a_config_error_names_the_setting_the_user_wrote(tmp_path, text, words):
+    path = tmp_path / "c.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        config.load({"config": str(path), "node_name": "x"}, {})
+    assert words in str(err.value)
