@@ -352,6 +352,12 @@ _EVENT_TYPES = ("member-joined", "member-left", "member-failed", "member-updated
                 "member-health-changed")  # fmt: skip
 
 
+# Serf's event names, accepted in handlers for the same events: a Serf
+# handler configuration works unchanged (`member-join=...`).
+_SERF_EVENTS = {"member-join": "member-joined", "member-leave": "member-left",
+                "member-update": "member-updated", "member-reap": "member-reaped"}  # fmt: skip
+
+
 def valid_event_name(name: str) -> bool:
     """Whether `name` may name a user event or a query."""
     return 0 < len(name) <= 128 and name.isprintable() and not any(c.isspace() for c in name)
@@ -369,6 +375,7 @@ def _event_handlers(value: Any) -> tuple[tuple[str, str], ...]:
         if not isinstance(item, str) or not item.strip():
             raise ConfigError(f'event_handlers: expected "[EVENT=]COMMAND", got {item!r}')
         event, sep, command = item.partition("=")
+        event = _SERF_EVENTS.get(event, event) if sep else event
         if sep and event in _EVENT_TYPES:
             out.append((event, command))
         elif sep and (event == "user" or event.startswith(("user:", "query:"))):

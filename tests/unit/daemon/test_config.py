@@ -177,3 +177,12 @@ def test_a_config_error_names_the_setting_the_user_wrote(tmp_path, text, words):
     with pytest.raises(ConfigError) as err:
         config.load({"config": str(path), "node_name": "x"}, {})
     assert words in str(err.value)
+
+
+def test_serf_event_names_are_accepted_in_handlers():
+    cfg = config.load({"node_name": "x", "event_handlers": [
+        "member-join=a", "member-leave=b", "member-failed=c", "member-update=d", "user:deploy=e",
+        "query:load=f"]}, {})  # fmt: skip
+    assert cfg.event_handlers == (("member-joined", "a"), ("member-left", "b"),
+                                  ("member-failed", "c"), ("member-updated", "d"),
+                                  ("user:deploy", "e"), ("query:load", "f"))  # fmt: skip
