@@ -46,7 +46,7 @@ from shoal.daemon.liveness import Liveness
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.keyops import KeyService
-from shoal.daemon.network.queries import QueryService
+from shoal.daemon.network.queries import QueryReply, QueryService
 from shoal.daemon.network.sockets import Network, open_wire
 from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
@@ -184,6 +184,7 @@ class Agent:
         self.queries = QueryService(self.wire, self.net.contact, lambda: self.node,
                                     lambda: self.config)  # fmt: skip
         self.net.streams.answer_query = self.queries.answer
+        self.queries.internal["_force-leave"] = self.force_leave_here
         now = self._loop.time()
         self.node.start(now)
         # The agent's own start is the first row of its history: the churn
@@ -353,6 +354,21 @@ class Agent:
         ok = self.node.election.remove_voter(name, self._loop.time())
         self.flush()
         return ok
+
+    def force_leave_here(self, payload: bytes) -> QueryReply:
+        """`shoal force-leave`, asked here or forwarded by another agent:
+        remove a failed voter, if this agent is the controller."""
+        from shoal.membership.member import MemberState
+
+        name = payload.decode(errors="replace")
+        node = self.node
+        if not node.election.is_controller:
+            return QueryReply(0, "error", b"", "this agent is not the controller (any more)")
+        if node.state_of(name) not in (MemberState.DEAD, MemberState.LEFT):
+            return QueryReply(0, "error", b"", f"{name} is not failed in the controller's view")
+        if not self.remove_voter(name):
+            return QueryReply(0, "error", b"", "a voter change is in progress; try again")
+        return QueryReply(0, "answered", b"", "")
 
     def set_tags(self, tags: Tags) -> None:
         """Replace this node's tags with the configured ones (a reload),

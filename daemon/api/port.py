@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.liveness import Liveness
     from shoal.daemon.network.keyops import KeyService
-    from shoal.daemon.network.queries import QueryService
+    from shoal.daemon.network.queries import QueryReply, QueryService
     from shoal.daemon.userevents import UserEvents
     from shoal.kernel.contract import Address, Tags
     from shoal.storage.records import Record
@@ -124,3 +124,6 @@ class AgentPort(Protocol):
 
     def remove_voter(self, name: str) -> bool:
         """As controller, remove voter `name`."""
+
+    def force_leave_here(self, payload: bytes) -> QueryReply:
+        """`shoal force-leave` on this agent, as controller."""

@@ -363,8 +363,9 @@ class ApiServer:
         if request.method != "POST":
             raise HttpError(405, f"no {request.method} {QUERY_ROUTE}<name>")
         name = unquote_to_bytes(request.path[len(QUERY_ROUTE) :]).decode(errors="replace")
-        if not valid_event_name(name):
-            raise HttpError(400, "a query name is 1 to 128 printable characters without spaces")
+        if not valid_event_name(name) or name.startswith("_"):
+            raise HttpError(400, "a query name is 1 to 128 printable characters without spaces, "
+                            "not starting with '_' (reserved)")  # fmt: skip
         if len(request.body) > MAX_PAYLOAD_BYTES:
             raise HttpError(413, f"a payload is at most {MAX_PAYLOAD_BYTES} bytes")
         query = request.query
@@ -465,7 +466,9 @@ class ApiServer:
         time.sleep(seconds)  # deliberately blocking: that is the point
         return 200, {"blocked_s": seconds}
 
-    def force_leave(self, request: Request) -> Result:
+    async def force_leave(self, request: Request) -> Result:
+        """`shoal force-leave NODE`: remove a failed voter, from any agent
+        (forwarded to the controller's agent); a live member is refused."""
         try:
             body = json.loads(request.body)
             name = body["node"]
@@ -474,14 +477,26 @@ class ApiServer:
         except (ValueError, KeyError, TypeError):
             raise HttpError(400, 'body must be JSON: {"node": "NAME"}') from None
         node = self.agent.status().node
-        if not node.is_controller:
-            known = node.controller if node.controller is not None else "none known"
-            raise HttpError(409, f"only the controller can remove a voter; ask {known}")
+        member = next((m for m in node.members if m.name == name), None)
+        if member is None:
+            raise HttpError(404, f"no member {name!r} in this agent's view")
+        if member.state.label in ("alive", "suspect"):
+            raise HttpError(409, f"{name} is {member.state.label}: force-leave removes a failed "
+                            "member only (stop it, or run `shoal leave` on it)")  # fmt: skip
         if name not in node.voters:
-            raise HttpError(404, f"{name} is not a voter")
-        if not self.agent.remove_voter(name):
-            raise HttpError(409, "a voter change is in progress; try again")
-        return 200, {"removing": name}
+            raise HttpError(404, f"{name} is {member.state.label} and not a voter: nothing to "
+                            "remove (its entry is reaped after swim.dead_reap_s)")  # fmt: skip
+        if node.is_controller:
+            reply = self.agent.force_leave_here(name.encode())
+        else:
+            holder = next((m for m in node.members if m.name == node.controller), None)
+            if holder is None:
+                raise HttpError(503, "no controller is known now; try again after the election")
+            reply = await self.agent.queries.ask_one(holder.addr, "_force-leave", name.encode(),
+                                                     5.0)  # fmt: skip
+        if reply.status != "answered":
+            raise HttpError(409, reply.error or "the controller refused")
+        return 200, {"removing": name, "by": node.controller}
 
     def events(self, request: Request) -> Result:
         watchers = self.agent.watchers

@@ -112,6 +112,19 @@ class QueryService:
         self._node = node
         self._config = config
         self.asked = self.answered = 0
+        # Internal requests between agents, by a name a user query cannot
+        # have (it starts with "_"): name -> what answers it here.
+        self.internal: dict[str, Callable[[bytes], QueryReply]] = {}
+
+    async def ask_one(self, addr: tuple[str, int], name: str, payload: bytes,
+                      timeout_s: float) -> QueryReply:  # fmt: skip
+        """Send one request to the agent at `addr` (an internal one, say)."""
+        ident = int.from_bytes(os.urandom(8), "big")
+        request = QueryRequest(ident, name, payload, int(timeout_s * 1000))
+        try:
+            return await self._ask(addr, request, timeout_s)
+        except TimeoutError:
+            return QueryReply(ident, "error", b"", f"no answer within {timeout_s:g} s")
 
     async def run(self, name: str, payload: bytes, node_re: re.Pattern[str] | None,
                   tag_res: dict[str, re.Pattern[str]],
@@ -159,6 +172,9 @@ class QueryService:
 
     async def answer(self, request: QueryRequest) -> QueryReply:
         """Run this member's handler for `request` (no handler: say so)."""
+        internal = self.internal.get(request.name)
+        if internal is not None:
+            return internal(request.payload)
         cfg = self._config()
         commands = [c for f, c in cfg.event_handlers if f == f"query:{request.name}"]
         if not commands:

@@ -103,12 +103,26 @@ def test_watch_returns_when_the_controller_changes(agents):
         proc.stdout.close()
 
 
-def test_force_leave_is_answered_by_the_controller_only(agents):
+def test_force_leave_removes_a_failed_voter_from_any_agent_and_refuses_a_live_one(agents):
+    """Serf's force-leave acts on failed members only, from any agent: the
+    request goes on to the controller's agent."""
     started = start_five(agents)
     name, _ = agreed(started)
-    other = next(a for a in started if a.name != name)
-    refused = shoal_cli("force-leave", "--api", f"{other.ip}:7947", started[0].name)
-    assert refused.returncode == 1 and f"ask {name}" in refused.stderr
+    others = [a for a in started if a.name != name]
+    asker, victim = others[0], others[1]
+    refused = shoal_cli("force-leave", "--api", f"{asker.ip}:7947", victim.name)
+    assert refused.returncode == 1 and "is alive" in refused.stderr, refused.stderr
+    assert "failed member only" in refused.stderr
+    victim.kill()
+    agents.wait_all_see([victim.name], "dead", [a for a in started if a is not victim],
+                        timeout_s=30)  # fmt: skip
+    done = shoal_cli("force-leave", "--api", f"{asker.ip}:7947", victim.name)
+    assert done.returncode == 0, done.stderr
+
+    def voters() -> list[str]:
+        return asker.api.get("/v1/controller")["voters"]
+
+    poll_until(lambda: victim.name not in voters(), 15)
 
 
 def test_a_slow_disk_neither_stalls_the_agents_nor_makes_peers_suspect_them(agents, tmp_path):
