@@ -24,6 +24,7 @@ A fenced write names the controller epoch it is made under; one under an
 epoch this agent knows is overtaken is refused with 409 (docs/storage.md).
     POST /v1/session, GET /v1/sessions, PUT /v1/session/<id>/renew, DELETE /v1/session/<id>,
     GET  /v1/checks, PUT /v1/check/<id>/pass|warn|fail   (api/liveness.py)
+    GET  /v1/history[?file=&after=&limit=]   this agent's history log, raw (api/history.py)
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
@@ -49,7 +50,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from shoal.daemon.api import liveness
+from shoal.daemon.api import history, liveness
 from shoal.daemon.api.changes import TOPICS, Ping, ResumeError, record_json
 from shoal.daemon.api.http import (
     Deferred,
@@ -106,6 +107,7 @@ class ApiServer:
             ("POST", "/v1/session"): partial(liveness.open_session, agent),
             ("GET", "/v1/sessions"): partial(liveness.list_sessions, agent),
             ("GET", "/v1/checks"): partial(liveness.list_checks, agent),
+            ("GET", "/v1/history"): partial(history.history_route, agent),
         }
         for op in ("install", "use", "remove"):
             self._routes[("POST", f"/v1/keys/{op}")] = self.keys
