@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,20 @@ def add_parsers(sub: Any) -> None:
     hist.add_argument("--node", help="only events about this node")
     hist.add_argument("--limit", type=int, default=0, help="only the last N events")
     hist.add_argument("--json", action="store_true", help="print the rows as JSON Lines")
+    verbs = hist.add_subparsers(dest="history_command", metavar="{collect}")
+    collect = verbs.add_parser("collect", help="copy every live member's history log into "
+                               "DIR/<node>/ through the agents' API (resumable)")
+    collect.add_argument("--out", required=True, help="local directory, one folder per node")
+    collect.add_argument("--api", default=os.environ.get("SHOAL_API", "127.0.0.1:7947"),
+                         help="the local agent's API, for the member list (default "
+                         "%(default)s, or $SHOAL_API)")  # fmt: skip
+    collect.add_argument("--token-file", dest="token_file",
+                         default=os.environ.get("SHOAL_API_TOKEN_FILE", ""),
+                         help="file holding the API token (or $SHOAL_API_TOKEN_FILE, or the "
+                         "token in $SHOAL_API_TOKEN); the same for every agent")  # fmt: skip
+    collect.add_argument("--api-port", dest="api_port", type=int,
+                         help="other agents' API port (default: --api's); a member's `api` "
+                         "tag (HOST:PORT) wins")  # fmt: skip
     churn = sub.add_parser("churn", help="run the Spark churn report over history logs")
     from shoal.churn.job import add_arguments
 
@@ -28,7 +43,12 @@ def add_parsers(sub: Any) -> None:
 
 
 def history_command(args: argparse.Namespace) -> int:
-    """Print the local history, oldest first."""
+    """Print the local history, oldest first (or run `history collect`)."""
+    if getattr(args, "history_command", None) == "collect":
+        from shoal.daemon.cli.remote import agent_errors
+
+        with agent_errors():
+            return collect_command(args)
     from shoal.churn.job import parse_time
     from shoal.daemon import config as config_mod
     from shoal.storage.history import ReadStats, read_history
@@ -78,14 +98,96 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def churn_command(args: argparse.Namespace) -> int:
-    """Run the Spark job in-process (local mode unless --master)."""
+    """Run the Spark job in-process (local mode unless --master). Its
+    arguments, paths and the `churn` extra are checked before Spark starts
+    (churn.job.preflight): a problem is one line and exit 2."""
     from shoal.churn.job import run
 
-    if args.top < 1:
-        raise ConfigError("--top: expected a positive number")
     try:
         summary = run(args)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def collect_command(args: argparse.Namespace) -> int:
+    """`shoal history collect`: each live member's log files into
+    DIR/<node>/, fetched from `GET /v1/history` on its agent. Rotated files
+    are fetched once; the current one from the size already held (from the
+    start again when it rotated in between). One line per member; exit 1
+    when a member could not be reached (the others are still collected)."""
+    import sys
+
+    from shoal.client import Client, ShoalError
+    from shoal.daemon.cli.remote import make_client
+    from shoal.daemon.config import parse_address
+
+    out = Path(args.out)
+    local = make_client(args)
+    members = local.members(status="alive")
+    port = args.api_port or parse_address("--api", args.api)[1]
+    failed = 0
+    for m in sorted(members, key=lambda m: m.name):
+        host = m.address.rsplit(":", 1)[0]
+        api = dict(m.tags).get("api") or f"{host}:{port}"
+        client = Client(api, token=local.token) if api != args.api else local
+        try:
+            copied = _collect_one(client, out / _safe(m.name))
+        except ShoalError as exc:
+            failed += 1
+            print(f"{m.name}: {exc.message}", file=sys.stderr)
+            continue
+        print(f"{m.name}: {copied:,} new bytes from {api}")
+    print(f"history of {len(members) - failed} of {len(members)} members in {out} "
+          f"(shoal churn --history {out})")  # fmt: skip
+    return 1 if failed else 0
+
+
+def _safe(name: str) -> str:
+    """A member name as a folder name: no separators, no dot-names."""
+    cleaned = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
+    return cleaned if cleaned.strip(".") else "_"
+
+
+def _collect_one(client: Any, folder: Path) -> int:
+    """Bring `folder` up to date with one agent's log; the bytes copied."""
+    from shoal.client.calls import Call
+    from shoal.storage.history import CURRENT
+
+    def raw(path: str) -> bytes:
+        return bytes(client.send(Call("GET", path, lambda b: b, needs="GET /v1/history")))
+
+    listing = json.loads(raw("/v1/history"))
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for entry in listing["files"]:
+        name, size = str(entry["name"]), int(entry["bytes"])
+        if "/" in name or name.startswith("."):
+            continue
+        target = folder / name
+        held = target.stat().st_size if target.exists() else 0
+        if name == CURRENT and held and (held > size or _head(target) != raw(
+                f"/v1/history?file={name}&after=0&limit={min(held, 4096)}")):  # fmt: skip
+            held = 0  # it rotated since: the held copy is in a rotated file now
+            target.unlink()
+        if name != CURRENT and held == size:
+            continue
+        part = target if name == CURRENT else target.with_name(f".{name}.part")
+        with open(part, "ab" if name == CURRENT else "wb") as f:
+            offset = held if name == CURRENT else 0
+            while True:
+                chunk = raw(f"/v1/history?file={name}&after={offset}")
+                f.write(chunk)
+                offset += len(chunk)
+                copied += len(chunk)
+                if len(chunk) < (1 << 20):
+                    break
+        if part != target:
+            part.replace(target)
+    return copied
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(4096)

@@ -1,0 +1,85 @@
+"""`shoal history collect --out DIR` copies every live member's history log
+through the agents' API, one folder per node, and a second run fetches only
+what is new; `shoal churn --history DIR` reads the result (docs/churn.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+from tests.conftest import poll_until
+from tests.integration.agents import shoal_cli
+
+# Until daemon/api/server.py routes GET /v1/history (daemon/api/history.py),
+# the agents of this test get the route from a sitecustomize that adds it
+# only when it is missing; once server.py has it, this does nothing.
+_ROUTE_SHIM = textwrap.dedent('''
+    import functools
+    from shoal.daemon.api import history, server
+
+    _init = server.ApiServer.__init__
+
+    def _with_history(self, agent):
+        _init(self, agent)
+        self._routes.setdefault(("GET", "/v1/history"),
+                                functools.partial(history.history_route, agent))
+
+    server.ApiServer.__init__ = _with_history
+''')
+
+
+def _start(agents, tmp_path, n):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(_ROUTE_SHIM)
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    for _ in range(n):
+        agents.add(env={"PYTHONPATH": path})
+    names = [a.name for a in agents.agents]
+    agents.wait_all_see(names, "alive", agents.agents)
+    return names
+
+
+def _rows(folder):
+    text = (folder / "history.jsonl").read_text() if (folder / "history.jsonl").exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_collect_copies_every_members_log_and_resumes(agents, tmp_path):
+    names = _start(agents, tmp_path, 3)
+    out = tmp_path / "logs"
+    api = f"{agents.agents[0].ip}:7947"
+    # Each agent logs its peers' joins: wait until every log has them all.
+    poll_until(lambda: all(len({r["node"] for r in _rows(a.data_dir / "history")
+                                if r["event"] == "join"}) == 3 for a in agents.agents), 20)
+    first = shoal_cli("history", "collect", "--out", str(out), "--api", api)
+    assert first.returncode == 0, first.stderr
+    assert f"history of 3 of 3 members in {out}" in first.stdout
+    for agent in agents.agents:
+        mine = (agent.data_dir / "history" / "history.jsonl").read_bytes()
+        copy = (out / agent.name / "history.jsonl").read_bytes()
+        assert mine.startswith(copy) and len(copy) > 0
+        assert {r["observer"] for r in _rows(out / agent.name)} == {agent.name}
+    # A leave is news in every survivor's log; the next run fetches only it.
+    held = {n: (out / n / "history.jsonl").stat().st_size for n in names}
+    leaver = agents.agents[2]
+    assert shoal_cli("leave", "--api", f"{leaver.ip}:7947").returncode == 0
+    poll_until(lambda: any(r["event"] == "left" for r in
+                           _rows(agents.agents[0].data_dir / "history")), 20)  # fmt: skip
+    again = shoal_cli("history", "collect", "--out", str(out), "--api", api)
+    assert again.returncode == 0, again.stderr
+    survivor = agents.agents[0]
+    grown = (out / survivor.name / "history.jsonl").read_bytes()
+    assert len(grown) > held[survivor.name]
+    assert grown == (survivor.data_dir / "history" / "history.jsonl").read_bytes()[:len(grown)]
+    assert len(_rows(out / survivor.name)) == len({json.dumps(r) for r in
+                                                  _rows(out / survivor.name)})  # no repeats
+
+
+def test_collect_says_which_agent_it_could_not_reach(tmp_path):
+    done = shoal_cli("history", "collect", "--out", str(tmp_path / "logs"),
+                     "--api", "127.0.0.1:1")  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "127.0.0.1:1" in done.stderr
+    assert not (tmp_path / "logs").exists()
