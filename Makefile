@@ -80,6 +80,7 @@ bench: $(STAMP) bytecode
 	$(PY) bench/election.py
 	$(PY) bench/churn.py
 	$(PY) bench/watch.py
+	$(PY) bench/events.py
 	$(PY) bench/sessions.py
 
 # Style, types (mypy strict on the whole package) and the layering contracts
