@@ -1,41 +1,18 @@
 """`shoal history collect --out DIR` copies every live member's history log
 through the agents' API, one folder per node, and a second run fetches only
-what is new; `shoal churn --history DIR` reads the result (docs/churn.md)."""
+what is new (docs/churn.md)."""
 
 from __future__ import annotations
 
 import json
-import os
-import textwrap
 
 from tests.conftest import poll_until
 from tests.integration.agents import shoal_cli
 
-# Until daemon/api/server.py routes GET /v1/history (daemon/api/history.py),
-# the agents of this test get the route from a sitecustomize that adds it
-# only when it is missing; once server.py has it, this does nothing.
-_ROUTE_SHIM = textwrap.dedent('''
-    import functools
-    from shoal.daemon.api import history, server
 
-    _init = server.ApiServer.__init__
-
-    def _with_history(self, agent):
-        _init(self, agent)
-        self._routes.setdefault(("GET", "/v1/history"),
-                                functools.partial(history.history_route, agent))
-
-    server.ApiServer.__init__ = _with_history
-''')
-
-
-def _start(agents, tmp_path, n):
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(_ROUTE_SHIM)
-    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+def _start(agents, n):
     for _ in range(n):
-        agents.add(env={"PYTHONPATH": path})
+        agents.add()
     names = [a.name for a in agents.agents]
     agents.wait_all_see(names, "alive", agents.agents)
     return names
@@ -47,7 +24,7 @@ def _rows(folder):
 
 
 def test_collect_copies_every_members_log_and_resumes(agents, tmp_path):
-    names = _start(agents, tmp_path, 3)
+    names = _start(agents, 3)
     out = tmp_path / "logs"
     api = f"{agents.agents[0].ip}:7947"
     # Each agent logs its peers' joins: wait until every log has them all.
