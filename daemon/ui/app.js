@@ -583,8 +583,8 @@
     document.title = "shoal · " + self.name;
     const rows = Object.entries(self.counters || {})
       .filter(([k]) => /^(sync|store|history)_/.test(k))
-      .map(([k, v]) => el("tr", null, el("th", { scope: "row", class: "mono", text: k }),
-                          el("td", { class: "num", text: String(v) })));
+      .map(([k, v]) => el("div", null, el("dt", { class: "mono", text: k }),
+                          el("dd", { class: "num", text: String(v) })));
     $("counter-rows").replaceChildren(...rows);
   }
 
