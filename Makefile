@@ -12,7 +12,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 # command:Debian package, for what the LAN tests run.
-TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver
 SHOAL   := $(VENV)/bin/shoal
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed
@@ -45,7 +45,8 @@ $(STAMP): $(RUN_STAMP) pyproject.toml
 bytecode: $(RUN_STAMP)
 	@$(PY) -m compileall -q -j 0 __init__.py kernel node daemon membership election storage churn sim client
 
-# Debian packages the LAN tests need (network namespaces, packet loss).
+# Debian packages the LAN tests need (network namespaces, packet loss), and the
+# browser the status page's and the churn report's tests drive.
 sysdeps:
 	@missing=""; for t in $(TOOLS); do \
 	  PATH="$$PATH:/usr/sbin:/sbin" command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
@@ -82,6 +83,7 @@ bench: $(STAMP) bytecode
 	$(PY) bench/watch.py
 	$(PY) bench/events.py
 	$(PY) bench/sessions.py
+	$(PY) bench/ui.py cost
 
 # Style, types (mypy strict on the whole package) and the layering contracts
 # (import-linter, pyproject.toml). `make test` runs it first.

@@ -243,6 +243,7 @@ class ApiServer:
         me["health_score"] = node.health_score
         me["clock_offset_ms"] = node.clock_offset_ms
         me["watchers"] = status.watchers
+        me["history_written"] = status.history_written
         me["counters"] = {**node.counters, **status.counters}
         if status.fault_drops is not None:
             me["counters"]["fault_injected_drops"] = status.fault_drops
