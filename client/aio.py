@@ -30,7 +30,7 @@ from shoal.client.types import (
     SelfInfo,
     Written,
 )
-from shoal.client.watch import SILENCE_S, WatchCursor
+from shoal.client.watch import OPEN, SILENCE_S, WatchCursor
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Event)
@@ -283,11 +283,28 @@ class AsyncKvApi:
 
 
 class AsyncWatch(Generic[E]):
-    """A watch as an async iterator; `async with` or `aclose()` ends it."""
+    """A watch as an async iterator; `aclose()` or leaving `async with` ends it.
+
+    It opens at `async with` (or `await watch.open()`), else at the first
+    `anext`: a watch from now sees every change made after that.
+    """
 
     def __init__(self, client: AsyncClient, cursor: WatchCursor) -> None:
         self.cursor = cursor
         self._events = _follow(client, cursor)
+        self._early: list[Event] | None = None  # None: not open yet
+
+    async def open(self) -> AsyncWatch[E]:
+        """Connect and read the agent's hello (once).
+
+        Raises:
+            Unavailable: the first connection failed. IncompatibleAgent: no /v1/watch.
+        """
+        if self._early is None:
+            self._early = []
+            while (item := await self._events.__anext__()) is not OPEN:
+                self._early.append(item)
+        return self
 
     @property
     def index(self) -> int | None:
@@ -303,7 +320,10 @@ class AsyncWatch(Generic[E]):
         return self
 
     async def __anext__(self) -> E:
-        event: Any = await self._events.__anext__()
+        if self._early is None:
+            await self.open()
+        assert self._early is not None
+        event: Any = self._early.pop(0) if self._early else await self._events.__anext__()
         return event  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
@@ -313,15 +333,16 @@ class AsyncWatch(Generic[E]):
     close = aclose
 
     async def __aenter__(self) -> AsyncWatch[E]:
-        return self
+        return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
-async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[Event, None]:
+async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[Any, None]:
     """The events of a watch; the same course as the blocking one (sync.py)."""
     answered = False
+    is_open = False
     while True:
         try:
             response = await _open_watch(client, cursor.path())
@@ -345,6 +366,9 @@ async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[Ev
             first = await anext(lines, b"")
             if first:
                 cursor.opened(first)
+                if not is_open:
+                    is_open = True
+                    yield OPEN
                 async for line in lines:
                     event = cursor.event(line)
                     if event is not None:

@@ -31,7 +31,7 @@ from shoal.client.types import (
     SelfInfo,
     Written,
 )
-from shoal.client.watch import SILENCE_S, WatchCursor
+from shoal.client.watch import OPEN, SILENCE_S, WatchCursor
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Event)
@@ -290,13 +290,22 @@ class _Opened:
 class Watch(Generator[E, None, None]):
     """A watch: a generator of events that resumes by itself (watch.py).
 
-    `close()` (or leaving a `with` block) ends it and its connection.
-    `index` and `run` say where it is: a later `watch(index=, run=)` resumes there.
+    It is open when `watch()` returns: a watch from now sees every change
+    made after that. `close()` (or leaving a `with` block) ends it and its
+    connection. `index` and `run` say where it is: a later
+    `watch(index=, run=)` resumes there.
+
+    Raises:
+        Unavailable: the first connection failed (later ones are retried).
+        IncompatibleAgent: the agent has no /v1/watch.
     """
 
     def __init__(self, client: Client, cursor: WatchCursor) -> None:
         self.cursor = cursor
         self._events = _follow(client, cursor)
+        self._early: list[Event] = []  # a resync before the first hello
+        while (item := next(self._events)) is not OPEN:
+            self._early.append(item)
 
     @property
     def index(self) -> int | None:
@@ -310,7 +319,7 @@ class Watch(Generator[E, None, None]):
 
     def send(self, value: None) -> E:
         """Resume the watch (as `next()`); the next event."""
-        event: Any = self._events.send(value)
+        event: Any = self._early.pop(0) if self._early else self._events.send(value)
         return event  # type: ignore[no-any-return]
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> E:
@@ -329,9 +338,11 @@ class Watch(Generator[E, None, None]):
         self.close()
 
 
-def _follow(client: Client, cursor: WatchCursor) -> Generator[Event, None, None]:
-    """The events of a watch, reconnecting and resyncing as watch.py says."""
+def _follow(client: Client, cursor: WatchCursor) -> Generator[Any, None, None]:
+    """The events of a watch, reconnecting and resyncing as watch.py says;
+    OPEN once, at the first hello."""
     answered = False  # a first failure to connect raises: the address may be wrong
+    is_open = False
     while True:
         try:
             opened = client._stream(cursor.path(), max(client.timeout, SILENCE_S))
@@ -352,6 +363,9 @@ def _follow(client: Client, cursor: WatchCursor) -> Generator[Event, None, None]
                 first = resp.readline()
                 if first:
                     cursor.opened(first)
+                    if not is_open:
+                        is_open = True
+                        yield OPEN
                     for line in resp:
                         event = cursor.event(line)
                         if event is not None:

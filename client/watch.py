@@ -47,6 +47,9 @@ BACKOFF_MAX_S = 2.0
 # The agent pings every 5 s: three missed pings and the connection is dead.
 SILENCE_S = 15.0
 _RESYNC_TRIES = 5
+# What a driver's event generator yields once, when its first stream is open
+# (so that `watch()` returns a watch that misses nothing made after it).
+OPEN = object()
 _STATUS_EVENT = {"alive": "member-alive", "suspect": "member-suspected", "dead": "member-failed",
                  "left": "member-left"}  # fmt: skip
 _EVENT_TYPES: dict[str, type[Event]] = {
