@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-BLUE, RED, GREY, GREEN = "#2a6fb0", "#c0392b", "#8a8a8a", "#2e8b57"
+BLUE, RED, GREY, GREEN, AMBER = "#2a6fb0", "#c0392b", "#8a8a8a", "#2e8b57", "#d68910"
 
 
 def _png(fig: Any) -> str:
@@ -67,25 +67,30 @@ def _time_axis(ax: Any) -> None:
 
 
 def plot_size(size: list[dict[str, Any]], bucket: str, span: tuple[float, float]) -> str:
-    """Members up and members observed over time, and comings up and
-    goings down per bucket below it."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True,
-                                      gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
+    """Nodes down; nodes observed and up; comings up and goings down per
+    bucket. Down is what an outage looks like; the observed line says when
+    the input stopped watching nodes (not a failure)."""
+    fig, (down, top, bottom) = plt.subplots(3, 1, figsize=(10, 6.6), sharex=True,
+                                            gridspec_kw={"height_ratios": [1.3, 1.3, 1]})
     if size:
         t = [_dt(r["bucket_ms"]) for r in size]
-        top.step(t, [r["observed"] for r in size], where="post", color=GREY,
+        down.step(t, [r["observed"] - r["size"] for r in size], where="post", color=RED,
+                  label="down")  # fmt: skip
+        top.step(t, [r["observed"] for r in size], where="post", color=GREY, lw=2.5,
                  label="observed (between a node's first and last record)")  # fmt: skip
-        top.step(t, [r["size"] for r in size], where="post", color=BLUE, label="up")
+        top.step(t, [r["size"] for r in size], where="post", color=BLUE, lw=1, label="up")
         width = (t[1] - t[0]) if len(t) > 1 else None
         kw = {"width": width * 0.9} if width else {}
         bottom.bar(t, [r["joins"] for r in size], color=GREEN, label="came up", align="edge", **kw)
         bottom.bar(t, [-r["departures"] for r in size], color=RED,
                    label="went down (failed or left)", align="edge", **kw)  # fmt: skip
-        top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-        bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+        for ax in (down, top, bottom):
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    down.set_ylabel("nodes down")
     top.set_ylabel("nodes")
-    top.set_ylim(bottom=0)
-    top.grid(alpha=0.3)
+    for ax in (down, top):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
     bottom.set_ylabel(f"per {bucket}")
     bottom.axhline(0, color=GREY, lw=0.8)
     bottom.set_xlim(_dt(span[0]), _dt(max(span[1], span[0] + 1000)))
@@ -142,7 +147,8 @@ def _duration_ticks(ax: Any, lo: float, hi: float) -> None:
 
 
 def plot_bars(labels: list[str], values: list[float], xlabel: str, colors: list[str],
-              fmt: str = "{:.2f}", xmax: float | None = None) -> str:  # fmt: skip
+              fmt: str = "{:.2f}", xmax: float | None = None,
+              legend: list[tuple[str, str]] | None = None) -> str:  # fmt: skip
     """Horizontal bars, first label at the top, each value at its bar's end
     (the axis leaves room for it)."""
     fig, ax = plt.subplots(figsize=(10, 0.32 * max(4, len(labels)) + 0.8))
@@ -154,6 +160,11 @@ def plot_bars(labels: list[str], values: list[float], xlabel: str, colors: list[
                     va="center", fontsize=7)  # fmt: skip
     top = xmax if xmax is not None else max(values, default=1) or 1
     ax.set_xlim(0, top * 1.12)
+    if legend:
+        from matplotlib.patches import Patch
+
+        ax.legend(handles=[Patch(color=c, label=label) for c, label in legend],
+                  loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # fmt: skip
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3, axis="x")
     return _png(fig)
@@ -276,10 +287,12 @@ def render(results: Any, path: Path, args: Any) -> None:
     bucket = bucket_name(s["bucket_s"])
     span = (_ms(s["window_start"]), _ms(s["window_end"]))
     section("Cluster size over time", plot_size(results.size, bucket, span),
-            f"Top: nodes up (blue) and nodes under observation (grey) at the end of each "
-            f"{bucket}. A node leaves the grey line when its record ends, which is not a "
-            f"failure. Bottom: nodes that came up (green) and went down (red) in each {bucket}; "
-            f"many at once point at a rack, a switch or a deploy.")  # fmt: skip
+            f"Top: nodes down at the end of each {bucket}; a spike is an outage. Middle: nodes "
+            f"up (blue) and nodes under observation (grey). A node leaves the grey line when "
+            f"its record ends, which is not a failure: a trace whose records end at each "
+            f"node's last repair falls to zero at its end. Bottom: nodes that came up (green) "
+            f"and went down (red) in each {bucket}; many at once point at a rack, a switch or "
+            f"a deploy.")  # fmt: skip
     for key, name, hist, color, what in (
         ("session", "sessions", results.session_hist, BLUE, "How long nodes stay up (sessions)"),
         ("downtime", "downtimes", results.downtime_hist, RED,
@@ -331,7 +344,8 @@ def _node_sections(results: Any, s: dict[str, Any], args: Any, section: Any) -> 
     else:
         section(f"Failures per node: the {len(top)} that failed most",
                 plot_bars([n["node"] for n in top], [n["failures"] for n in top],
-                          "failures", [RED if n["flapping"] else "#d68910" for n in top], "{:.0f}"),
+                          "failures", [RED if n["flapping"] else AMBER for n in top], "{:.0f}",
+                          legend=[(RED, f"flapping: {k}+ in {window}"), (AMBER, "not flapping")]),
                 f"Ranked by failures, then by the most failures within {window}. Red: flapping "
                 f"(at least {k} failures within {window}; {s['flapping_nodes']:,} nodes in "
                 f"all). Look at a flapping node's link, power and logs first.",
