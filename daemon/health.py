@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from shoal.daemon.checks import CheckConfig
+from shoal.daemon.handlers import run_command
 
 PASSING, WARNING, CRITICAL = "passing", "warning", "critical"
 _RANK = {PASSING: 0, WARNING: 1, CRITICAL: 2}
@@ -184,17 +185,11 @@ async def _probe(config: CheckConfig) -> tuple[str, str]:
         return PASSING, f"connected to {config.target}"
     if config.kind == "http":
         return await asyncio.get_running_loop().run_in_executor(None, _http_get, config)
-    proc = await asyncio.create_subprocess_shell(
-        config.target, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT)  # fmt: skip
-    try:
-        out, _ = await proc.communicate()
-    except asyncio.CancelledError:  # the timeout: do not leave it running
-        proc.kill()
-        await proc.wait()
-        raise
-    text = out.decode(errors="replace").strip() or f"exit {proc.returncode}"
-    return {0: PASSING, 1: WARNING}.get(proc.returncode or 0, CRITICAL), text
+    done = await run_command(config.target, {}, b"", config.timeout_s)  # kills it at the timeout
+    if done.returncode is None:
+        return CRITICAL, f"timed out after {config.timeout_s:g} s"
+    text = done.stdout.decode(errors="replace").strip() or f"exit {done.returncode}"
+    return {0: PASSING, 1: WARNING}.get(done.returncode, CRITICAL), text
 
 
 def _http_get(config: CheckConfig) -> tuple[str, str]:

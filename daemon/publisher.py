@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -25,6 +24,7 @@ import structlog
 from shoal.daemon.api.changes import ChangeLog, record_json
 from shoal.daemon.api.watch import ControllerWatch, Watchers
 from shoal.daemon.config import AgentConfig
+from shoal.daemon.handlers import run_command
 from shoal.daemon.health import HEALTH_TAG, PASSING
 from shoal.daemon.systemd import Notifier
 from shoal.election.events import (
@@ -216,24 +216,16 @@ def _log_sync(event: SyncCompleted) -> None:
 
 async def run_handler(command: str, env: dict[str, str], record: dict[str, Any]) -> None:
     """Run `command` in a shell with the event in `env` and as JSON on
-    stdin; log its output; a failure or a timeout is logged, never fatal."""
+    stdin (daemon/handlers.py); log its output; a failure or a timeout is
+    logged, never fatal."""
     try:
-        proc = await asyncio.create_subprocess_shell(
-            command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env},
-        )  # fmt: skip
+        done = await run_command(command, env, json.dumps(record).encode(), HANDLER_TIMEOUT_S)
     except OSError as exc:
-        log.error("controller handler could not start", command=command, error=str(exc))
+        log.error("event handler could not start", command=command, error=str(exc))
         return
-    try:
-        out, _ = await asyncio.wait_for(
-            proc.communicate(json.dumps(record).encode()), HANDLER_TIMEOUT_S
-        )
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        log.error("controller handler timed out", command=command, timeout_s=HANDLER_TIMEOUT_S)
+    if done.returncode is None:
+        log.error("event handler timed out", command=command, timeout_s=HANDLER_TIMEOUT_S)
         return
-    level = log.info if proc.returncode == 0 else log.error
-    level("controller handler ran", command=command, exit_code=proc.returncode,
-          output=out.decode(errors="replace")[-2000:])  # fmt: skip
+    level = log.info if done.returncode == 0 else log.error
+    level("event handler ran", command=command, exit_code=done.returncode,
+          output=done.stdout.decode(errors="replace")[-2000:])  # fmt: skip

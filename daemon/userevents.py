@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import struct
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from typing import Any
 import structlog
 
 from shoal.daemon.config import AgentConfig
+from shoal.daemon.handlers import run_command
 from shoal.node.composition import ShoalNode
 from shoal.storage.engine import Engine
 from shoal.storage.records import Record
@@ -48,6 +48,11 @@ HANDLER_TIMEOUT_S = 30.0
 QUEUE_MAX = 1024
 RESCAN_S = 10.0
 _SEQ = b"user-event-seq"
+# Sequence numbers are reserved this many at a time (one synced write per
+# block, not per event: a synced write on the loop cost the sender ~5 ms per
+# event). After a crash the next block starts above the reserved one, so an
+# id is never reused; numbers may be skipped.
+_SEQ_BLOCK = 1000
 _DONE = b"user-event-done/"
 _NAME_LEN = struct.Struct(">H")
 log = structlog.get_logger("shoal")
@@ -107,7 +112,7 @@ class UserEvents:
         self._publish = publish
         self._flush = flush
         self._loop = loop
-        self._seq = int(engine.local_get(_SEQ) or b"0")
+        self._seq = self._reserved = int(engine.local_get(_SEQ) or b"0")
         self._done: dict[bytes, int] = {name[len(_DONE) :]: int(value or b"0")
                                          for name, value in engine.local_scan(_DONE)}  # fmt: skip
         self._pending: set[bytes] = set()
@@ -127,7 +132,9 @@ class UserEvents:
         if self._queue.full():
             raise QueueFull(f"{QUEUE_MAX} events wait for handlers on this agent; retry")
         self._seq += 1
-        self._engine.local_put(_SEQ, b"%d" % self._seq)  # synced: never reused after a crash
+        if self._seq > self._reserved:  # synced before any id of the block is used
+            self._reserved = self._seq + _SEQ_BLOCK - 1
+            self._engine.local_put(_SEQ, b"%d" % self._reserved)
         node = self._node()
         key = event_key(node.swim.ident.node_id, self._seq)
         record = node.write(key, encode_event(name, payload), self._loop.time())
@@ -214,23 +221,18 @@ class UserEvents:
 
     async def _handler(self, command: str, env: dict[str, str], payload: bytes) -> None:
         try:
-            proc = await asyncio.create_subprocess_shell(
-                command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env})  # fmt: skip
+            done = await run_command(command, env, payload, HANDLER_TIMEOUT_S)
         except OSError as exc:
             self.handler_failures += 1
             log.error("user event handler could not start", command=command, error=str(exc))
             return
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(payload), HANDLER_TIMEOUT_S)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        if done.returncode is None:
             self.handler_failures += 1
             log.error("user event handler timed out", command=command, id=env["SHOAL_EVENT_ID"])
             return
-        if proc.returncode:
+        if done.returncode:
             self.handler_failures += 1
-        level = log.info if proc.returncode == 0 else log.error
+        level = log.info if done.returncode == 0 else log.error
         level("user event handler ran", command=command, id=env["SHOAL_EVENT_ID"],
-              exit_code=proc.returncode, output=out.decode(errors="replace")[-2000:])  # fmt: skip
+              exit_code=done.returncode,
+              output=done.stdout.decode(errors="replace")[-2000:])  # fmt: skip

@@ -33,6 +33,7 @@ import msgspec
 import structlog
 
 from shoal.daemon.config import AgentConfig
+from shoal.daemon.handlers import run_command
 from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
@@ -186,20 +187,16 @@ class QueryService:
                "SERF_QUERY_NAME": request.name, "SERF_SELF_NAME": me}  # fmt: skip
         timeout_s = max(0.1, min(request.timeout_ms / 1000, MAX_TIMEOUT_S))
         try:
-            proc = await asyncio.create_subprocess_shell(
-                commands[0], stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env={**os.environ, **env})  # fmt: skip
+            done = await run_command(commands[0], env, request.payload, timeout_s,
+                                     merge_stderr=False)  # fmt: skip
         except OSError as exc:
             return QueryReply(request.id, "error", b"", f"the handler could not start: {exc}")
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(request.payload), timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        if done.returncode is None:
             return QueryReply(request.id, "error", b"", f"the handler ran over {timeout_s:g} s")
-        if proc.returncode != 0:
-            tail = err.decode(errors="replace")[-500:]
-            return QueryReply(request.id, "error", b"", f"exit {proc.returncode}: {tail}")
+        out = done.stdout
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace")[-500:]
+            return QueryReply(request.id, "error", b"", f"exit {done.returncode}: {tail}")
         if len(out) > MAX_ANSWER_BYTES:
             log.error("query answer too large", query=request.name, bytes=len(out))
             return QueryReply(request.id, "error", b"", f"the answer is {len(out)} bytes, over "
