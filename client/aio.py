@@ -141,9 +141,10 @@ class AsyncClient:
 
     async def members(self, status: str | None = None,
                       tags: Mapping[str, calls.Pattern] | None = None,
-                      name: calls.Pattern | None = None) -> list[Member]:  # fmt: skip
+                      name: calls.Pattern | None = None,
+                      health: str | None = None) -> list[Member]:  # fmt: skip
         """See `Client.members`."""
-        return await self.run(calls.members(status, tags, name))
+        return await self.run(calls.members(status, tags, name, health))
 
     async def self(self) -> SelfInfo:
         """See `Client.self`."""

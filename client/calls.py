@@ -108,9 +108,10 @@ def _json(obj: Any) -> bytes:
     return json.dumps(obj).encode()
 
 
-def members_listing(status: str | None = None) -> Call[MemberListing]:
-    """`GET /v1/members[?status=S]`."""
-    query = "?" + urlencode({"status": status}) if status else ""
+def members_listing(status: str | None = None, health: str | None = None) -> Call[MemberListing]:
+    """`GET /v1/members[?status=S][&health=H]`."""
+    fields = {k: v for k, v in (("status", status), ("health", health)) if v}
+    query = "?" + urlencode(fields) if fields else ""
     return Call("GET", "/v1/members" + query, typed(MemberListing))
 
 
@@ -138,11 +139,11 @@ def member_filter(tags: Mapping[str, Pattern] | None = None,
     return selected
 
 
-def members(status: str | None, tags: Mapping[str, Pattern] | None,
-            name: Pattern | None) -> Steps[list[Member]]:  # fmt: skip
+def members(status: str | None, tags: Mapping[str, Pattern] | None, name: Pattern | None,
+            health: str | None = None) -> Steps[list[Member]]:  # fmt: skip
     """The members (in the agent's order) that pass `member_filter`."""
     selected = member_filter(tags, name)
-    listing: MemberListing = yield members_listing(status)
+    listing: MemberListing = yield members_listing(status, health)
     return [m for m in listing.members if selected(m)]
 
 

@@ -95,11 +95,13 @@ class Client:
     # -- the API ----------------------------------------------------------------------
 
     def members(self, status: str | None = None, tags: Mapping[str, calls.Pattern] | None = None,
-                name: calls.Pattern | None = None) -> list[Member]:  # fmt: skip
+                name: calls.Pattern | None = None,
+                health: str | None = None) -> list[Member]:  # fmt: skip
         """The members the agent knows, optionally only those in `status`
         (alive, suspect, dead, left) whose tags match `tags` ({KEY: REGEX},
-        in full) and whose name matches `name`."""
-        return self.run(calls.members(status, tags, name))
+        in full), whose name matches `name`, and whose checks' `health` is
+        this (passing, warning, critical)."""
+        return self.run(calls.members(status, tags, name, health))
 
     def self(self) -> SelfInfo:
         """This agent: its member, cluster, health and counters."""

@@ -24,6 +24,9 @@ class Member(msgspec.Struct, frozen=True, kw_only=True):
     status: str  # alive, suspect, dead or left
     incarnation: int
     tags: dict[str, str] = {}
+    # The worst of the member's health checks: passing, warning or critical
+    # (None where the agent does not say: in watch events).
+    health: str | None = None
 
 
 class MemberListing(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,7 +149,8 @@ class MemberEvent(msgspec.Struct, frozen=True, kw_only=True):
     def member(self) -> Member:
         """The member as this event leaves it."""
         return Member(name=self.name, node_id=self.node_id, address=self.address,
-                      status=self.status, incarnation=self.incarnation, tags=self.tags)  # fmt: skip
+                      status=self.status, incarnation=self.incarnation, tags=self.tags,
+                      health=self.health)  # fmt: skip
 
 
 class ControllerEvent(msgspec.Struct, frozen=True, kw_only=True):

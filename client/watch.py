@@ -38,6 +38,7 @@ from shoal.client.types import (
     Event,
     KeyListing,
     KvEvent,
+    Member,
     MemberEvent,
     MemberListing,
 )
@@ -194,7 +195,8 @@ class WatchCursor:
         now = {m.name: m for m in listing.members}
         for name, member in sorted(now.items()):
             seen = self.members.get(name)
-            if seen is None or seen.member != member:
+            # Events do not carry `health` (their tags do): compare without it.
+            if seen is None or _sans_health(seen.member) != _sans_health(member):
                 kind = _STATUS_EVENT.get(member.status, "member-updated")
                 events.append(MemberEvent(index=index, type=kind, resync=True,
                                           **msgspec.structs.asdict(member)))  # fmt: skip
@@ -223,3 +225,7 @@ class WatchCursor:
             events.append(KvEvent(index=index, type="delete", key=key, reason="resync",
                                   resync=True))  # fmt: skip
         return events
+
+
+def _sans_health(member: Member) -> Member:
+    return msgspec.structs.replace(member, health=None)

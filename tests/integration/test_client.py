@@ -83,6 +83,25 @@ class Relay:
         self.cut()
 
 
+def next_within(watch, timeout_s: float = 30.0):
+    """The watch's next event; fails (instead of hanging) after `timeout_s`."""
+    box: list = []
+
+    def pull() -> None:
+        try:
+            box.append(next(watch))
+        except BaseException as exc:  # handed to the test below
+            box.append(exc)
+
+    worker = threading.Thread(target=pull, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    assert box, f"no event within {timeout_s} s"
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
 def client_of(agent, **kwargs) -> Client:
     return Client(f"{agent.ip}:7947", token="", **kwargs)
 
@@ -164,11 +183,11 @@ def test_an_ephemeral_key_is_deleted_for_watchers_when_its_owner_fails(agents):
     w = client_of(watcher)
     with w.kv.watch(prefix="brokers/") as watch:
         client_of(owner).kv.put("brokers/b1", "127.0.0.1:9092", ephemeral=True)
-        put = next(watch)
+        put = next_within(watch)
         assert (put.type, put.key, put.ephemeral, put.owner) == ("put", "brokers/b1", True,
                                                                 owner.name)  # fmt: skip
         owner.kill()
-        gone = next(watch)
+        gone = next_within(watch)
     assert (gone.type, gone.key, gone.reason) == ("delete", "brokers/b1", "owner-failed")
     assert not gone.resync and gone.index > put.index
     with pytest.raises(NotFound):
@@ -182,12 +201,12 @@ def test_a_watch_resumes_after_its_connection_is_cut_losing_and_repeating_nothin
     try:
         watch = Client(relay.addr, token="").kv.watch(prefix="seq/")
         writer.kv.put("seq/000", "0")
-        seen = [next(watch)]
+        seen = [next_within(watch)]
         for round_ in range(3):
             relay.cut()
             for i in range(round_ * 10 + 1, round_ * 10 + 11):
                 writer.kv.put(f"seq/{i:03d}", str(i))  # while the watch is cut off
-            seen += [next(watch) for _ in range(10)]
+            seen += [next_within(watch) for _ in range(10)]
         watch.close()
     finally:
         relay.close()
@@ -209,7 +228,7 @@ def test_a_watch_across_an_agent_restart_resyncs_what_changed(agents):
     relay = Relay((a.ip, 7947))
     try:
         with Client(relay.addr, token="").kv.watch(prefix="app/", index=0) as watch:
-            first = [next(watch) for _ in range(3)]
+            first = [next_within(watch) for _ in range(3)]
             assert [e.key for e in first] == ["app/keep", "app/drop", "app/mine"]
             run = watch.run
             relay.closed = True
@@ -222,7 +241,7 @@ def test_a_watch_across_an_agent_restart_resyncs_what_changed(agents):
             relay.closed = False
             resynced = {}
             while set(resynced) != {"app/drop", "app/new", "app/mine"}:
-                event = next(watch)
+                event = next_within(watch)
                 assert isinstance(event, KvEvent) and event.resync, event
                 resynced[event.key] = event.type
             assert watch.run != run

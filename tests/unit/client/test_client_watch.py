@@ -98,8 +98,9 @@ def test_backoff_doubles_to_two_seconds_and_resets_on_a_hello():
 
 
 def _member(name, status="alive", incarnation=1):
+    # Listings say `health`; events do not: no resync event for that alone.
     return Member(name=name, node_id="ab", address="127.0.0.1:7946", status=status,
-                  incarnation=incarnation, tags={})  # fmt: skip
+                  incarnation=incarnation, tags={}, health="passing")  # fmt: skip
 
 
 def test_a_resync_yields_only_what_changed_while_the_watch_was_away():
