@@ -35,3 +35,5 @@ class SwimCounters(Counters):
     misdirected_pings: int = 0
     late_acks: int = 0
     corrections_sent: int = 0  # our newer Alive, to a sender of a stale Suspect/Dead
+    coordinate_samples: int = 0  # direct round trips that updated our coordinate
+    coordinates_rejected: int = 0  # a peer's, of another dimensionality

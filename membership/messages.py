@@ -10,6 +10,7 @@ import msgspec
 
 from shoal.kernel.contract import Address
 from shoal.membership.member import MemberState, NodeIdentity
+from shoal.membership.vivaldi import Coordinate
 
 
 class Ping(msgspec.Struct, frozen=True):
@@ -37,10 +38,15 @@ class PingReq(msgspec.Struct, frozen=True):
 class Ack(msgspec.Struct, frozen=True):
     """The answer to a `Ping`, or a relayed answer to a `PingReq`; a direct
     answer carries the answerer's wall clock in ms (0 when relayed), from
-    which the prober measures its clock offset (clockskew.py)."""
+    which the prober measures its clock offset (clockskew.py), and, to a
+    prober that understands it (its `seq` says so, probing.py), the
+    answerer's network coordinate (vivaldi.py), from which the prober, which
+    timed the round trip, updates its own. A relayed ack never carries one:
+    its round trip went through the relay."""
 
     seq: int
     wall_ms: int = 0
+    coord: Coordinate | None = None
 
 
 class Nack(msgspec.Struct, frozen=True):

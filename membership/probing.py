@@ -19,6 +19,17 @@ The other side: we answer pings with acks (piggybacking gossip), and relay
 `PingReq`s as `RelayedProbe`s: a ping of our own whose ack is forwarded, or,
 at the probe timeout, a `Nack`.
 
+Network coordinates (Serf's ping delegate): a direct ack carries the
+acker's Vivaldi coordinate; the prober, which timed the round trip from its
+`now` at the ping to its `now` at the ack (the driver stamps `now` when the
+datagram arrives), updates its own coordinate and keeps the acker's
+(vivaldi.py). Relayed acks never count: their round trip went through the
+relay. Mixed versions: an agent that predates coordinates refuses the ack
+form that carries one (a new tag), so an ack carries it only when the ping
+said the prober reads it. Ours say so by their `seq`, drawn from
+[2^31, 2^32) (`COORD_SEQ_MIN`); older agents count theirs from 1, and echo
+whatever `seq` they are pinged with.
+
 Refusals (ours): when a probed member's host answers with ICMP port
 unreachable (its agent crashed, the host runs on), the relays are asked at
 once, and the verdict comes when they have all nacked, about a probe
@@ -44,6 +55,17 @@ from shoal.membership.messages import Ack, Nack, Ping, PingReq, Suspect
 from shoal.membership.probe import ProbeRound, ProbeScheduler, RelayedProbe
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.table import ALIVE, SUSPECT, MemberTable
+from shoal.membership.vivaldi import CoordinateCache
+
+# Sequence numbers of pings and ping-reqs from an agent that reads
+# coordinates in acks (see the module docstring). 2^31 steps before they
+# wrap is decades of probing, and only equality with an outstanding round
+# matters; the price is 2-4 more bytes per ping and ack (a 5-byte CBOR int).
+COORD_SEQ_MIN = 2**31
+COORD_SEQ_END = 2**32
+# Slack in the coordinate cache above the table's size before members no
+# longer in the table are dropped from it (amortised: not on every ack).
+_COORD_PRUNE_SLACK = 64
 
 
 class SendPacket(Protocol):
@@ -70,6 +92,7 @@ class Prober:
         sync_with_stranger: Callable[[Address, float], None],
         new_round: Callable[[], None],
         offsets: ClockOffsets,
+        coordinates: CoordinateCache,
     ) -> None:
         """Share the node's state with the probing role.
 
@@ -87,8 +110,11 @@ class Prober:
             sync_with_stranger: a member we do not know pinged us.
             new_round: told when each probe round begins.
             offsets: this node's clock offset, sampled from direct acks.
+            coordinates: this node's network coordinate and its peers',
+                updated from direct acks.
         """
         self.offsets = offsets
+        self.coordinates = coordinates
         self._local = local
         self._name = local.ident.name  # never changes (set_tags keeps it)
         self._table = table
@@ -104,7 +130,7 @@ class Prober:
         self._new_round = new_round
         self._probe: ProbeRound | None = None
         self._relays: dict[int, RelayedProbe] = {}
-        self._seq = 0
+        self._seq = COORD_SEQ_MIN - 1
         self._armed = False
 
     # -- handlers ----------------------------------------------------------------
@@ -115,7 +141,11 @@ class Prober:
             self._counters.misdirected_pings += 1
             return
         wall_ms = int(now * 1000) + self._local.wall_offset_ms
-        self._send_packet(sender, [Ack(msg.seq, wall_ms)], piggyback=True)
+        if msg.seq >= COORD_SEQ_MIN:  # the prober reads coordinates
+            ack = Ack(msg.seq, wall_ms, self.coordinates.client.coordinate)
+        else:
+            ack = Ack(msg.seq, wall_ms)
+        self._send_packet(sender, [ack], piggyback=True)
         if msg.source not in self._table.live and msg.source != self._name:
             self._sync_with_stranger(sender, now)
 
@@ -141,9 +171,24 @@ class Prober:
         probe.acked = True
         if now <= probe.timeout_at:  # a direct answer in time: we are healthy
             self._health.apply(-1)
-        if msg.wall_ms and sender == probe.target_addr:
+        if sender != probe.target_addr:
+            return  # relayed: neither the clock nor the round trip is the target's
+        if msg.wall_ms:
             our_wall_ms = now * 1000 + self._local.wall_offset_ms
             self.offsets.sample(probe.target, probe.sent_at, now, our_wall_ms, msg.wall_ms)
+        if msg.coord is not None:
+            self._learn_coordinate(probe.target, msg, now - probe.sent_at)
+
+    def _learn_coordinate(self, target: str, msg: Ack, rtt_s: float) -> None:
+        assert msg.coord is not None
+        cache = self.coordinates
+        if not cache.observe(target, msg.coord, rtt_s):
+            self._counters.coordinates_rejected += 1
+            return
+        self._counters.coordinate_samples += 1
+        if len(cache) > len(self._table) + _COORD_PRUNE_SLACK:
+            table = self._table
+            cache.forget_unless(lambda name: table.get(name) is not None)
 
     def on_nack(self, msg: Nack, sender: Address, now: float) -> None:
         """A relay did not hear our probe's target either."""
@@ -249,4 +294,6 @@ class Prober:
 
     def _next_seq(self) -> int:
         self._seq += 1
+        if self._seq >= COORD_SEQ_END:
+            self._seq = COORD_SEQ_MIN
         return self._seq

@@ -62,6 +62,12 @@ from shoal.membership.probe import ProbeScheduler
 from shoal.membership.probing import Prober
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.table import LEFT, MemberTable
+from shoal.membership.vivaldi import (
+    Coordinate,
+    CoordinateCache,
+    CoordinateSnapshot,
+    VivaldiConfig,
+)
 
 Handler = Callable[[Any, Address, float], None]
 
@@ -99,6 +105,7 @@ class SwimNode:
         self.gossip = Gossip(self.broadcasts, table, config, rng, deadlines, out.sends, counters)
         scheduler = ProbeScheduler(rng)
         self.offsets = ClockOffsets()
+        self.coordinates = CoordinateCache(VivaldiConfig(), rng)
         self.claims = claims = Claims(
             local, table, config, health, deadlines, out, counters, self.gossip, scheduler
         )
@@ -108,7 +115,7 @@ class SwimNode:
         self.prober = prober = Prober(
             local, table, config, rng, health, deadlines, counters, scheduler,
             self.gossip.send_packet, claims.on_suspect, exchange.sync_with_stranger,
-            claims.new_round, self.offsets,
+            claims.new_round, self.offsets, self.coordinates,
         )  # fmt: skip
         # Dispatch by exact type: one dict lookup on the hottest path, where a
         # chain of isinstance checks costs a microsecond per message.
@@ -133,6 +140,30 @@ class SwimNode:
     def clock_offset_ms(self, now: float) -> int | None:
         """This node's clock offset from its peers (clockskew.py), if measured."""
         return self.offsets.estimate_ms(now)
+
+    def coordinate(self) -> Coordinate:
+        """This node's network coordinate (vivaldi.py; Serf's `GetCoordinate`)."""
+        return self.coordinates.client.coordinate
+
+    def coordinate_of(self, name: str) -> Coordinate | None:
+        """The coordinate of member `name`: our own for our name, else the
+        latest one `name` sent in an ack to our direct probe (None before
+        the first; Serf's `GetCachedCoordinate`)."""
+        if name == self.local.ident.name:
+            return self.coordinate()
+        return self.coordinates.of(name)
+
+    def probed_directly(self, name: str) -> bool:
+        """Whether this node has timed a direct probe of `name` that carried
+        its coordinate, the only kind of round trip Vivaldi learns from."""
+        return self.coordinates.of(name) is not None
+
+    def coordinates_known(self) -> CoordinateSnapshot:
+        """Every member's coordinate this node has, its own included, as a
+        snapshot for readers (the API's `/v1/coordinates` and `/v1/rtt`)."""
+        known = self.coordinates.peers()
+        known[self.local.ident.name] = self.coordinate()
+        return CoordinateSnapshot(self.local.ident.name, known)
 
     @property
     def ident(self) -> NodeIdentity:

@@ -38,7 +38,7 @@ from shoal.membership.profiles import SwimConfig
 from shoal.node.composition import ShoalNode
 from shoal.sim.clock import NodeClock
 from shoal.sim.disk import FsyncLatency, SimDisk
-from shoal.sim.network import LinkProfile, SimNetwork
+from shoal.sim.network import LatencyMatrix, LinkProfile, SimNetwork
 from shoal.storage.config import SyncConfig
 from shoal.storage.store import MemoryStore
 
@@ -105,6 +105,7 @@ class SimCluster:
         lease_config: LeaseConfig | None = None,
         bootstrap_expect: int = 3,
         fsync: FsyncLatency | None = None,
+        latency: LatencyMatrix | None = None,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -112,7 +113,10 @@ class SimCluster:
         self.wire = wire
         self.count_bytes = count_bytes or wire
         self.now = 0.0
-        self.net = SimNetwork(random.Random(seed * 7919 + 1), link or LinkProfile())
+        # With `latency`, each pair of hosts has its own round trip (Serf's
+        # shapes, sim/network.py); loss and duplication still come from `link`.
+        assert latency is None or latency.n >= n, "a latency matrix for fewer hosts"
+        self.net = SimNetwork(random.Random(seed * 7919 + 1), link or LinkProfile(), latency)
         self.stats = TrafficStats()
         self.observers: list[SimObserver] = []
         # Called with the host index each time a host boots (history rows).
@@ -359,7 +363,7 @@ class SimCluster:
                 return
             if self.wire:
                 messages = tuple(codec.decode_payload(codec.encode_payload(messages)))
-            when = self.now + self.net.latency_s()
+            when = self.now + self.net.latency_s(src, dst)
             heapq.heappush(self._heap, (when, next(self._seq), _STREAM, (dst, src_addr, messages)))
             return
         self.stats.datagrams += 1
@@ -378,7 +382,7 @@ class SimCluster:
         if dst is None:
             return
         for _ in range(self.net.datagram_copies(src, dst)):
-            when = self.now + self.net.latency_s()
+            when = self.now + self.net.latency_s(src, dst)
             heapq.heappush(
                 self._heap, (when, next(self._seq), _DATAGRAM, (dst, src_addr, messages))
             )
@@ -399,7 +403,7 @@ class SimCluster:
             return
         src = self._host_of.get(src_addr)
         if src is not None and self.net.datagram_copies(dst, src):
-            when = self.now + self.net.latency_s()
+            when = self.now + self.net.latency_s(dst, src)
             heapq.heappush(self._heap, (when, next(self._seq), _UNREACHABLE, (src, addr)))
 
     def _stream_failed_later(self, src_addr: Address, peer: Address, after: float = 0.001) -> None:
