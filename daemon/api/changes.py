@@ -87,14 +87,21 @@ class Subscription:
 
     def offer(self, change: Change | Ping) -> bool:
         """Queue `change`; on overflow end the stream, return False."""
-        try:
-            self.queue.put_nowait(change)
-            return True
-        except asyncio.QueueFull:
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(None)
-            return False
+        return offer_or_end(self.queue, change)
+
+
+def offer_or_end(queue: asyncio.Queue[Any], item: Any) -> bool:
+    """Put `item` in a stream's bounded queue; when it is full, empty it
+    and queue the end (None): the stream's client resumes or reconnects.
+    Returns whether `item` was queued."""
+    try:
+        queue.put_nowait(item)
+        return True
+    except asyncio.QueueFull:
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(None)
+        return False
 
 
 class ResumeError(Exception):

@@ -10,6 +10,7 @@ import asyncio
 import time
 from typing import Any
 
+from shoal.daemon.api.changes import offer_or_end
 from shoal.election.events import ControllerChanged
 
 _WATCHER_QUEUE = 1024
@@ -23,14 +24,7 @@ class Watcher:
 
     def offer(self, record: dict[str, Any]) -> bool:
         """Queue `record`; on overflow, end the stream and return False."""
-        try:
-            self.queue.put_nowait(record)
-            return True
-        except asyncio.QueueFull:
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(None)
-            return False
+        return offer_or_end(self.queue, record)
 
 
 class Watchers:

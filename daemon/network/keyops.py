@@ -31,12 +31,11 @@ import structlog
 
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.keys import save_keyring
+from shoal.daemon.network.ask import NoAnswer, ask
 from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.wire import Wire
-from shoal.kernel import codec
 from shoal.kernel.sealing import KeyCommand, KeyReply, KeyringError, format_key
 from shoal.membership.member import MemberState
-from shoal.membership.transport import read_frame
 from shoal.node.composition import ShoalNode
 
 log = structlog.get_logger("shoal")
@@ -149,25 +148,13 @@ class KeyService:
         outcome.newest = max(outcome.newest, reply.version)
 
     async def _ask(self, addr: tuple[str, int], command: KeyCommand) -> KeyReply:
-        wire = self._wire
         timeout_s = self._config.swim.stream_timeout_s
         try:
-            to = await self._contact.bound(addr, timeout_s)
-            async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(*addr)
-            try:
-                writer.write(wire.frame([command], to))
-                await writer.drain()
-                body = await read_frame(reader, timeout_s)
-            finally:
-                writer.close()
-            if body is None:
-                return KeyReply(False, "closed without an answer (does it hold the key?)", (), 0)
-            answer = wire.decode(body).messages
-        except codec.DecodeError as exc:
-            return KeyReply(False, f"unreadable answer ({exc.reason})", (), 0)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            return KeyReply(False, f"no answer: {type(exc).__name__}", (), 0)
-        if len(answer) != 1 or not isinstance(answer[0], KeyReply):
-            return KeyReply(False, "unexpected answer", (), 0)
-        return answer[0]
+            return await ask(self._wire, self._contact, addr, command, KeyReply, timeout_s)
+        except TimeoutError:
+            return KeyReply(False, "no answer: TimeoutError", (), 0)
+        except NoAnswer as exc:
+            why = str(exc)
+            if why == "closed without an answer":
+                why += " (does it hold the key?)"
+            return KeyReply(False, why, (), 0)

@@ -34,12 +34,12 @@ import structlog
 
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.handlers import run_command
+from shoal.daemon.network.ask import NoAnswer, ask
 from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
 from shoal.kernel.codec import DecodeError, u64
 from shoal.membership.member import MemberState
-from shoal.membership.transport import read_frame
 from shoal.node.composition import ShoalNode
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -205,28 +205,11 @@ class QueryService:
 
     async def _ask(self, addr: tuple[str, int], request: QueryRequest,
                    timeout_s: float) -> QueryReply:  # fmt: skip
-        wire = self._wire
+        """The member's answer (TimeoutError: it stays silent)."""
         try:
-            to = await self._contact.bound(addr, timeout_s)
-            async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(*addr)
-            try:
-                writer.write(wire.frame([request], to))
-                await writer.drain()
-                body = await read_frame(reader, timeout_s)
-            finally:
-                writer.close()
-        except (OSError, asyncio.IncompleteReadError, codec.DecodeError) as exc:
-            return QueryReply(request.id, "error", b"", f"no answer: {type(exc).__name__}")
-        if body is None:
-            return QueryReply(request.id, "error", b"", "closed without an answer")
-        try:
-            answer = wire.decode(body).messages
-        except codec.DecodeError as exc:
-            return QueryReply(request.id, "error", b"", f"unreadable answer ({exc.reason})")
-        if len(answer) != 1 or not isinstance(answer[0], QueryReply):
-            return QueryReply(request.id, "error", b"", "unexpected answer")
-        return answer[0]
+            return await ask(self._wire, self._contact, addr, request, QueryReply, timeout_s)
+        except NoAnswer as exc:
+            return QueryReply(request.id, "error", b"", str(exc))
 
 
 def _reply_json(reply: QueryReply) -> dict[str, Any]:

@@ -152,3 +152,21 @@ class AgentCluster:
                 agent.signal(signal.SIGKILL)
                 assert agent.proc is not None
                 agent.proc.wait(10)
+
+
+def api_request(agent: AgentProcess, method: str, path: str,
+                body: bytes | dict[str, Any] | list[Any] | None = None,
+                timeout_s: float = 10.0) -> tuple[int, Any]:  # fmt: skip
+    """One raw HTTP call to `agent`'s API: (status, JSON answer). A dict or
+    list body is sent as JSON, bytes as they are."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=timeout_s)
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    try:
+        conn.request(method, path, body=data)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()

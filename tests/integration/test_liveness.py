@@ -16,17 +16,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import poll_until
+from tests.integration.agents import api_request
 
-
-def request(agent: Any, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=10)
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    try:
-        conn.request(method, path, body=data)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
+request = api_request
 
 
 def visible(agent: Any, key: str) -> bool:

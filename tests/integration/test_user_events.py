@@ -3,25 +3,15 @@ once per event, including a member that was down when it was sent."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import poll_until
+from tests.integration.agents import api_request
 
-
-def request(agent: Any, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=10)
-    try:
-        conn.request(method, path, body=body)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
+request = api_request
 
 
 def handler(out: Path) -> list[str]:

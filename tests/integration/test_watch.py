@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import poll_until
+from tests.integration.agents import api_request
 
 
 class RawWatch:
@@ -46,14 +47,7 @@ class RawWatch:
         self.conn.close()
 
 
-def request(agent: Any, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=10)
-    try:
-        conn.request(method, path, body=body)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
+request = api_request
 
 
 def kv_events(watch: RawWatch, n: int) -> list[dict[str, Any]]:
