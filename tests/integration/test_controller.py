@@ -153,3 +153,21 @@ def test_with_fsyncs_slower_than_the_request_timeout_a_controller_is_elected(age
     survivors = [a for a in started if a is not victim]
     victim.kill()
     poll_until(lambda: (found := agreed(survivors)) and found[1] > epoch, 15, interval_s=0.05)
+
+
+def test_a_restarted_non_controller_changes_neither_the_epoch_nor_the_controller(agents):
+    """kill -9 and restart of another member: no new epoch, and no second
+    controller-elected for the same controller (handlers ran twice before)."""
+    started = start_five(agents)
+    name, epoch = agreed(started)
+    holder = next(a for a in started if a.name == name)
+    other = next(a for a in started if a.name != name)
+    other.kill()
+    agents.wait_all_see([other.name], "dead", [a for a in started if a is not other],
+                        timeout_s=30)  # fmt: skip
+    other.start()
+    agents.wait_all_see([a.name for a in started], "alive", started, timeout_s=30)
+    poll_until(lambda: agreed(started), 15)
+    assert agreed(started) == (name, epoch)
+    elected = holder.log().count('"event": "controller-elected"')
+    assert elected == 1, f"controller-elected logged {elected} times by {name}"
