@@ -16,36 +16,49 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.client.errors import (
     BadRequest,
+    Busy,
     Conflict,
     Gone,
     IncompatibleAgent,
     NotFound,
     ShoalError,
+    TooLarge,
     Unauthorized,
     Unavailable,
 )
+from shoal.client.session import Session
 from shoal.client.sync import Client, KvApi, Watch
 from shoal.client.types import (
+    Check,
+    CheckListing,
     Controller,
     ControllerEvent,
     Event,
+    EventSent,
     JoinResult,
     KeyValue,
     KvEvent,
     Member,
+    MemberAnswer,
     MemberEvent,
+    QueryResult,
     SelfInfo,
+    SessionInfo,
+    UserEvent,
     Written,
 )
 
 if TYPE_CHECKING:
     from shoal.client.aio import AsyncClient, AsyncKvApi, AsyncWatch
+    from shoal.client.aiosession import AsyncSession
 
 __all__ = [
-    "AsyncClient", "AsyncKvApi", "AsyncWatch", "BadRequest", "Client", "Conflict", "Controller",
-    "ControllerEvent", "Event", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi",
-    "KvEvent", "Member", "MemberEvent", "NotFound", "SelfInfo", "ShoalError", "Unauthorized",
-    "Unavailable", "Watch", "Written",
+    "AsyncClient", "AsyncKvApi", "AsyncSession", "AsyncWatch", "BadRequest", "Busy", "Check",
+    "CheckListing", "Client", "Conflict", "Controller", "ControllerEvent", "Event", "EventSent",
+    "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi", "KvEvent", "Member",
+    "MemberAnswer", "MemberEvent", "NotFound", "QueryResult", "SelfInfo", "Session",
+    "SessionInfo", "ShoalError", "TooLarge", "Unauthorized", "Unavailable", "UserEvent", "Watch",
+    "Written",
 ]  # fmt: skip
 
 _ASYNC = ("AsyncClient", "AsyncKvApi", "AsyncWatch")
@@ -57,4 +70,8 @@ def __getattr__(name: str) -> Any:
         from shoal.client import aio
 
         return getattr(aio, name)
+    if name == "AsyncSession":
+        from shoal.client import aiosession
+
+        return aiosession.AsyncSession
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

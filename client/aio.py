@@ -8,26 +8,32 @@ async iterators. One connection per call, as in `Client`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import httptools
 
 from shoal.client import calls
+from shoal.client.aiosession import AsyncSession
 from shoal.client.endpoint import parse_endpoint, resolve_token
 from shoal.client.errors import ShoalError, Unavailable
 from shoal.client.types import (
     TOPICS,
+    CheckListing,
     Controller,
     ControllerEvent,
     Event,
+    EventSent,
     JoinResult,
     KeyValue,
     KvEvent,
     Member,
     MemberEvent,
+    QueryResult,
     SelfInfo,
+    SessionInfo,
+    UserEvent,
     Written,
 )
 from shoal.client.watch import OPEN, SILENCE_S, WatchCursor
@@ -179,10 +185,57 @@ class AsyncClient:
         """See `Client.force_leave`."""
         return await self.run(calls.one(calls.force_leave(node)))
 
+    def session(self, ttl: float = 10.0, name: str = "", checks: Sequence[str] = (),
+                on_lost: Callable[[AsyncSession], object] | None = None,
+                ) -> AsyncSession:  # fmt: skip
+        """See `Client.session`; it opens at `async with` (or `await s.open()`)
+        and a task renews it."""
+        return AsyncSession(self, ttl, name, checks, on_lost)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """See `Client.sessions`."""
+        return await self.run(calls.sessions_listing())
+
+    async def checks(self) -> CheckListing:
+        """See `Client.checks`."""
+        return await self.run(calls.one(calls.checks_listing()))
+
+    async def check(self, check_id: str, status: str, note: str = "") -> None:
+        """See `Client.check`."""
+        await self.run(calls.one(calls.check_update(check_id, status, note)))
+
+    async def check_pass(self, check_id: str, note: str = "") -> None:
+        """See `Client.check_pass`."""
+        await self.check(check_id, "pass", note)
+
+    async def check_warn(self, check_id: str, note: str = "") -> None:
+        """See `Client.check_warn`."""
+        await self.check(check_id, "warn", note)
+
+    async def check_fail(self, check_id: str, note: str = "") -> None:
+        """See `Client.check_fail`."""
+        await self.check(check_id, "fail", note)
+
+    async def event(self, name: str, payload: bytes | str = b"") -> EventSent:
+        """See `Client.event`."""
+        return await self.run(calls.one(calls.user_event(name, payload)))
+
+    async def query(self, name: str, payload: bytes | str = b"",
+                    node: calls.Pattern | None = None,
+                    tags: Mapping[str, calls.Pattern] | None = None,
+                    timeout: float = 5.0) -> QueryResult:  # fmt: skip
+        """See `Client.query`."""
+        return await self.run(calls.one(calls.query(name, payload, node, tags, timeout)))
+
     def watch(self, topics: Iterable[str] = TOPICS, prefix: str = "", index: int | None = None,
               run: str | None = None) -> AsyncWatch[Event]:  # fmt: skip
         """See `Client.watch`; an async iterator (`async with` closes it)."""
         return AsyncWatch(self, WatchCursor(topics, prefix, index, run))
+
+    def watch_events(self, index: int | None = None,
+                     run: str | None = None) -> AsyncWatch[UserEvent]:  # fmt: skip
+        """See `Client.watch_events`."""
+        return AsyncWatch(self, WatchCursor(("events",), "", index, run))
 
     def watch_members(self, index: int | None = None,
                       run: str | None = None) -> AsyncWatch[MemberEvent]:  # fmt: skip

@@ -21,13 +21,18 @@ import msgspec
 
 from shoal.client.errors import IncompatibleAgent, ShoalError, Unavailable, error_for
 from shoal.client.types import (
+    CheckListing,
     Controller,
+    EventSent,
     JoinResult,
     KeyListing,
     KeyValue,
     Member,
     MemberListing,
+    QueryResult,
     SelfInfo,
+    SessionInfo,
+    SessionListing,
     TagsAnswer,
     Written,
 )
@@ -36,6 +41,10 @@ T = TypeVar("T")
 KV_PAGE = 1000
 # The agent refuses a controller wait above 300 s: a longer one is several.
 MAX_WAIT_S = 300.0
+# A query's timeout: the agent's bounds (daemon/network/queries.py).
+MAX_QUERY_TIMEOUT_S = 300.0
+CHECK_STATUSES = {"pass": "pass", "warn": "warn", "fail": "fail", "passing": "pass",
+                  "warning": "warn", "critical": "fail"}  # fmt: skip
 Pattern = str | re.Pattern[str]
 
 
@@ -172,7 +181,7 @@ def change_tags(set_tags: Mapping[str, str], delete: Sequence[str]) -> Steps[dic
 
 
 def force_leave(node: str) -> Call[Any]:
-    """`POST /v1/force-leave` (ask the controller's agent)."""
+    """`POST /v1/force-leave`: remove a failed voter (from any agent)."""
     return Call("POST", "/v1/force-leave", _raw, _json({"node": node}))
 
 
@@ -260,6 +269,117 @@ def kv_list(prefix: str = "") -> Steps[list[KeyValue]]:
     """The keys under `prefix`, in key order."""
     listing: KeyListing = yield from kv_listing(prefix)
     return listing.items
+
+
+def session_open(ttl_s: float, name: str = "", checks: Sequence[str] = ()) -> Call[SessionInfo]:
+    """`POST /v1/session`.
+
+    Raises:
+        ValueError: `ttl_s` is not a number of seconds, or `checks` is one string.
+    """
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or ttl_s <= 0:
+        raise ValueError(f"ttl is a positive number of seconds: got {ttl_s!r}")
+    if isinstance(checks, str):
+        raise TypeError("checks is a list of check ids, not one string")
+    body = _json({"ttl_s": ttl_s, "name": name, "checks": list(checks)})
+    return Call("POST", "/v1/session", typed(SessionInfo), body, needs="/v1/session")
+
+
+def _session_path(session_id: str, suffix: str = "") -> str:
+    if not session_id:
+        raise ValueError("a session id must not be empty")
+    return "/v1/session/" + quote(session_id, safe="") + suffix
+
+
+def session_renew(session_id: str) -> Call[SessionInfo]:
+    """`PUT /v1/session/<id>/renew` (NotFound: the session is gone)."""
+    return Call("PUT", _session_path(session_id, "/renew"), typed(SessionInfo), b"")
+
+
+def session_info(session_id: str) -> Call[SessionInfo]:
+    """`GET /v1/session/<id>`."""
+    return Call("GET", _session_path(session_id), typed(SessionInfo))
+
+
+def session_close(session_id: str) -> Call[SessionInfo]:
+    """`DELETE /v1/session/<id>`: its keys are deleted at once."""
+    return Call("DELETE", _session_path(session_id), typed(SessionInfo))
+
+
+def sessions_listing() -> Steps[list[SessionInfo]]:
+    """`GET /v1/sessions`: the open sessions."""
+    listing: SessionListing = yield Call("GET", "/v1/sessions", typed(SessionListing),
+                                         needs="/v1/sessions")  # fmt: skip
+    return listing.sessions
+
+
+def checks_listing() -> Call[CheckListing]:
+    """`GET /v1/checks`."""
+    return Call("GET", "/v1/checks", typed(CheckListing), needs="/v1/checks")
+
+
+def check_update(check_id: str, status: str, note: str = "") -> Call[Any]:
+    """`PUT /v1/check/<id>/pass|warn|fail` with `note` as the body.
+
+    Raises:
+        ValueError: `status` is none of pass, warn, fail (or passing,
+            warning, critical), or `check_id` is empty.
+    """
+    op = CHECK_STATUSES.get(status)
+    if op is None:
+        raise ValueError(f"a check's status is pass, warn or fail: got {status!r}")
+    if not check_id:
+        raise ValueError("a check id must not be empty")
+    path = f"/v1/check/{quote(check_id, safe='')}/{op}"
+    return Call("PUT", path, _raw, note.encode())
+
+
+def _payload(payload: bytes | str) -> bytes:
+    return payload.encode() if isinstance(payload, str) else bytes(payload)
+
+
+def _name_path(route: str, name: str) -> str:
+    if not name:
+        raise ValueError("a name must not be empty")
+    return route + quote(name, safe="")
+
+
+def user_event(name: str, payload: bytes | str = b"") -> Call[EventSent]:
+    """`POST /v1/event/<name>`, the payload as the body."""
+    return Call("POST", _name_path("/v1/event/", name), typed(EventSent), _payload(payload),
+                needs="/v1/event")  # fmt: skip
+
+
+def query(name: str, payload: bytes | str = b"", node: Pattern | None = None,
+          tags: Mapping[str, Pattern] | None = None,
+          timeout_s: float = 5.0) -> Call[QueryResult]:  # fmt: skip
+    """`POST /v1/query/<name>?node=RE&tag=K=RE&timeout=S`; the agent holds
+    the answer up to `timeout_s`.
+
+    Raises:
+        re.error: a pattern given as text does not compile (nothing is sent).
+        ValueError: `timeout_s` is not in (0, 300], or a tag key is empty.
+    """
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not 0 < timeout_s <= MAX_QUERY_TIMEOUT_S:  # fmt: skip
+        raise ValueError(f"timeout is seconds above 0, at most {MAX_QUERY_TIMEOUT_S:g}: "
+                         f"got {timeout_s!r}")  # fmt: skip
+    params: list[tuple[str, str]] = []
+    if node is not None:
+        params.append(("node", _pattern_text(node)))
+    for key, pattern in (tags or {}).items():
+        if not key or "=" in key:
+            raise ValueError(f"a tag key is not empty and has no '=': got {key!r}")
+        params.append(("tag", f"{key}={_pattern_text(pattern)}"))
+    params.append(("timeout", f"{timeout_s:g}"))
+    path = _name_path("/v1/query/", name) + "?" + urlencode(params)
+    return Call("POST", path, typed(QueryResult), _payload(payload), wait_s=timeout_s,
+                needs="/v1/query")  # fmt: skip
+
+
+def _pattern_text(pattern: Pattern) -> str:
+    """The text of `pattern`, compiled first so that a bad one raises here."""
+    return pattern.pattern if isinstance(pattern, re.Pattern) else re.compile(pattern).pattern
 
 
 def unreachable(base: str, exc: BaseException) -> ShoalError:

@@ -3,9 +3,11 @@
     ShoalError              base; `.status` is the HTTP status, None when no answer came
     ├── BadRequest          400: the request was malformed (a bad fence, prefix, index)
     ├── Unauthorized        401: the call needs the API token
-    ├── NotFound            404: no such key, member or voter
+    ├── NotFound            404: no such key, member, voter, session or check
     ├── Conflict            409: refused by a fence (`.fence`, `.epoch`), or by the cluster's state
     ├── Gone                410: a watch position the agent no longer holds (`.run`, `.index`)
+    ├── TooLarge            413: a payload or note over the agent's limit
+    ├── Busy                429: the agent's queue is full (user events): retry later
     ├── Unavailable         503, or no answer at all (no agent, refused, reset, timed out)
     └── IncompatibleAgent   the agent lacks an endpoint this call needs, or answered unreadably
 
@@ -74,6 +76,14 @@ class Gone(ShoalError):
         self.index = index
 
 
+class TooLarge(ShoalError):
+    """413: a user event's or query's payload (over 64 KiB), or a check's note (4 KiB)."""
+
+
+class Busy(ShoalError):
+    """429: the agent's handler queue is full; the same call may succeed later."""
+
+
 class Unavailable(ShoalError):
     """503 (the agent cannot serve this now), or no agent answered at all."""
 
@@ -83,7 +93,8 @@ class IncompatibleAgent(ShoalError):
 
 
 _BY_STATUS: dict[int, type[ShoalError]] = {
-    400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone, 503: Unavailable,
+    400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone, 413: TooLarge,
+    429: Busy, 503: Unavailable,
 }  # fmt: skip
 
 

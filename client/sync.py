@@ -11,24 +11,30 @@ from __future__ import annotations
 import http.client
 import socket
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from shoal.client import calls
 from shoal.client.endpoint import parse_endpoint, resolve_token
 from shoal.client.errors import ShoalError, Unavailable
+from shoal.client.session import Session
 from shoal.client.types import (
     TOPICS,
+    CheckListing,
     Controller,
     ControllerEvent,
     Event,
+    EventSent,
     JoinResult,
     KeyValue,
     KvEvent,
     Member,
     MemberEvent,
+    QueryResult,
     SelfInfo,
+    SessionInfo,
+    UserEvent,
     Written,
 )
 from shoal.client.watch import OPEN, SILENCE_S, WatchCursor
@@ -137,15 +143,89 @@ class Client:
         return self.run(calls.wait_controller(after_epoch, timeout))
 
     def force_leave(self, node: str) -> Any:
-        """Remove a dead voter (ask the controller's agent)."""
+        """Remove a failed voter (any agent forwards it to the controller's)."""
         return self.run(calls.one(calls.force_leave(node)))
+
+    def session(self, ttl: float = 10.0, name: str = "", checks: Sequence[str] = (),
+                on_lost: Callable[[Session], object] | None = None) -> Session:  # fmt: skip
+        """Open a session (now) that a daemon thread renews every `ttl / 3`
+        seconds until it is closed; keys written with `session.put()` end
+        with it (docs/client.md, "Sessions").
+
+        Args:
+            ttl: seconds the agent keeps it without a renewal (1 to 3600).
+            name: a label `shoal sessions` shows.
+            checks: ids of this agent's health checks: the session ends when
+                one turns critical (one that is critical now: Conflict).
+            on_lost: called with the session when it is lost (expired,
+                closed by a check, or the agent restarted).
+
+        Raises:
+            BadRequest: a TTL out of range or an unknown check. Conflict: a
+                critical check.
+        """
+        return Session(self, ttl, name, checks, on_lost)
+
+    def sessions(self) -> list[SessionInfo]:
+        """The sessions open on this agent."""
+        return self.run(calls.sessions_listing())
+
+    def checks(self) -> CheckListing:
+        """This agent's health checks and the member's health (the worst of them)."""
+        return self.run(calls.one(calls.checks_listing()))
+
+    def check(self, check_id: str, status: str, note: str = "") -> None:
+        """Report a TTL check's status: "pass", "warn" or "fail", with a note.
+
+        Raises:
+            NotFound: no TTL check `check_id` on this agent.
+        """
+        self.run(calls.one(calls.check_update(check_id, status, note)))
+
+    def check_pass(self, check_id: str, note: str = "") -> None:
+        """`check(check_id, "pass", note)`: the TTL check passes for another ttl_s."""
+        self.check(check_id, "pass", note)
+
+    def check_warn(self, check_id: str, note: str = "") -> None:
+        """`check(check_id, "warn", note)`."""
+        self.check(check_id, "warn", note)
+
+    def check_fail(self, check_id: str, note: str = "") -> None:
+        """`check(check_id, "fail", note)`: the member is critical at once."""
+        self.check(check_id, "fail", note)
+
+    def event(self, name: str, payload: bytes | str = b"") -> EventSent:
+        """Fire a user event: every member runs its handlers for `name` at
+        least once (docs/events.md).
+
+        Raises:
+            BadRequest: a bad name. TooLarge: a payload over 64 KiB. Busy: a full queue.
+        """
+        return self.run(calls.one(calls.user_event(name, payload)))
+
+    def query(self, name: str, payload: bytes | str = b"", node: calls.Pattern | None = None,
+              tags: Mapping[str, calls.Pattern] | None = None,
+              timeout: float = 5.0) -> QueryResult:  # fmt: skip
+        """Ask the members alive now whose name matches `node` and whose tags
+        match `tags` (re.search, as the agent matches) to run their handler
+        for `name`; returns when all answered, or at `timeout` seconds.
+
+        Raises:
+            re.error, ValueError: a bad pattern or timeout (nothing is sent).
+        """
+        return self.run(calls.one(calls.query(name, payload, node, tags, timeout)))
 
     def watch(self, topics: Iterable[str] = TOPICS, prefix: str = "", index: int | None = None,
               run: str | None = None) -> Watch[Event]:  # fmt: skip
         """Follow changes: MemberEvent, ControllerEvent and KvEvent (keys under
-        `prefix`), from `index` (None: from now on), resuming across dropped
-        connections and agent restarts (docs/client.md)."""
+        `prefix`), and UserEvent if `topics` names "events", from `index`
+        (None: from now on), resuming across dropped connections and agent
+        restarts (docs/client.md)."""
         return Watch(self, WatchCursor(topics, prefix, index, run))
+
+    def watch_events(self, index: int | None = None, run: str | None = None) -> Watch[UserEvent]:
+        """Follow the user events delivered on this agent (see `watch`)."""
+        return Watch(self, WatchCursor(("events",), "", index, run))
 
     def watch_members(self, index: int | None = None, run: str | None = None) -> Watch[MemberEvent]:
         """Follow membership changes (see `watch`)."""

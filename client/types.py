@@ -11,8 +11,12 @@ from typing import Literal
 
 import msgspec
 
-Topic = Literal["members", "controller", "kv"]
+Topic = Literal["members", "controller", "kv", "events"]
+# What `watch()` follows unless told: user events ("events") only when asked
+# for (`watch_events()`, or `topics=` naming them), so a program written for
+# the first three topics never meets a fourth kind of event.
 TOPICS: tuple[Topic, ...] = ("members", "controller", "kv")
+ALL_TOPICS: tuple[Topic, ...] = ("members", "controller", "kv", "events")
 
 
 class Member(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,4 +196,117 @@ class KvEvent(msgspec.Struct, frozen=True, kw_only=True):
         return self.type == "delete"
 
 
-Event = MemberEvent | ControllerEvent | KvEvent
+class UserEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """A user event being delivered on the agent watched (`shoal event`,
+    docs/events.md): at most its first 4 KiB of payload (`payload_bytes` is
+    the whole size). A watch that had to resync (410) does not see the user
+    events it missed; handlers do (they run at least once per event)."""
+
+    index: int
+    type: str = "user"
+    topic: str = "events"
+    name: str = ""
+    id: str = ""  # ORIGIN-ID:SEQ
+    origin: str = ""  # the member that fired it
+    payload_bytes: int = 0
+    payload: bytes = msgspec.field(default=b"", name="payload_base64")
+    observer: str = ""  # the agent that delivered it
+    at_ms: int = 0
+    resync: bool = False
+
+
+Event = MemberEvent | ControllerEvent | KvEvent | UserEvent
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One session as the agent holds it (`GET /v1/session/ID`, `/v1/sessions`).
+
+    Attributes:
+        expires_in_s: how long it lives without another renewal.
+        checks: the health checks it is bound to: it ends when one turns critical.
+        keys: the keys written under it (deleted when it ends).
+    """
+
+    id: str
+    ttl_s: float
+    expires_in_s: float = 0.0
+    name: str = ""
+    checks: tuple[str, ...] = ()
+    renewals: int = 0
+    keys: tuple[str, ...] = ()
+
+
+class SessionListing(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/sessions`: the open sessions of one agent."""
+
+    sessions: list[SessionInfo]
+
+
+class Check(msgspec.Struct, frozen=True, kw_only=True):
+    """One health check of the agent and what it last said (docs/operations.md)."""
+
+    id: str
+    kind: str  # http, tcp, script or ttl
+    status: str  # passing, warning or critical
+    target: str = ""
+    output: str = ""
+    interval_s: float = 0.0
+    ttl_s: float = 0.0
+    runs: int = 0
+
+
+class CheckListing(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/checks`: the checks and the member's health, the worst of them."""
+
+    health: str
+    checks: list[Check]
+
+
+class EventSent(msgspec.Struct, frozen=True, kw_only=True):
+    """A user event fired: its id (`ORIGIN-ID:SEQ`), name and payload size."""
+
+    id: str
+    name: str
+    payload_bytes: int = 0
+
+
+class MemberAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """What one expected member did with a query.
+
+    Attributes:
+        status: answered, no-handler, error, silent, failed or left.
+        answer: its handler's output (bytes; `.text` decodes it), for answered.
+        error: why, for error.
+    """
+
+    status: str
+    answer: bytes = msgspec.field(default=b"", name="answer_base64")
+    error: str = ""
+
+    @property
+    def text(self) -> str:
+        """The answer as UTF-8 text (UnicodeDecodeError if it is not)."""
+        return self.answer.decode()
+
+
+class QueryResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A query's outcome: every member expected to answer, by name.
+
+    Attributes:
+        expected: how many members matched the filters when it was sent.
+        answered: how many answered (status "answered").
+        complete: every expected member answered before the timeout.
+    """
+
+    id: str
+    name: str
+    expected: int
+    answered: int
+    duration_s: float = 0.0
+    complete: bool = False
+    members: dict[str, MemberAnswer] = {}
+
+    @property
+    def answers(self) -> dict[str, bytes]:
+        """The answers of the members that answered, by name."""
+        return {n: m.answer for n, m in self.members.items() if m.status == "answered"}

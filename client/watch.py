@@ -15,7 +15,9 @@ index it delivered and the run it came from:
   keys under the prefix), and yield the difference from what this watch had
   seen as events with `resync=True`: a member's current status, the current
   controller, puts for new or changed keys, deletes for keys now gone. The
-  watch then continues from the listings' position.
+  watch then continues from the listings' position. User events (topic
+  `events`) cannot be listed: those delivered while the watch was away are
+  not seen by it (their handlers still run, docs/events.md).
 
 Between attempts the driver waits `backoff()`: 0.1 s, doubling to 2 s, back
 to 0.1 s once a `hello` arrives.
@@ -32,6 +34,7 @@ import msgspec
 from shoal.client import calls
 from shoal.client.errors import IncompatibleAgent
 from shoal.client.types import (
+    ALL_TOPICS,
     TOPICS,
     Controller,
     ControllerEvent,
@@ -41,6 +44,7 @@ from shoal.client.types import (
     Member,
     MemberEvent,
     MemberListing,
+    UserEvent,
 )
 
 BACKOFF_MIN_S = 0.1
@@ -54,7 +58,7 @@ OPEN = object()
 _STATUS_EVENT = {"alive": "member-alive", "suspect": "member-suspected", "dead": "member-failed",
                  "left": "member-left"}  # fmt: skip
 _EVENT_TYPES: dict[str, type[Event]] = {
-    "members": MemberEvent, "controller": ControllerEvent, "kv": KvEvent,
+    "members": MemberEvent, "controller": ControllerEvent, "kv": KvEvent, "events": UserEvent,
 }  # fmt: skip
 
 
@@ -62,7 +66,7 @@ class WatchCursor:
     """Where a watch is in the agent's changes, and what it has seen.
 
     Args:
-        topics: any of "members", "controller", "kv".
+        topics: any of "members", "controller", "kv", "events".
         prefix: kv keys only under this prefix.
         index: resume after this index (None: from now on).
         run: the agent run `index` belongs to (None: whichever is running).
@@ -71,8 +75,8 @@ class WatchCursor:
     def __init__(self, topics: Iterable[str] = TOPICS, prefix: str = "",
                  index: int | None = None, run: str | None = None) -> None:  # fmt: skip
         self.topics = tuple(topics)
-        if not self.topics or any(t not in TOPICS for t in self.topics):
-            raise ValueError(f"topics are some of {', '.join(TOPICS)}: got {self.topics!r}")
+        if not self.topics or any(t not in ALL_TOPICS for t in self.topics):
+            raise ValueError(f"topics are some of {', '.join(ALL_TOPICS)}: got {self.topics!r}")
         if index is not None and (isinstance(index, bool) or index < 0):
             raise ValueError(f"index must be a non-negative int: got {index!r}")
         self.prefix = prefix
@@ -152,6 +156,8 @@ class WatchCursor:
         elif isinstance(event, ControllerEvent):
             if event.type in ("controller-changed", "controller-elected", "controller-lost"):
                 self.controller = (event.controller, event.epoch)
+        elif isinstance(event, UserEvent):
+            return  # nothing to compare at a resync
         elif event.type == "delete":
             self.keys.pop(event.key, None)
         else:
@@ -171,6 +177,8 @@ class WatchCursor:
                 control = yield calls.controller()
             if "kv" in self.topics:
                 keys = yield from calls.kv_listing(self.prefix)
+            if members is None and control is None and keys is None:
+                control = yield calls.controller()  # only user events: just the position
             listed = [x for x in (members, control, keys) if x is not None]
             runs = {x.run for x in listed}
             if len(runs) == 1:  # else the agent restarted between the listings
@@ -181,7 +189,7 @@ class WatchCursor:
         events: list[Event] = []
         if members is not None:
             events += self._members_diff(members, index)
-        if control is not None:
+        if control is not None and "controller" in self.topics:
             events += self._controller_diff(control, index)
         if keys is not None:
             events += self._keys_diff(keys, index)

@@ -32,8 +32,8 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
 
 def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     """The command line. With `only_agent`, just `shoal agent`: its start is
-    timed (a whole cluster may start at once), and the other eighteen
-    commands' parsers cost it about 4 ms."""
+    timed (a whole cluster may start at once), and the other commands'
+    parsers cost it about 4 ms."""
     from shoal import __version__
 
     parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership")
@@ -93,6 +93,11 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
                          help="only members whose tag KEY matches REGEX in full (repeatable; "
                          "Serf's -tag)")  # fmt: skip
     members.add_argument("--name", metavar="REGEX", help="only members whose name matches")
+    members.add_argument("--health", choices=("passing", "warning", "critical"),
+                         help="only members whose health checks say this (the worst of them; a "
+                         "member without checks is passing)")  # fmt: skip
+    members.add_argument("--healthy", action="store_true",
+                         help="only members whose checks all pass (--health passing)")
 
     tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")
     _api_arg(tags)
@@ -120,7 +125,8 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     ctl.add_argument("--json", action="store_true", help="print JSON")
     ctl.add_argument("--watch", action="store_true", help="print every change until Ctrl-C")
 
-    force = sub.add_parser("force-leave", help="remove a dead voter (ask the controller's agent)")
+    force = sub.add_parser("force-leave", help="remove a failed voter (from any agent: it asks "
+                           "the controller's; a live member is refused)")  # fmt: skip
     _api_arg(force)
     force.add_argument("node")
 
@@ -129,28 +135,41 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     for name, help_text in (("put", "set KEY to VALUE (or stdin with -)"),
                             ("get", "print the value of KEY"),
                             ("delete", "delete KEY"),
-                            ("list", "list keys (and values) under a prefix")):  # fmt: skip
+                            ("list", "list keys (and values) under a prefix"),
+                            ("watch", "print each change of the keys under a prefix as it "
+                             "happens, until Ctrl-C (resumes after a dropped connection)")):
         p = kv_sub.add_parser(name, help=help_text)
         _api_arg(p)
-        if name == "list":
+        if name in ("list", "watch"):
             p.add_argument("prefix", nargs="?", default="")
-            p.add_argument("--values", action="store_true", help="print values too")
         else:
             p.add_argument("key")
+        if name == "list":
+            p.add_argument("--values", action="store_true", help="print values too")
         if name == "put":
             p.add_argument("value", help="the value, or - to read it from stdin")
-        if name in ("get", "list"):
+            p.add_argument("--ephemeral", action="store_true",
+                           help="the key vanishes when this agent's member fails or leaves")
+        if name in ("put", "delete"):
+            p.add_argument("--fence", metavar="EPOCH",
+                           help="write under this controller epoch; refused once a newer one "
+                           "is known or wrote the key")  # fmt: skip
+        if name in ("get", "list", "watch"):
             p.add_argument("--json", action="store_true", help="print JSON with versions")
 
     demo = sub.add_parser("demo", help="run a demo cluster of agents on loopback")
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
+    from shoal.daemon.cli import events, liveness, manual
     from shoal.daemon.cli.history import add_parsers
     from shoal.daemon.cli.keys import add_parsers as add_keys_parsers
 
     add_parsers(sub)
     add_keys_parsers(sub, _api_arg)
+    liveness.add_parsers(sub, _api_arg)
+    events.add_parsers(sub, _api_arg)
+    manual.add_parsers(sub)
 
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
     sim.add_argument("--nodes", type=int, default=200)
@@ -222,6 +241,11 @@ def _run(args: argparse.Namespace) -> int:
         from shoal.sim.report import simulate_command
 
         return simulate_command(args)
+    if command in ("completion", "man"):
+        from shoal.daemon.cli import manual
+
+        return manual.completion_command(args, _parser) if command == "completion" else \
+            manual.man_command()  # fmt: skip
     if command == "keys" and args.keys_command == "generate":
         from shoal.daemon.cli.keys import generate
 

@@ -1,7 +1,8 @@
 """The commands that talk to a running agent, through `shoal.client`:
-members, info, tags, join, leave, monitor, controller, force-leave, kv and
-keys. A refusal or an absent agent becomes one line on stderr and exit 1
-(`ApiError`): "cannot reach the agent at ...", or "the agent refused: ...".
+members, info, tags, join, leave, monitor, controller, force-leave, kv,
+keys, sessions, checks, event and query. A refusal or an absent agent
+becomes one line on stderr and exit 1 (`ApiError`): "cannot reach the
+agent at ...", or "the agent refused: ...".
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ def _dispatch(client: Client, args: argparse.Namespace) -> int:
         from shoal.daemon.cli.kv import kv_command
 
         return kv_command(client, args)
+    if command in ("sessions", "checks"):
+        from shoal.daemon.cli import liveness
+
+        return (liveness.sessions_command if command == "sessions" else
+                liveness.checks_command)(client, args)  # fmt: skip
+    if command in ("event", "query"):
+        from shoal.daemon.cli import events
+
+        return (events.event_command if command == "event" else
+                events.query_command)(client, args)  # fmt: skip
     handler = {"members": _members, "info": _info, "tags": _tags, "join": _join,
                "controller": _controller, "force-leave": _force_leave, "leave": _leave,
                "monitor": _monitor}[command]  # fmt: skip
@@ -184,12 +195,17 @@ def _members(client: Client, args: argparse.Namespace) -> int:
         raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
     name = _compile("--name", args.name) if args.name else None
     tags = _member_filters(args)
-    members = msgspec.to_builtins(client.members(status=args.status, tags=tags, name=name))
+    if args.healthy and args.health not in (None, "passing"):
+        raise ConfigError(f"--healthy is --health passing: not with --health {args.health}")
+    health = "passing" if args.healthy else args.health
+    members = msgspec.to_builtins(client.members(status=args.status, tags=tags, name=name,
+                                                 health=health))  # fmt: skip
     if args.json:
         print(json.dumps(members, indent=2))
         return 0
     if not members:
-        print(f"no member is {args.status}" if args.status else "no members")
+        wanted = " and ".join(w for w in (args.status, health) if w)
+        print(f"no member is {wanted}" if wanted else "no members")
         return 0
     from shoal.daemon.cli.format import format_members
 

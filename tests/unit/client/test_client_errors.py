@@ -5,11 +5,13 @@ import pytest
 from shoal.client import calls
 from shoal.client.errors import (
     BadRequest,
+    Busy,
     Conflict,
     Gone,
     IncompatibleAgent,
     NotFound,
     ShoalError,
+    TooLarge,
     Unauthorized,
     Unavailable,
     error_for,
@@ -18,7 +20,7 @@ from shoal.client.errors import (
 
 @pytest.mark.parametrize("status,cls", [
     (400, BadRequest), (401, Unauthorized), (404, NotFound), (409, Conflict), (410, Gone),
-    (503, Unavailable), (413, ShoalError), (500, ShoalError),
+    (503, Unavailable), (413, TooLarge), (429, Busy), (500, ShoalError), (418, ShoalError),
 ])  # fmt: skip
 def test_each_status_has_its_class_and_keeps_the_agents_words(status, cls):
     """The agent's `error` text is the message; the status is kept."""

@@ -182,10 +182,12 @@ def test_the_public_names_are_pinned():
     import shoal.client
 
     assert sorted(shoal.client.__all__) == sorted([
-        "AsyncClient", "AsyncKvApi", "AsyncWatch", "BadRequest", "Client", "Conflict",
-        "Controller", "ControllerEvent", "Event", "Gone", "IncompatibleAgent", "JoinResult",
-        "KeyValue", "KvApi", "KvEvent", "Member", "MemberEvent", "NotFound", "SelfInfo",
-        "ShoalError", "Unauthorized", "Unavailable", "Watch", "Written",
+        "AsyncClient", "AsyncKvApi", "AsyncSession", "AsyncWatch", "BadRequest", "Busy", "Check",
+        "CheckListing", "Client", "Conflict", "Controller", "ControllerEvent", "Event",
+        "EventSent", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi", "KvEvent",
+        "Member", "MemberAnswer", "MemberEvent", "NotFound", "QueryResult", "SelfInfo",
+        "Session", "SessionInfo", "ShoalError", "TooLarge", "Unauthorized", "Unavailable",
+        "UserEvent", "Watch", "Written",
     ])  # fmt: skip
     for name in shoal.client.__all__:
         assert getattr(shoal.client, name) is not None
