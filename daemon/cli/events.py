@@ -17,12 +17,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
+from shoal.client import calls
 from shoal.kernel.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shoal.client import Client
+    from shoal.client import Client, QueryResult
 
 
 def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -99,10 +98,18 @@ def query_command(client: Client, args: argparse.Namespace) -> int:
     """`shoal query NAME [PAYLOAD]`: 0 when enough members answered, else 1."""
     timeout_s, minimum, tags = _query_args(args)
     payload = _payload(args.payload)
-    result = client.query(args.name, payload, node=args.node, tags=tags, timeout=timeout_s)
+    call = calls.query(args.name, payload, args.node, tags, timeout_s)
+    typed: Callable[[bytes], QueryResult] = call.decode
+
+    def both(body: bytes) -> tuple[Any, QueryResult]:
+        return json.loads(body), typed(body)
+
+    # --json prints the agent's own JSON (an answer as text and as base64).
+    raw, result = client.send(calls.Call(call.method, call.path, both, call.body, call.wait_s,
+                                         call.needs))  # fmt: skip
     wanted = result.expected if minimum is None else minimum
     if args.json:
-        print(json.dumps(msgspec.to_builtins(result), indent=2))
+        print(json.dumps(raw, indent=2))
     else:
         width = max((len(n) for n in result.members), default=0)
         for name, member in result.members.items():

@@ -280,13 +280,15 @@ def test_a_unix_socket_and_the_api_token(agents, tmp_path):
     assert c.kv.put("k", "v").key == "k" and c.self().name == a.name
 
 
-def test_every_example_in_docs_client_md_runs(agents):
+def test_every_example_in_docs_client_md_runs(agents, tmp_path):
     """The documentation's programs run as written against a real agent."""
-    a, _ = started(agents, 2)  # a peer's joining: the member watch's event
+    config = tmp_path / "checks.toml"  # the TTL check the session example reports to
+    config.write_text('[[checks]]\nid = "broker"\nkind = "ttl"\nttl_s = 30\n')
+    a, _ = started(agents, 2, extra=("--config", str(config)))  # a peer's joining: an event
     client_of(a).wait_controller(timeout=30)  # the fenced-write example expects one
     text = (Path(__file__).parents[2] / "docs" / "client.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(examples) >= 6
+    assert len(examples) >= 8
     env = {**os.environ, "SHOAL_API_ADDR": f"{a.ip}:7947", "SHOAL_API_TOKEN": ""}
     env.pop("SHOAL_API_TOKEN_FILE", None)
     for example in examples:
@@ -294,3 +296,81 @@ def test_every_example_in_docs_client_md_runs(agents):
                               env=env, timeout=60)  # fmt: skip
         assert done.returncode == 0, example + done.stderr
     assert client_of(a).kv.get("cluster/assignment").epoch >= 1
+
+
+HOLDER = """
+import sys, time
+from shoal.client import Client
+c = Client(sys.argv[1], token="")
+session = c.session(ttl=2, name="holder")
+session.put("brokers/held", "1")
+print(session.id, flush=True)
+time.sleep(600)  # until killed: only the keepalive thread runs
+"""
+
+
+def test_a_session_kept_by_a_process_ends_within_its_ttl_when_the_process_is_killed(agents):
+    """Its key is gone from another agent within TTL + 1 s of the kill."""
+    a, b = started(agents, 2)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, f"{a.ip}:7947"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        session_id = holder.stdout.readline().strip()
+        poll_until(lambda: _has(b, "brokers/held"), 10)
+        poll_until(lambda: [s.renewals for s in client_of(a).sessions()] >= [2], 10)
+        assert _has(b, "brokers/held")  # two renewals later (ttl 2 s): still there
+        holder.kill()
+        holder.wait(10)
+        poll_until(lambda: not _has(b, "brokers/held"), 2 + 1)
+        assert session_id not in [s.id for s in client_of(a).sessions()]
+    finally:
+        holder.kill()
+        holder.wait(10)
+        holder.stdout.close()
+
+
+def test_leaving_a_session_block_deletes_its_keys_everywhere_at_once(agents):
+    a, b = started(agents, 2)
+    with client_of(a).session(ttl=60) as session:
+        session.put("locks/x", "held")
+        poll_until(lambda: _has(b, "locks/x"), 10)
+        assert not session.lost
+    poll_until(lambda: not _has(b, "locks/x"), 2)
+    assert client_of(a).sessions() == []
+
+
+def test_a_session_the_agent_ends_is_lost_and_calls_back_sync_and_async(agents):
+    """An agent restart ends every session: the client says so at its next renewal."""
+    (a,) = started(agents)
+    c = client_of(a)
+    seen: list[str] = []
+    session = c.session(ttl=1, on_lost=lambda s: seen.append(s.reason))
+    session.put("reg/sync", "1")
+
+    async def open_async():
+        s = AsyncClient(f"{a.ip}:7947", token="").session(ttl=1)
+        await s.open()
+        await s.put("reg/async", "1")
+        return s
+
+    loop = asyncio.new_event_loop()
+    try:
+        async_session = loop.run_until_complete(open_async())
+        a.kill()
+        a.start()
+        poll_until(lambda: a.members().get(a.name) is not None, 20)
+        assert session.wait_lost(10) and "open a new one" in seen[0]
+        loop.run_until_complete(asyncio.wait_for(async_session.wait_lost(), 10))
+        assert async_session.lost and not _has(a, "reg/sync") and not _has(a, "reg/async")
+        loop.run_until_complete(async_session.close())
+    finally:
+        session.close()
+        loop.close()
+
+
+def _has(agent, key: str) -> bool:
+    try:
+        client_of(agent).kv.get(key)
+    except NotFound:
+        return False
+    return True
