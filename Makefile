@@ -12,7 +12,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 # command:Debian package, for what the LAN tests run.
-TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver zsh:zsh
 SHOAL   := $(VENV)/bin/shoal
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed

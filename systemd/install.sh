@@ -33,7 +33,9 @@ live() { [ -z "$DESTDIR" ] && [ -d /run/systemd/system ]; }
 
 uninstall() {
     if live; then systemctl disable --now shoal.service 2>/dev/null || true; fi
-    rm -f "$UNIT" "$SYSUSERS"
+    rm -f "$UNIT" "$SYSUSERS" "$DESTDIR/usr/local/share/man/man1/shoal.1" \
+        "$DESTDIR/usr/local/share/bash-completion/completions/shoal" \
+        "$DESTDIR/usr/local/share/zsh/site-functions/_shoal"
     rm -rf "$DESTDIR$PREFIX"
     if [ "${1:-}" = purge ]; then rm -rf "$DESTDIR/etc/shoal" "$DESTDIR/var/lib/shoal"; fi
     if live; then systemctl daemon-reload; fi
@@ -71,6 +73,14 @@ if [ ! -e "$DESTDIR/etc/shoal/shoal.toml" ]; then
 fi
 mkdir -p "$DESTDIR$PREFIX/share/doc/shoal"
 cp "$SRC"/docs/*.md "$SRC/README.md" "$DESTDIR$PREFIX/share/doc/shoal/"
+# The man page and shell completion, generated from the CLI's parser.
+install -D -m 0644 "$SRC/docs/shoal.1" "$DESTDIR/usr/local/share/man/man1/shoal.1"
+mkdir -p "$DESTDIR/usr/local/share/bash-completion/completions" \
+    "$DESTDIR/usr/local/share/zsh/site-functions"
+"$DESTDIR$PREFIX/bin/python" -m shoal.daemon.cli completion bash \
+    > "$DESTDIR/usr/local/share/bash-completion/completions/shoal"
+"$DESTDIR$PREFIX/bin/python" -m shoal.daemon.cli completion zsh \
+    > "$DESTDIR/usr/local/share/zsh/site-functions/_shoal"
 if live; then
     systemd-sysusers shoal.conf 2>/dev/null || systemd-sysusers
     systemctl daemon-reload

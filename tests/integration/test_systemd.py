@@ -49,6 +49,11 @@ def test_the_installer_lays_out_the_tree_and_uninstalls(installed, tmp_path):
     shoal = installed / "opt/shoal/bin/shoal"
     assert shoal.read_text().splitlines()[0].startswith("#!/opt/shoal/bin/python")
     assert (installed / "opt/shoal/share/doc/shoal/election.md").exists()
+    assert (installed / "usr/local/share/man/man1/shoal.1").read_text().startswith(".TH")
+    assert "complete" in (installed / "usr/local/share/bash-completion/completions/shoal"
+                          ).read_text()  # fmt: skip
+    assert (installed / "usr/local/share/zsh/site-functions/_shoal").read_text().startswith(
+        "#compdef")  # fmt: skip
     out = subprocess.run([str(installed / "opt/shoal/bin/python"), "-m", "shoal.daemon.cli",
                           "--help"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert "controller" in out.stdout
