@@ -9,6 +9,13 @@ namespaces style for both, IPv6 duplicate-address detection off (Serf's mDNS
 query is abandoned when its IPv6 send fails and retried only every 60 s).
 Needs root, iproute2 and `apt-get install serf`.
 
+For shoal the run also splits the figure: each agent's CPU seconds when it
+logged "agent started" (imports, database, sockets, zeroconf up and the first
+announcement sent: the start-up part, which N agents on C cores pay about
+N x CPU / C of), and the tail from the last "agent started" to all see all
+(the protocol part: mDNS answers, resolution, the SWIM join). The load
+average is printed: other work on the machine stretches the start-up part.
+
     .venv/bin/python bench/discovery.py [--nodes 6] [--runs 3]
 """
 
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -27,6 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.lan.netlab: the checkout is not on the path as itself
 
 from tests.lan.netlab import VirtualLan, remove_stale_namespaces  # noqa: E402
 
@@ -44,6 +53,14 @@ def serf_cmd(host, name: str, workdir: Path) -> list[str]:  # noqa: ANN001
             "-rpc-addr", f"{host.ip}:7373", "-discover", "shoalbench"]  # fmt: skip
 
 
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+STARTS: list[tuple[float, float]] = []  # shoal: (CPU s, monotonic) at "agent started"
+
+
 def parse_shoal(line: str) -> str | None:
     if '"member-joined"' not in line:
         return None
@@ -56,18 +73,26 @@ def parse_serf(line: str) -> str | None:
     return m.group(1) if m else None
 
 
+TAILS: list[float] = []  # shoal: last "agent started" -> all see all
+
+
 def one_run(system: str, n: int) -> float | None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-disc-"))
     lan = VirtualLan(n, workdir)
     seen: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
     procs = []
+    started: list[float] = []
     build, parse = (shoal_cmd, parse_shoal) if system == "shoal" else (serf_cmd, parse_serf)
     names = [f"{system}-{h.index}" for h in lan.hosts]
 
     def read(observer: str, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
+            if '"agent started"' in line:
+                with lock:
+                    STARTS.append((cpu_s(proc.pid), time.monotonic()))
+                    started.append(time.monotonic())
             subject = parse(line)
             if subject is not None and subject != observer:
                 with lock:
@@ -86,7 +111,10 @@ def one_run(system: str, n: int) -> float | None:
         while time.monotonic() < deadline:
             with lock:
                 if all(p in seen for p in pairs):
-                    return max(seen[p] for p in pairs) - last_launch
+                    done = max(seen[p] for p in pairs)
+                    if started:
+                        TAILS.append(done - max(started))
+                    return done - last_launch
             time.sleep(0.02)
         return None
     finally:
@@ -118,6 +146,12 @@ def main() -> None:
         medians[system] = statistics.median(ok) if ok else None
         shown = ", ".join("timeout" if r is None else f"{r:.3f}" for r in runs)
         print(f"  {system:6} median {medians[system]}  runs: {shown}")
+    if STARTS:
+        print(f"  shoal  start-up CPU per agent (exec -> first announcement sent): median "
+              f"{statistics.median(c for c, _ in STARTS):.2f} s; tail after the last agent "
+              f"started: median {statistics.median(TAILS):.3f} s "
+              f"(runs: {', '.join(f'{t:.3f}' for t in TAILS)})")  # fmt: skip
+    print(f"  load average during the runs: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if medians["shoal"] and medians["serf"]:
         print(f"  ratio shoal/serf: {medians['shoal'] / medians['serf']:.2f}")
 

@@ -8,6 +8,9 @@ one at a time, each joining through the seed; for each the run records the
 wall time from launch until it logged the seed as joined (and the seed it),
 its CPU seconds at that moment (from /proc, 10 ms ticks) and its RSS. Serf's
 agent is measured the same way beside it when installed, for the ratio.
+First, where one start's CPU goes: a fresh interpreter takes the agent's
+start-up steps (bench/memory.py's list) one at a time, timed with
+`time.process_time`, median of 5 interpreters.
 
     .venv/bin/python bench/startup.py [--agents 8]
 """
@@ -32,6 +35,28 @@ from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     proc_cpu_rss,
     wait_for,
 )
+from memory import STEPS  # noqa: E402
+
+_CHILD = """
+import json, sys, time
+for name, code in json.loads(sys.argv[1]):
+    before = time.process_time()
+    exec(code, globals())
+    print(json.dumps([name, time.process_time() - before]), flush=True)
+"""
+
+
+def step_cpu(runs: int = 5) -> list[tuple[str, float]]:
+    """Median CPU seconds of each start-up step, in a fresh interpreter."""
+    import json
+    import subprocess
+
+    per_run = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(STEPS)],
+                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+        per_run.append([json.loads(line) for line in out.stdout.splitlines()])
+    return [(rows[0][0], statistics.median(r[1] for r in rows)) for rows in zip(*per_run)]
 
 
 def measure(cls: type[Agents], agents: int) -> list[tuple[float, float, int]]:
@@ -72,6 +97,12 @@ def main() -> None:
         systems.append(SerfAgents)
     print(f"configuration: {args.agents} agents started one after another, each joining one "
           f"seed on loopback; LAN profile; medians; {interpreter()}")  # fmt: skip
+    steps = step_cpu()
+    print("  CPU of one start, step by step (median of 5 fresh interpreters; the "
+          "interpreter's own start is not in process_time: about 20 ms):")  # fmt: skip
+    for name, cpu_s in steps:
+        print(f"    {name:50.50} {cpu_s * 1000:6.1f} ms")
+    print(f"    {'total':50} {sum(c for _, c in steps) * 1000:6.1f} ms")
     medians = {}
     for cls in systems:
         rows = measure(cls, args.agents)

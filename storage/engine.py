@@ -37,11 +37,35 @@ from shoal.storage.records import Record, decode_value, encode_value
 
 _FAMILIES = ("local", "records", "leaves")
 
+# Memory bounds. An agent's data is small (its own state, a replicated
+# key-value set of kilobytes to megabytes), and RocksDB's defaults are sized
+# for a database server: a 64 MiB memtable per column family and up to two
+# of them (384 MiB for our three families at worst), a 32 MiB block cache,
+# unbounded open files. These keep the worst case to tens of MiB; at rest
+# the database costs an agent 2-3 MB either way (docs/operations.md, Memory).
+WRITE_BUFFER_BYTES = 4 << 20  # one memtable per family; flushed to L0 when full
+DB_WRITE_BUFFER_BYTES = 16 << 20  # all memtables together: the flush trigger
+BLOCK_CACHE_BYTES = 4 << 20  # one LRU cache shared by the three families
+MAX_OPEN_FILES = 256  # table readers kept open (each holds index and filter blocks)
 
-def _options() -> rocksdict.Options:
+
+def _family_options(cache: rocksdict.Cache) -> rocksdict.Options:
     opts = rocksdict.Options(raw_mode=True)
+    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    opts.set_max_write_buffer_number(2)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(cache)
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+def _options(cache: rocksdict.Cache) -> rocksdict.Options:
+    opts = _family_options(cache)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
+    opts.set_db_write_buffer_size(DB_WRITE_BUFFER_BYTES)
+    opts.set_max_open_files(MAX_OPEN_FILES)
+    opts.set_max_file_opening_threads(1)
     return opts
 
 
@@ -62,8 +86,9 @@ class Engine:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            families = {name: rocksdict.Options(raw_mode=True) for name in _FAMILIES}
-            self._db = rocksdict.Rdict(str(path), _options(), column_families=families)
+            cache = rocksdict.Cache(BLOCK_CACHE_BYTES)
+            families = {name: _family_options(cache) for name in _FAMILIES}
+            self._db = rocksdict.Rdict(str(path), _options(cache), column_families=families)
         except OSError as exc:
             raise DataDirError(f"data_dir: cannot use {path.parent}: {exc.strerror}") from None
         except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's status

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""What an agent's memory is made of, and its RSS in a cluster beside Serf's.
+
+Two parts, in the same run:
+
+1. Layers: a fresh interpreter takes the agent's start-up steps one at a
+   time (the interpreter, the command line, the configuration and the cores,
+   the agent module, zeroconf, the API server, the RocksDB database opened
+   with shoal's options) and reports its RSS after each, split into
+   anonymous memory (Python objects: mostly code objects and module
+   dictionaries) and file-backed pages (the interpreter and the shared
+   libraries it maps; shared between agents, counted in each one's RSS).
+2. Cluster: N agents (default 20) on loopback join one seed; once all see
+   all and discovery has started (6 s later), each agent's RSS, anonymous
+   and file-backed parts, PSS and thread count; Serf's agents the same way
+   when `serf` is installed. Medians.
+
+    .venv/bin/python bench/memory.py [--agents 20] [--settle 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
+    Agents,
+    SerfAgents,
+    ShoalAgents,
+    all_joined,
+    interpreter,
+    wait_for,
+)
+
+# Each step runs after the ones before it, in the agent's own order.
+STEPS = [
+    ("interpreter (python, site)", "pass"),
+    ("command line", "import shoal.daemon.cli.app"),
+    ("configuration, cores, structlog, msgspec", "import shoal.daemon.config"),
+    ("agent module (uvloop, rocksdict, cbor2, sealing)", "import shoal.daemon.agent"),
+    ("zeroconf", "import shoal.membership.discovery"),
+    ("API server", "import shoal.daemon.api.server"),
+    ("RocksDB opened (shoal's options)",
+     "import tempfile, pathlib\n"
+     "from shoal.storage.engine import Engine\n"
+     "_e = Engine(pathlib.Path(tempfile.mkdtemp()) / 'db', 8)"),
+]
+
+_CHILD = """
+import json, sys
+def status():
+    out = {}
+    for line in open('/proc/self/status'):
+        key, _, value = line.partition(':')
+        if key in ('VmRSS', 'RssAnon', 'RssFile', 'Threads'):
+            out[key] = int(value.split()[0])
+    return out
+steps = json.loads(sys.argv[1])
+scope = {}
+for name, code in steps:
+    exec(code, scope)
+    print(json.dumps([name, status(), len(sys.modules)]), flush=True)
+"""
+
+
+def layers() -> list[tuple[str, dict[str, int], int]]:
+    """(step, /proc status fields in kB, modules loaded) after each step."""
+    out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(STEPS)],
+                         capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    return [tuple(json.loads(line)) for line in out.stdout.splitlines()]  # type: ignore[misc]
+
+
+def proc_memory(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon, RssFile (kB), Threads, and Pss (kB) of a process."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "Threads"):
+            out[key] = int(value.split()[0])
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            out["Pss"] = int(line.split()[1])
+    return out
+
+
+def top_mappings(pid: int, count: int = 8) -> list[tuple[str, int]]:
+    """The mappings with the most resident kB (anonymous ones summed)."""
+    sizes: dict[str, int] = {}
+    current = "[anon]"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and not parts[0].endswith(":"):
+            current = parts[5] if len(parts) > 5 else "[anon]"
+        elif parts and parts[0] == "Rss:":
+            sizes[current] = sizes.get(current, 0) + int(parts[1])
+    return sorted(sizes.items(), key=lambda kv: -kv[1])[:count]
+
+
+def cluster(cls: type[Agents], agents: int, settle_s: float
+            ) -> tuple[list[dict[str, int]], list[tuple[str, int]]]:  # fmt: skip
+    """Per-agent memory once all see all and `settle_s` has passed."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-memory-{cls.system}-"))
+    a = cls(workdir, 62 if cls is ShoalAgents else 63)
+    try:
+        a.launch("n000", None)
+        time.sleep(0.5)
+        for k in range(1, agents):
+            a.launch(f"n{k:03d}", a.ip(0))
+        if not wait_for(lambda: all_joined(a), 90):
+            raise SystemExit(f"bench: {cls.system}: not all joined within 90 s")
+        time.sleep(settle_s)
+        rows = [proc_memory(p.pid) for p in a.procs.values()]
+        return rows, top_mappings(a.procs["n001"].pid)
+    finally:
+        a.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _mb(kb: float) -> str:
+    return f"{kb / 1024:5.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--agents", type=int, default=20)
+    parser.add_argument("--settle", type=float, default=6.0,
+                        help="seconds after all see all (discovery starts 5 s after a join)")
+    args = parser.parse_args()
+    print(f"configuration: {interpreter()}; layers in one fresh interpreter; cluster of "
+          f"{args.agents} agents on loopback joining one seed, measured {args.settle:g} s "
+          "after all see all; MB = MiB")  # fmt: skip
+    print("layers (cumulative)              RSS   anon   file  threads modules")
+    previous = 0
+    for name, fields, modules in layers():
+        print(f"  {name:48.48} {_mb(fields['VmRSS'])} {_mb(fields['RssAnon'])} "
+              f"{_mb(fields['RssFile'])}  {fields['Threads']:3}  {modules:4}  "
+              f"(+{_mb(fields['VmRSS'] - previous).strip()})")  # fmt: skip
+        previous = fields["VmRSS"]
+    systems: list[type[Agents]] = [ShoalAgents]
+    if shutil.which("serf"):
+        systems.append(SerfAgents)
+    medians: dict[str, float] = {}
+    for cls in systems:
+        rows, top = cluster(cls, args.agents, args.settle)
+        med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        medians[cls.system] = med["VmRSS"]
+        print(f"  {cls.system:6} median RSS {_mb(med['VmRSS'])} MB (anon {_mb(med['RssAnon'])}, "
+              f"file {_mb(med['RssFile'])}), PSS {_mb(med['Pss'])} MB, threads "
+              f"{med['Threads']:.0f}; max RSS {_mb(max(r['VmRSS'] for r in rows))} MB")
+        print("         largest mappings of one agent: " + ", ".join(
+            f"{Path(name).name} {_mb(kb).strip()}" for name, kb in top[:6]))  # fmt: skip
+    if len(medians) == 2:
+        print(f"  RSS shoal/serf: {medians['shoal'] / medians['serf']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
