@@ -146,3 +146,45 @@ def test_an_intervals_trace_is_merged_and_censored_the_same_way(spark, tmp_path)
     assert (s["up_total_s"], s["down_total_s"]) == (850 + 1000 + 500 + 400, 150 + 100 + 100)
     assert s["sessions_completed"] == 3 and s["downtimes_completed"] == 4
     assert s["mttr_s"] == 87.5 and s["censored"]["sessions_end_unseen"] == 2
+
+
+def test_the_page_loads_in_a_real_browser_with_every_image_and_no_console_error(truth_report):
+    """Debian's chromium, driven by Selenium: every <img> decoded, nothing
+    in the console. CI must have it; elsewhere a missing browser skips."""
+    import os
+    import shutil
+
+    from tests.conftest import IN_CI
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_bin = shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    if chromium is None or driver_bin is None or webdriver is None:
+        why = ("needs chromium, chromium-driver (apt-get install -y chromium chromium-driver) "
+               f"and selenium (pip); found chromium={chromium}, chromedriver={driver_bin}, "
+               f"selenium={'yes' if webdriver else 'no'}")  # fmt: skip
+        if IN_CI:
+            pytest.fail(f"CI=true but the browser check cannot run: {why}")
+        pytest.skip(why)
+    _, out = truth_report
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--disable-gpu", "--no-sandbox" if os.geteuid() == 0 else ""):
+        if arg:
+            options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = webdriver.ChromeService(executable_path=driver_bin)
+    browser = webdriver.Chrome(options=options, service=service)
+    try:
+        browser.get((out / "report.html").as_uri())
+        images = browser.execute_script(
+            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth])")
+        errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    finally:
+        browser.quit()
+    assert len(images) == 5
+    assert [alt for alt, done, width in images if not (done and width > 0)] == []
+    assert errors == []

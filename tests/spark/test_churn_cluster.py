@@ -17,6 +17,7 @@ import pytest
 from shoal.churn.job import run
 from tests.conftest import poll_until
 from tests.spark.conftest import job_args, summary_of
+from tests.spark.test_churn_censoring import check_truth, truth_csv
 from tests.spark.test_churn_job import three_nodes
 
 pytestmark = pytest.mark.spark
@@ -83,3 +84,12 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_local_figures(spark, sta
     assert done.returncode == 0, done.stderr[-3000:]
     assert summary_of(out) == local
     assert (out / "report.html").exists()
+    # The hand-built censoring truth set: the same exact figures on the cluster.
+    truth_out = tmp_path / "truth"
+    done = subprocess.run([str(home / "bin" / "spark-submit"), "--master", url,
+                           str(ROOT / "churn" / "job.py"), "--format", "events-csv",
+                           "--history", str(truth_csv(tmp_path / "truth.csv")),
+                           "--out", str(truth_out)],
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_truth(summary_of(truth_out), truth_out)

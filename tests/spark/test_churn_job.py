@@ -133,7 +133,8 @@ def test_the_report_is_one_page_with_every_plot_embedded(report):
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 7
     assert "src=\"http" not in page and "src='http" not in page
-    for title in ("Cluster size over time", "Flapping", "False suspicions", "Controller tenures"):
+    for title in ("Cluster size over time", "Failures per node", "False suspicions",
+                  "Controller tenures", "What was counted, censored and left out"):
         assert title in page
     assert (out / "parquet" / "sessions").is_dir()
 
