@@ -1,8 +1,8 @@
 """A small message-queue cluster that coordinates only through shoal.
 
-Brokers register as ephemeral keys, the broker beside the shoal controller
-assigns partition leaders with a fenced write, and every broker serves the
-partitions it leads. See README.md in this folder.
+Brokers register through sessions bound to a TTL check, the broker beside
+the shoal controller assigns partition leaders with a fenced write, and
+every broker serves the partitions it leads. See README.md in this folder.
 """
 
 from .assignment import Assignment, assign

@@ -1,6 +1,7 @@
 """Command line of the broker example.
 
-    python -m shoal.examples.broker serve --agent 127.0.0.1:7947 --id b1 --port 9092
+    python -m shoal.examples.broker serve --agent 127.0.0.1:7947 --id b1 --port 9092 \
+        [--check broker-b1] [--session-ttl 3] [--check-interval 1]
     python -m shoal.examples.broker produce --broker 127.0.0.1:9092 --partition 3 hello
     python -m shoal.examples.broker fetch --agent 127.0.0.1:7947 --partition 3 --offset 0
     python -m shoal.examples.broker status --broker 127.0.0.1:9092
@@ -44,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to serve on")
     serve.add_argument("--port", type=int, required=True, help="TCP port to serve on")
     serve.add_argument("--partitions", type=int, default=8)
+    serve.add_argument("--check", help="the agent's TTL check to keep passing "
+                       "(default broker-<id>; declared in the agent's config file)")  # fmt: skip
+    serve.add_argument("--session-ttl", type=float, default=3.0,
+                       help="seconds a dead or hung broker stays registered")  # fmt: skip
+    serve.add_argument("--check-interval", type=float, default=1.0,
+                       help="seconds between two check passes (default 1)")  # fmt: skip
     serve.set_defaults(run=_serve)
     for name, run in (("produce", _produce), ("fetch", _fetch)):
         cmd = sub.add_parser(name, help=f"{name} through any broker (follows redirects)")
@@ -70,7 +77,10 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await Broker(args.id, args.host, args.port, args.agent, args.partitions).run(stop)
+    broker = Broker(args.id, args.host, args.port, args.agent, args.partitions,
+                    check_id=args.check, session_ttl_s=args.session_ttl,
+                    check_interval_s=args.check_interval)  # fmt: skip
+    await broker.run(stop)
     return 0
 
 

@@ -3,9 +3,20 @@
 Theory of operation. A broker runs beside a shoal agent and talks to it
 only through `shoal.client.AsyncClient`:
 
-- It registers as the EPHEMERAL key `brokers/<id>` = {"id", "host", "port"}.
-  The key belongs to the agent's member, so it vanishes from every replica
-  when that agent fails or leaves; nobody has to clean up after a crash.
+- It registers through a SESSION of its own: the key `brokers/<id>` =
+  {"id", "host", "port", "session"} is written with the session, which the
+  client renews in the background (every TTL/3). When the broker process
+  dies or hangs, the renewals stop and the agent deletes the key on every
+  replica after the TTL; when its agent fails, the key goes with the
+  agent's member. Nobody has to clean up after a crash.
+- It keeps a TTL check of its agent passing (`check_pass` every
+  `check_interval_s` while its event loop runs), and the session is bound
+  to that check: a hung broker's check goes critical, which ends the
+  session, and its member's health (the worst of its checks, gossiped)
+  tells every controller not to give it partitions.
+- A lost session (a renewal answered 404: it expired, its check went
+  critical, or the agent restarted) wakes a refresh, which opens a NEW
+  session and registers again. Until then the broker serves nothing.
 - Two watches (members + controller + `brokers/`, and the key `assignment`)
   only say "something changed". Each change, and a tick every
   `refresh_s`, runs one `_refresh`, which re-reads what it needs from the
@@ -22,6 +33,11 @@ only through `shoal.client.AsyncClient`:
   with its agent. A long poll held open on the agent breaks the moment the
   agent dies, so this happens before the agent's peers suspect it. The
   broker serves again when a refresh succeeds.
+- A broker that finds it was stopped (SIGSTOP, a swapped-out machine)
+  longer than its session's TTL knows the session and its partitions are
+  gone: it serves nothing until a refresh has registered it again and read
+  the assignment in force, so it does not answer for partitions that moved
+  while it slept.
 
 Logs live in memory only. There are no replicas: a partition that moves
 starts empty on its new leader (offset 0), and the `epoch` in every answer
@@ -37,7 +53,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from shoal.client import AsyncClient, AsyncWatch, NotFound, ShoalError
+from shoal.client import AsyncClient, AsyncSession, AsyncWatch, NotFound, ShoalError
 
 from .assignment import Assignment
 from .controller import BrokerInfo, PartitionController, read_brokers
@@ -60,11 +76,24 @@ class Broker:
         partitions: how many partitions the cluster has (same on every broker).
         refresh_s: re-read the cluster at least this often (the watches
             wake a refresh sooner), and retry this often without an agent.
+        check_id: the agent's TTL check this broker keeps passing, and
+            binds its session to (default "broker-<id>"; the agent's config
+            file declares it, `[[checks]] kind = "ttl"`).
+        session_ttl_s: the session's TTL: how long after the broker dies or
+            hangs its key stays registered.
+        check_interval_s: how often the broker reports its check passing
+            (well inside the check's `ttl_s`).
     """
 
     def __init__(self, broker_id: str, host: str, port: int, agent: str,
-                 partitions: int = 8, refresh_s: float = 1.0) -> None:  # fmt: skip
+                 partitions: int = 8, refresh_s: float = 1.0, check_id: str | None = None,
+                 session_ttl_s: float = 3.0, check_interval_s: float = 1.0) -> None:  # fmt: skip
         self.id = broker_id
+        self.check_id = check_id or f"broker-{broker_id}"
+        self.session_ttl_s = session_ttl_s
+        self.check_interval_s = check_interval_s
+        self.session: AsyncSession | None = None  # the one the key was written with
+        self._ticked_at = 0.0  # loop time of the health loop's last turn
         self.host = host
         self.port = port
         self.partitions = partitions
@@ -85,6 +114,7 @@ class Broker:
         server = await asyncio.start_server(self._serve_connection, self.host, self.port)
         log.info("broker %s listening on %s:%d", self.id, self.host, self.port)
         tasks = [
+            asyncio.create_task(self._report_health()),
             asyncio.create_task(self._refresh_loop()),
             asyncio.create_task(self._hold_agent()),
             asyncio.create_task(self._follow(self._cluster_events)),
@@ -98,7 +128,7 @@ class Broker:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(ShoalError):
-                await self.client.kv.delete(f"brokers/{self.id}")  # move partitions now
+                await self._withdraw()  # move partitions now
             await self.client.close()
             await server.wait_closed()
 
@@ -130,6 +160,38 @@ class Broker:
                 self._lose_agent(exc)
                 await asyncio.sleep(self.refresh_s)  # the refresh loop says when it is back
 
+    async def _report_health(self) -> None:
+        """Keep the TTL check passing while this event loop runs.
+
+        A turn that comes more than a session TTL after the last one means
+        the process was stopped or starved that long: its session has ended
+        (its check went critical, its renewals stopped) and its partitions
+        have moved. It serves nothing until a refresh registers it again.
+        """
+        loop = asyncio.get_running_loop()
+        self._ticked_at = loop.time()
+        said_missing = False
+        while True:
+            now = loop.time()
+            if now - self._ticked_at > self.session_ttl_s:
+                log.warning("this broker was stopped for %.1f s, beyond its session's TTL: "
+                            "serving nothing until it has registered again",
+                            now - self._ticked_at)  # fmt: skip
+                self.connected = False
+                self._changed.set()
+            self._ticked_at = now
+            try:
+                async with asyncio.timeout(self.check_interval_s):
+                    await self.client.check_pass(self.check_id, "serving")
+            except NotFound:
+                if not said_missing:  # a SIGHUP of the agent may add it: keep trying
+                    log.error('the agent has no check %r: declare it in its config file '
+                              '([[checks]] kind = "ttl")', self.check_id)  # fmt: skip
+                said_missing = True
+            except (ShoalError, TimeoutError):
+                pass  # no agent: the refresh loop and the long poll say so
+            await asyncio.sleep(self.check_interval_s)
+
     def _lose_agent(self, exc: ShoalError) -> None:
         if self.connected:
             log.warning("agent unreachable (%s): serving nothing until it answers", exc)
@@ -159,7 +221,8 @@ class Broker:
         """Re-read the cluster from the agent; register, act as controller, apply."""
         controller = await self.client.controller()
         self.brokers = await read_brokers(self.client)
-        if self.id not in self.brokers:
+        mine, session = self.brokers.get(self.id), self.session
+        if mine is None or session is None or session.lost or mine.session != session.id:
             await self._register()
         current, version = await self._read_assignment()
         epoch = controller.epoch if controller.is_self else None
@@ -171,10 +234,46 @@ class Broker:
         self._apply(current, version)
 
     async def _register(self) -> None:
-        doc = {"id": self.id, "host": self.host, "port": self.port}
-        await self.client.kv.put(f"brokers/{self.id}", json.dumps(doc), ephemeral=True)
-        self.brokers[self.id] = BrokerInfo(self.id, self.host, self.port, None)
-        log.info("registered as brokers/%s (ephemeral)", self.id)
+        """Write `brokers/<id>` with a live session, opening a new one if the
+        last is lost (or the agent no longer holds it)."""
+        if self.session is None or self.session.lost:
+            await self._open_session()
+        try:
+            await self._put_registration()
+        except NotFound:  # the agent restarted, or the session expired just now
+            await self._open_session()
+            await self._put_registration()
+
+    async def _open_session(self) -> None:
+        if self.session is not None:
+            await self.session.close()  # a lost one: nothing to send
+        # The check starts critical on the agent, and a session bound to a
+        # critical check is refused: report it passing first.
+        await self.client.check_pass(self.check_id, "registering")
+        self.session = self.client.session(
+            ttl=self.session_ttl_s, name=f"broker-{self.id}", checks=(self.check_id,),
+            on_lost=self._session_lost)  # fmt: skip
+        await self.session.open()
+        log.info("session %s opened (ttl %g s, bound to check %s)", self.session.id,
+                 self.session_ttl_s, self.check_id)  # fmt: skip
+
+    async def _put_registration(self) -> None:
+        assert self.session is not None
+        doc = {"id": self.id, "host": self.host, "port": self.port, "session": self.session.id}
+        await self.session.put(f"brokers/{self.id}", json.dumps(doc))
+        self.brokers[self.id] = BrokerInfo(self.id, self.host, self.port, None, self.session.id)
+        log.info("registered as brokers/%s under session %s", self.id, self.session.id)
+
+    def _session_lost(self, session: AsyncSession) -> None:
+        log.warning("session %s lost (%s): registering again", session.id, session.reason)
+        self._changed.set()
+
+    async def _withdraw(self) -> None:
+        """Close the session (the agent deletes its key at once)."""
+        if self.session is not None and not self.session.lost:
+            await self.session.close()
+        else:
+            await self.client.kv.delete(f"brokers/{self.id}")
 
     async def _read_assignment(self) -> tuple[Assignment | None, tuple[int, int]]:
         """The assignment this agent holds, and its version: (fence epoch, HLC),
@@ -250,6 +349,10 @@ class Broker:
         """Why this broker does not serve `partition` now, or None if it does."""
         if not self.connected or self.assignment is None:
             return {"error": "unavailable", "detail": "no assignment in force here"}
+        if self.session is None or self.session.lost:
+            return {"error": "unavailable", "detail": "not registered (no live session)"}
+        if asyncio.get_running_loop().time() - self._ticked_at > self.session_ttl_s:
+            return {"error": "unavailable", "detail": "stopped beyond the session's TTL"}
         leader = self.assignment.leaders.get(partition)
         if leader == self.id:
             return None
@@ -259,7 +362,9 @@ class Broker:
 
     def _status(self) -> dict[str, Any]:
         a = self.assignment
+        s = self.session
         return {"ok": True, "id": self.id, "connected": self.connected,
+                "session": s.id if s is not None and not s.lost else None,
                 "epoch": a.epoch if a is not None else None,
                 "leaders": {str(p): b for p, b in sorted(a.leaders.items())} if a else {},
                 "leading": sorted(self.logs) if self.connected else [],

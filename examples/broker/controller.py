@@ -3,7 +3,8 @@
 shoal elects one controller per epoch; the broker that runs beside it acts
 for the whole broker cluster, and only while its agent says `is_self`:
 
-    live brokers = keys under `brokers/` whose owner member is alive
+    live brokers = keys under `brokers/` (each lives as long as its broker's
+                   session) whose owner member is alive with health passing
     leaders      = assign(partitions, live brokers, leaders in force now)
     write `assignment` = {"epoch": E, "leaders": ...} with fence=E
 
@@ -31,13 +32,14 @@ log = logging.getLogger("broker.controller")
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
-    """One registered broker: the value of `brokers/<id>` and the member
-    that owns the (ephemeral) key."""
+    """One registered broker: the value of `brokers/<id>` (with the session
+    it was written under) and the member that owns the key."""
 
     id: str
     host: str
     port: int
     owner: str | None
+    session: str | None = None
 
     @property
     def address(self) -> str:
@@ -50,7 +52,9 @@ async def read_brokers(client: AsyncClient) -> dict[str, BrokerInfo]:
     for kv in await client.kv.list(prefix="brokers/"):
         try:
             doc = json.loads(kv.value)
-            info = BrokerInfo(str(doc["id"]), str(doc["host"]), int(doc["port"]), kv.owner)
+            session = doc.get("session")
+            info = BrokerInfo(str(doc["id"]), str(doc["host"]), int(doc["port"]), kv.owner,
+                              str(session) if session is not None else None)  # fmt: skip
         except (TypeError, KeyError, ValueError):
             continue
         found[info.id] = info
@@ -87,8 +91,12 @@ class PartitionController:
         """
         if epoch <= self.deposed_epoch:
             return None
-        alive = {m.name for m in await self.client.members(status="alive")}
-        live = [b.id for b in brokers.values() if b.owner in alive]
+        # A member's health is the worst of its checks, the broker's TTL
+        # check among them: a hung broker's member turns critical on every
+        # agent (gossip) while its key may still wait out the session's TTL.
+        members = await self.client.members(status="alive")
+        healthy = {m.name for m in members if m.health in (None, "passing")}
+        live = [b.id for b in brokers.values() if b.owner in healthy]
         if not live:
             return None
         previous = current.leaders if current is not None else {}

@@ -1,5 +1,6 @@
 """The broker example (examples/broker) on real agents: three agents, three
-broker processes, coordinated only through shoal.client."""
+broker processes, coordinated only through shoal.client. Each broker
+registers through a session bound to a TTL check of its agent (issue 30)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.conftest import poll_until
 
 PARTITIONS = 8
 BROKER_PORT = 9092
+SESSION_TTL_S = 3  # each broker's session, and its agent's TTL check
 
 
 class BrokerProcess:
@@ -36,7 +38,8 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "shoal.examples.broker", "serve", "--agent",
              f"{agent.ip}:7947", "--id", broker_id, "--host", agent.ip,
-             "--port", str(BROKER_PORT), "--partitions", str(PARTITIONS)],
+             "--port", str(BROKER_PORT), "--partitions", str(PARTITIONS),
+             "--session-ttl", str(SESSION_TTL_S)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
         log.close()
 
@@ -53,6 +56,9 @@ class BrokerProcess:
         except (OSError, ValueError):
             return None
 
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
     def terminate(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(10)
@@ -66,9 +72,16 @@ class BrokerProcess:
 @pytest.fixture
 def cluster(agents, tmp_path):
     """Three agents with one broker each; returns (agents, brokers) once
-    every broker serves an assignment that covers every partition."""
-    # No multicast discovery: another test run's agents on this host must not join.
-    started = agents.start(3, extra=["--bootstrap-expect", "3", "--no-discovery"])
+    every broker serves an assignment that covers every partition. Agent i
+    declares the TTL check `broker-b<i>` its broker keeps passing."""
+    started = []
+    for i in range(3):
+        config = tmp_path / f"agent-{i}.toml"
+        config.write_text(f'[[checks]]\nid = "broker-b{i}"\nkind = "ttl"\n'
+                          f"ttl_s = {SESSION_TTL_S}\n")  # fmt: skip
+        # No multicast discovery: another test run's agents on this host must not join.
+        started.append(agents.add(extra=["--bootstrap-expect", "3", "--no-discovery",
+                                         "--config", str(config)]))  # fmt: skip
     brokers = [BrokerProcess(f"b{i}", a, tmp_path) for i, a in enumerate(started)]
     try:
         poll_until(lambda: in_force(brokers, {"b0", "b1", "b2"}), 30, interval_s=0.1)
@@ -144,9 +157,15 @@ def test_every_partition_has_a_leader_and_produce_fetch_follow_redirects(cluster
     assert epoch == controller_of(agents[0])[1]
     record = poll_until(lambda: stored_assignment(agents[1]), 10)
     assert record["epoch"] == epoch and json.loads(record["value"])["epoch"] == epoch
-    for a in agents:  # each registration is ephemeral, owned by the broker's agent
-        key = a.api.get(f"/v1/kv/brokers/b{agents.index(a)}")
+    for i, a in enumerate(agents):  # each registration is a key of the broker's session
+        key = a.api.get(f"/v1/kv/brokers/b{i}")
         assert key["ephemeral"] is True and key["owner"] == a.name
+        (session,) = a.api.get("/v1/sessions")["sessions"]
+        assert session["name"] == f"broker-b{i}" and session["checks"] == [f"broker-b{i}"]
+        assert f"brokers/b{i}" in session["keys"]
+        assert json.loads(key["value"])["session"] == session["id"]
+        assert brokers[i].status()["session"] == session["id"]
+    poll_until(lambda: {m["health"] for m in agents[0].members().values()} == {"passing"}, 10)
     client = BrokerClient([brokers[0].address])
     for p in range(PARTITIONS):
         assert run(client.produce(p, f"m{p}-0")) == 0
@@ -260,3 +279,123 @@ def not_found(agent, key: str) -> bool:
     except NotFoundError:
         return True
     return False
+
+
+def health_of(agent, name: str) -> str | None:
+    return agent.members().get(name, {}).get("health")
+
+
+def registered_session(agent, broker_id: str) -> str | None:
+    """The session `brokers/<id>` was written under, as one agent reads it."""
+    try:
+        return json.loads(agent.api.get(f"/v1/kv/brokers/{broker_id}")["value"])["session"]
+    except (NotFoundError, ApiError):
+        return None
+
+
+def timeline(conditions: dict[str, Any], timeout_s: float) -> dict[str, float]:
+    """Poll every condition until all have held once; the seconds at which
+    each first held (one clock, time.monotonic, from this call)."""
+    t0 = time.monotonic()
+    marks: dict[str, float] = {}
+
+    def all_held() -> bool:
+        for name, holds in conditions.items():
+            if name not in marks and holds():
+                marks[name] = time.monotonic() - t0
+        return len(marks) == len(conditions)
+
+    poll_until(all_held, timeout_s, interval_s=0.02)
+    return marks
+
+
+def non_controller_broker(agents, brokers) -> BrokerProcess:
+    """A broker whose agent is not the shoal controller (the broker beside
+    the controller is the one that writes assignments: README.md)."""
+    controller = controller_of(agents[0])[0]
+    return next(b for b in brokers if b.agent.name != controller)
+
+
+def test_kill_9_of_a_broker_process_unregisters_it_within_its_ttl_and_moves_its_partitions(
+    cluster, capsys
+):
+    """(e) A broker process killed beside a healthy agent: its session's key
+    leaves every agent within TTL + 1 s, its member's health turns critical
+    (its TTL check), and its partitions go to the live brokers."""
+    agents, brokers = cluster
+    victim = non_controller_broker(agents, brokers)
+    survivors = [b for b in brokers if b is not victim]
+    moving = victim.status()["leading"]
+    assert moving
+    victim.signal(signal.SIGKILL)
+    conditions: dict[str, Any] = {
+        f"key gone on {a.name}": lambda a=a: not_found(a, f"brokers/{victim.id}") for a in agents
+    }
+    conditions["served elsewhere"] = lambda: in_force(survivors, {b.id for b in survivors})
+    conditions["critical"] = lambda: health_of(survivors[0].agent, victim.agent.name) == "critical"
+    marks = timeline(conditions, 30)
+    gone = max(t for name, t in marks.items() if name.startswith("key gone"))
+    report(capsys, f"broker kill -9 (TTL {SESSION_TTL_S} s) -> its {len(moving)} partitions "
+                   f"served elsewhere: {marks['served elsewhere']:.2f} s (key gone from every "
+                   f"agent at {gone:.2f} s, member critical on the controller's side at "
+                   f"{marks['critical']:.2f} s)")  # fmt: skip
+    assert gone <= SESSION_TTL_S + 1
+    assert victim.agent.running() and health_of(agents[0], victim.agent.name) == "critical"
+    assert all(a.status_of(victim.agent.name) == "alive" for a in agents)  # only the app died
+    assert victim.agent.api.get("/v1/sessions")["sessions"] == []
+    client = BrokerClient([victim.address, survivors[0].address])
+    for p in moving:
+        assert run(client.produce(p, "after")) == 0  # a moved partition starts over
+        assert client.leaders[p] != victim.address
+        assert run(client.fetch(p)) == [(0, "after")]
+
+
+def test_sigstop_of_a_broker_unregisters_it_and_sigcont_brings_it_back_in_a_new_session(
+    cluster, capsys
+):
+    """(f) A hung broker (SIGSTOP) stops passing its TTL check: its member
+    turns critical, its session ends, its key leaves every agent within
+    TTL + 1 s and its partitions move; after SIGCONT it opens a new session,
+    registers again and is given partitions again."""
+    agents, brokers = cluster
+    victim = non_controller_broker(agents, brokers)
+    survivors = [b for b in brokers if b is not victim]
+    old_session = victim.status()["session"]
+    assert old_session and registered_session(agents[0], victim.id) == old_session
+    victim.signal(signal.SIGSTOP)
+    try:
+        conditions: dict[str, Any] = {
+            f"key gone on {a.name}": lambda a=a: not_found(a, f"brokers/{victim.id}")
+            for a in agents
+        }
+        conditions["served elsewhere"] = lambda: in_force(survivors, {b.id for b in survivors})
+        conditions.update({f"critical on {a.name}": lambda a=a: health_of(
+            a, victim.agent.name) == "critical" for a in agents})  # fmt: skip
+        stopped = timeline(conditions, 30)
+    finally:
+        victim.signal(signal.SIGCONT)
+    everyone = {b.id for b in brokers}
+
+    def back() -> bool:
+        status = victim.status()
+        if status is None or status["session"] in (None, old_session) or not status["leading"]:
+            return False
+        return in_force(brokers, everyone) is not None
+
+    resumed = timeline({"served again": back}, 30)
+    new_session = victim.status()["session"]
+    gone = max(t for name, t in stopped.items() if name.startswith("key gone"))
+    critical = max(t for name, t in stopped.items() if name.startswith("critical"))
+    report(capsys, f"broker SIGSTOP (TTL {SESSION_TTL_S} s) -> its partitions served "
+                   f"elsewhere: {stopped['served elsewhere']:.2f} s (key gone from every agent "
+                   f"at {gone:.2f} s, member critical on every agent at {critical:.2f} s); "
+                   f"SIGCONT -> new session, leading {victim.status()['leading']}: "
+                   f"{resumed['served again']:.2f} s")  # fmt: skip
+    assert gone <= SESSION_TTL_S + 1
+    for a in agents:
+        poll_until(lambda a=a: registered_session(a, victim.id) == new_session, 10)
+        poll_until(lambda a=a: health_of(a, victim.agent.name) == "passing", 10)
+    (session,) = victim.agent.api.get("/v1/sessions")["sessions"]
+    assert session["id"] == new_session != old_session
+    client = BrokerClient([b.address for b in brokers])
+    assert all(run(client.produce(p, "x")) >= 0 for p in range(PARTITIONS))
