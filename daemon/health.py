@@ -28,10 +28,10 @@ import structlog
 
 from shoal.daemon.checks import CheckConfig
 from shoal.daemon.handlers import run_command
+from shoal.election.config import HEALTH_TAG as HEALTH_TAG  # its home: the election reads it
 
 PASSING, WARNING, CRITICAL = "passing", "warning", "critical"
 _RANK = {PASSING: 0, WARNING: 1, CRITICAL: 2}
-HEALTH_TAG = "shoal:health"
 _OUTPUT_CHARS = 1000
 log = structlog.get_logger("shoal")
 

@@ -11,6 +11,9 @@ import msgspec
 # the default "0"), and the tag that opts a member out ("false").
 PRIORITY_TAG = "controller_priority"
 ELIGIBLE_TAG = "controller_eligible"
+# The member's health as its agent's checks say (daemon/health.py): with
+# `healthy_only`, a member whose health is critical may not be controller.
+HEALTH_TAG = "shoal:health"
 
 
 class LeaseConfig(msgspec.Struct, frozen=True):
@@ -52,6 +55,10 @@ class LeaseConfig(msgspec.Struct, frozen=True):
     # Hand the lease to a better-ranked candidate that joins (1) or keep a
     # healthy controller (0, the default: no needless changes).
     preempt: int = 0
+    # Only members whose health checks are not critical may be controller
+    # (1), and a controller whose own health turns critical hands over; or
+    # health does not matter to the election (0, the default).
+    healthy_only: int = 0
     # Seconds the view must be still before a bootstrap configuration is proposed.
     bootstrap_settle_s: float = 1.0
 
@@ -66,6 +73,8 @@ class LeaseConfig(msgspec.Struct, frozen=True):
             raise ValueError("max_voters >= 1, rank_backoff_s >= 0, notice_interval_s > 0")
         if self.preempt not in (0, 1) or self.bootstrap_settle_s < 0:
             raise ValueError("preempt must be 0 or 1, bootstrap_settle_s >= 0")
+        if self.healthy_only not in (0, 1):
+            raise ValueError("healthy_only must be 0 or 1")
 
     @property
     def holder_lease_s(self) -> float:

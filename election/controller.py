@@ -28,7 +28,9 @@ controller.
 
 **Preemption.** With `preempt`, a controller that sees a better-ranked
 voter steps aside (releases its lease, as a leave does, and stays a
-candidate).
+candidate). A controller that is no longer eligible (its
+`controller_eligible` tag set to false, or with `healthy_only` its own
+health critical) steps aside the same way when an eligible voter is live.
 
 What the role needs from the rest of the node (the configuration, the
 epochs seen, issuing a request) it asks through `ControllerHost`.
@@ -95,6 +97,7 @@ class Controller:
         self.lease_end_at = self.elected_at = 0.0
         self.renew_at = 0.0
         self.fresh_epoch = False  # the next renewal moves to a new epoch
+        self._ineligible = False  # our own tags say we may not be controller (duties)
         # Voters told by a notice that we hold our epoch after they refused
         # it (`LeaseElection._refused_renewal`); cleared with each new epoch.
         self.told_of_epoch: set[str] = set()
@@ -127,6 +130,8 @@ class Controller:
         if self.campaign.request is None and now >= self.renew_at:
             voters = self._host.voters
             assert voters is not None
+            # Once per renewal (a scan of the view): still eligible ourselves?
+            self._ineligible = not self.ranking.self_eligible()
             if voters != self.quorum_config and self.quorum_config is not None:
                 # Finish the change in flight (module docstring).
                 self.renew(now, voters, old=self.quorum_config)
@@ -137,7 +142,8 @@ class Controller:
         if now >= self.notices.notice_at:
             self.notices.tell_everyone(now, self.notice(now))
         voters = self._host.voters
-        if self.config.preempt and self.campaign.request is None and voters is not None:
+        if self.campaign.request is None and voters is not None and (
+                self.config.preempt or self._ineligible):  # fmt: skip
             best = self.ranking.best_voter(voters)
             if best is not None and best != self.name:
                 self._host.step_aside(now)

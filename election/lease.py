@@ -125,7 +125,7 @@ class LeaseElection:
         self.voter = Voter(name, config, self.out, self.counters, granted_epoch, self)
         self.campaign = Campaign(name, config, self.counters, rng.getrandbits(32),
                                  self._send_to, liveness_of)  # fmt: skip
-        self.ranking = Ranking(name, view)
+        self.ranking = Ranking(name, view, bool(config.healthy_only))
         self.notices = Notices(name, config.notice_interval_s, view, self._send_to)
         self.standing = Standing(self.ranking, config.rank_backoff_s, rng)
         self.following = KnownController(name, config, self.out, self.counters, self.standing,

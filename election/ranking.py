@@ -1,7 +1,8 @@
 """Who should stand, and who should vote: the candidates, ranked.
 
-A member is *eligible* unless its `controller_eligible` tag says no; only
-eligible live members are candidates and voters. Candidates rank by the
+A member is *eligible* unless its `controller_eligible` tag says no (or,
+with `healthy_only`, its health tag says critical); only eligible live
+members are candidates and voters. Candidates rank by the
 `controller_priority` tag (higher first), then by name, so every node that
 sees the same view ranks them the same way without talking. Rank *k* among
 the voters waits `k * rank_backoff_s` before standing (`Standing`), so the
@@ -21,7 +22,7 @@ from __future__ import annotations
 import functools
 import random
 
-from shoal.election.config import ELIGIBLE_TAG, PRIORITY_TAG
+from shoal.election.config import ELIGIBLE_TAG, HEALTH_TAG, PRIORITY_TAG
 from shoal.election.view import Liveness, ViewFn
 from shoal.election.voter import Grant
 from shoal.election.voters import VoterConfig
@@ -34,9 +35,12 @@ _LEFT = Liveness.LEFT
 # Tags are hashable tuples shared by every row of one member, and a cluster
 # has few distinct tag sets: parse each once, not once per member per scan.
 @functools.lru_cache(maxsize=4096)
-def eligible(tags: Tags) -> bool:
+def eligible(tags: Tags, healthy_only: bool = False) -> bool:
     """Whether a member with `tags` may be a voter and controller."""
-    return dict(tags).get(ELIGIBLE_TAG, "true").lower() not in ("false", "0", "no")
+    values = dict(tags)
+    if healthy_only and values.get(HEALTH_TAG) == "critical":
+        return False
+    return values.get(ELIGIBLE_TAG, "true").lower() not in ("false", "0", "no")
 
 
 def rank_key(name: str, tags: Tags) -> tuple[int, str]:
@@ -55,18 +59,20 @@ def _priority(tags: Tags) -> int:
 class Ranking:
     """The candidates of one node's view, as that node ranks them."""
 
-    def __init__(self, name: str, view: ViewFn) -> None:
+    def __init__(self, name: str, view: ViewFn, healthy_only: bool = False) -> None:
         """Args:
         name: this node's name.
         view: the members this node knows (see `view.ViewFn`).
+        healthy_only: a member whose health tag is critical is not eligible.
         """
         self.name = name
         self._view = view
+        self._healthy = healthy_only
 
     def candidates(self) -> list[str]:
         """Live eligible members (this node included), best-ranked first."""
         ranked = [(rank_key(m.name, m.tags), m.name) for m in self._view()
-                  if m.liveness is _LIVE and eligible(m.tags)]  # fmt: skip
+                  if m.liveness is _LIVE and eligible(m.tags, self._healthy)]  # fmt: skip
         return [name for _, name in sorted(ranked)]
 
     def candidates_if_first(self) -> list[str]:
@@ -78,12 +84,13 @@ class Ranking:
         """
         view, me = self._view, self.name
         mine = next((rank_key(m.name, m.tags) for m in view()
-                     if m.name == me and m.liveness is _LIVE and eligible(m.tags)),
+                     if m.name == me and m.liveness is _LIVE and eligible(m.tags, self._healthy)),
                     None)  # fmt: skip
         if mine is None:
             return []
         for m in view():
-            if m.liveness is _LIVE and eligible(m.tags) and rank_key(m.name, m.tags) < mine:
+            if m.liveness is _LIVE and eligible(m.tags, self._healthy) and \
+                    rank_key(m.name, m.tags) < mine:  # fmt: skip
                 return []
         return self.candidates()
 
@@ -99,7 +106,7 @@ class Ranking:
 
     def self_eligible(self) -> bool:
         """Whether this node's own tags let it stand (whatever its liveness)."""
-        return any(m.name == self.name and eligible(m.tags) for m in self._view())
+        return any(m.name == self.name and eligible(m.tags, self._healthy) for m in self._view())
 
     def ranks_above_me(self, candidate: str) -> bool:
         """Whether `candidate` is a live eligible member ranked above this node."""

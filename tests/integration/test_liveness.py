@@ -221,3 +221,46 @@ def test_a_bad_check_in_the_config_is_one_line_and_exit_2(tmp_path, text, words)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], out.stderr
+
+
+def test_with_healthy_only_a_controller_whose_application_fails_hands_over(agents, tmp_path):
+    """`election.healthy_only = 1`: the controller's own TTL check going
+    critical makes it step aside, and a healthy member is elected."""
+    extra = write_config(tmp_path / "healthy.toml", '''
+[election]
+healthy_only = 1
+[[checks]]
+id = "app"
+kind = "ttl"
+ttl_s = 3
+''')
+    started = [agents.add(extra=[*extra, "--bootstrap-expect", "3"]) for _ in range(3)]
+
+    def pass_all() -> None:
+        for agent in started:
+            request(agent, "PUT", "/v1/check/app/pass", b"ok")
+
+    def controller() -> tuple[str, int] | None:
+        answers = {(c["controller"], c["epoch"]) for c in
+                   (request(a, "GET", "/v1/controller")[1] for a in started)}  # fmt: skip
+        only = answers.pop() if len(answers) == 1 else None
+        return only if only and only[0] else None
+
+    def elected() -> bool:
+        pass_all()  # the application of each member says it is well
+        return controller() is not None
+
+    poll_until(lambda: all(a.members().get(a.name) for a in started), 20)
+    poll_until(elected, 30, interval_s=0.5)
+    name, epoch = controller()  # type: ignore[misc]
+    sick = next(a for a in started if a.name == name)
+    healthy = [a for a in started if a is not sick]
+
+    def handed_over() -> bool:
+        for agent in healthy:
+            request(agent, "PUT", "/v1/check/app/pass", b"ok")
+        now = controller()
+        return now is not None and now[0] != name and now[1] > epoch
+
+    poll_until(handed_over, 3 + 10, interval_s=0.5)  # the TTL, then the hand-over
+    assert health_of(healthy[0], name) == "critical"
