@@ -77,8 +77,9 @@ def cluster(agents, tmp_path):
     started = []
     for i in range(3):
         config = tmp_path / f"agent-{i}.toml"
-        config.write_text(f'[[checks]]\nid = "broker-b{i}"\nkind = "ttl"\n'
-                          f"ttl_s = {SESSION_TTL_S}\n")  # fmt: skip
+        # healthy_only: the controller follows the brokers' health (docs/election.md).
+        config.write_text(f'[election]\nhealthy_only = 1\n[[checks]]\nid = "broker-b{i}"\n'
+                          f'kind = "ttl"\nttl_s = {SESSION_TTL_S}\n')  # fmt: skip
         # No multicast discovery: another test run's agents on this host must not join.
         started.append(agents.add(extra=["--bootstrap-expect", "3", "--no-discovery",
                                          "--config", str(config)]))  # fmt: skip
@@ -399,3 +400,24 @@ def test_sigstop_of_a_broker_unregisters_it_and_sigcont_brings_it_back_in_a_new_
     assert session["id"] == new_session != old_session
     client = BrokerClient([b.address for b in brokers])
     assert all(run(client.produce(p, "x")) >= 0 for p in range(PARTITIONS))
+
+
+def test_kill_9_of_the_controllers_broker_moves_the_controller_and_its_partitions(cluster, capsys):
+    """(g) The broker beside the controller (the one that writes the
+    assignment) dies while its agent lives: with `healthy_only` the agent's
+    critical check makes it hand the controller over, and the broker beside
+    the new controller writes an assignment without the dead one."""
+    agents, brokers = cluster
+    name, epoch, _ = controller_of(agents[0])
+    victim = next(b for b in brokers if b.agent.name == name)
+    survivors = [b for b in brokers if b is not victim]
+    victim.signal(signal.SIGKILL)
+    marks = timeline({
+        "controller moved": lambda: (c := controller_of(survivors[0].agent))[0] not in (None, name)
+        and c[1] > epoch,
+        "served elsewhere": lambda: in_force(survivors, {b.id for b in survivors}),
+    }, 30)  # fmt: skip
+    report(capsys, f"kill -9 of the controller's broker (TTL {SESSION_TTL_S} s) -> controller "
+                   f"moved {marks['controller moved']:.2f} s, its partitions served elsewhere "
+                   f"{marks['served elsewhere']:.2f} s")  # fmt: skip
+    assert victim.agent.running()  # only the application died
