@@ -43,6 +43,13 @@ class ScriptedServer:
                 while b"\r\n\r\n" not in head:
                     head += conn.recv(4096)
                 self.requests.append(head.split(b"\r\n")[0].decode())
+                # Read the body too: closing with unread bytes sends a reset,
+                # which can reach the client before the reply does.
+                header, _, body = head.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in header.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                while len(body) < length:
+                    body += conn.recv(4096)
                 reply = self.replies.pop(0)
                 for i in range(0, len(reply), 7):
                     conn.sendall(reply[i:i + 7])
