@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.changes import ChangeLog
     from shoal.daemon.api.port import AgentStatus
     from shoal.daemon.api.watch import ControllerWatch, Watchers
+    from shoal.membership.vivaldi import CoordinateSnapshot
 
 SLOW_FLUSH_S = 0.05
 _AGENT_COUNTERS = ("datagrams_in", "datagrams_out", "bytes_in", "bytes_out", "streams_in",
@@ -430,6 +431,10 @@ class Agent:
     def controller_watch(self) -> ControllerWatch:
         """Wakes API callers waiting for the controller to change."""
         return self.publisher.controller_watch
+
+    def coordinates(self) -> CoordinateSnapshot:
+        """This node's network coordinate and its peers'."""
+        return self.node.swim.coordinates_known()
 
     def member_name(self, node_id: bytes) -> str | None:
         """The name of the member with `node_id`, if known (a record's writer)."""

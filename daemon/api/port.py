@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from shoal.daemon.network.queries import QueryReply, QueryService
     from shoal.daemon.userevents import UserEvents
     from shoal.kernel.contract import Address, Tags
+    from shoal.membership.vivaldi import CoordinateSnapshot
     from shoal.storage.records import Record
 
 
@@ -88,6 +89,9 @@ class AgentPort(Protocol):
 
     def status(self) -> AgentStatus:
         """A fresh snapshot."""
+
+    def coordinates(self) -> CoordinateSnapshot:
+        """This node's network coordinate and its peers' (docs/coordinates.md)."""
 
     def member_name(self, node_id: bytes) -> str | None:
         """The name of the member with `node_id`, if known (a record's writer)."""

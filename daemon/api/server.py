@@ -25,6 +25,8 @@ epoch this agent knows is overtaken is refused with 409 (docs/storage.md).
     POST /v1/session, GET /v1/sessions, PUT /v1/session/<id>/renew, DELETE /v1/session/<id>,
     GET  /v1/checks, PUT /v1/check/<id>/pass|warn|fail   (api/liveness.py)
     GET  /v1/history[?file=&after=&limit=]   this agent's history log, raw (api/history.py)
+    GET  /v1/coordinates[?near=NAME], GET /v1/rtt?a=NAME[&b=NAME]   network coordinates
+                                   (Vivaldi; api/coordinates.py, docs/coordinates.md)
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
@@ -50,7 +52,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from shoal.daemon.api import history, liveness
+from shoal.daemon.api import coordinates, history, liveness
 from shoal.daemon.api.changes import TOPICS, Ping, ResumeError, record_json
 from shoal.daemon.api.http import (
     Deferred,
@@ -108,6 +110,8 @@ class ApiServer:
             ("GET", "/v1/sessions"): partial(liveness.list_sessions, agent),
             ("GET", "/v1/checks"): partial(liveness.list_checks, agent),
             ("GET", "/v1/history"): partial(history.history_route, agent),
+            ("GET", "/v1/coordinates"): partial(coordinates.coordinates_route, agent),
+            ("GET", "/v1/rtt"): partial(coordinates.rtt_route, agent),
         }
         for op in ("install", "use", "remove"):
             self._routes[("POST", f"/v1/keys/{op}")] = self.keys

@@ -96,6 +96,8 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     members.add_argument("--health", choices=("passing", "warning", "critical"),
                          help="only members whose health checks say this (the worst of them; a "
                          "member without checks is passing)")  # fmt: skip
+    members.add_argument("--near", metavar="NODE",
+                         help="nearest to NODE first, by network coordinates (docs/coordinates.md)")
     members.add_argument("--healthy", action="store_true",
                          help="only members whose checks all pass (--health passing)")
 
@@ -124,6 +126,13 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     _api_arg(ctl)
     ctl.add_argument("--json", action="store_true", help="print JSON")
     ctl.add_argument("--watch", action="store_true", help="print every change until Ctrl-C")
+
+    rtt = sub.add_parser("rtt", help="estimated round trip between two members (Vivaldi "
+                         "network coordinates; B: this agent)")  # fmt: skip
+    _api_arg(rtt)
+    rtt.add_argument("a", metavar="A")
+    rtt.add_argument("b", metavar="B", nargs="?")
+    rtt.add_argument("--json", action="store_true", help="print JSON")
 
     force = sub.add_parser("force-leave", help="remove a failed voter (from any agent: it asks "
                            "the controller's; a live member is refused)")  # fmt: skip

@@ -80,7 +80,7 @@ def _dispatch(client: Client, args: argparse.Namespace) -> int:
                 events.query_command)(client, args)  # fmt: skip
     handler = {"members": _members, "info": _info, "tags": _tags, "join": _join,
                "controller": _controller, "force-leave": _force_leave, "leave": _leave,
-               "monitor": _monitor}[command]  # fmt: skip
+               "monitor": _monitor, "rtt": _rtt}[command]  # fmt: skip
     return handler(client, args)
 
 
@@ -190,6 +190,21 @@ def _info(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def _rtt(client: Client, args: argparse.Namespace) -> int:
+    """`shoal rtt A [B]`: the estimate, its error bar, and whether measured."""
+    from urllib.parse import urlencode
+
+    query = {"a": args.a, **({"b": args.b} if args.b else {})}
+    answer = client.request("GET", f"/v1/rtt?{urlencode(query)}")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    how = "probed directly" if answer["direct"] else "not probed directly: an estimate"
+    print(f"{answer['a']} <-> {answer['b']}: {answer['rtt_ms']:.3f} ms "
+          f"± {answer['error_ms']:.3f} ms ({how}; by {answer['measured_by']})")
+    return 0
+
+
 def _members(client: Client, args: argparse.Namespace) -> int:
     if args.status and args.status not in STATUSES:
         raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
@@ -200,6 +215,12 @@ def _members(client: Client, args: argparse.Namespace) -> int:
     health = "passing" if args.healthy else args.health
     members = msgspec.to_builtins(client.members(status=args.status, tags=tags, name=name,
                                                  health=health))  # fmt: skip
+    if args.near:  # the agent's order by estimated distance (GET /v1/coordinates?near=)
+        from urllib.parse import quote
+
+        rows = client.request("GET", f"/v1/coordinates?near={quote(args.near)}")["coordinates"]
+        order = {row["name"]: i for i, row in enumerate(rows)}
+        members.sort(key=lambda m: order.get(m["name"], len(order)))
     if args.json:
         print(json.dumps(members, indent=2))
         return 0
