@@ -146,7 +146,8 @@ def run_demo(nodes: int, keep: bool = False) -> int:
     stop = threading.Event()
     print(f"Starting {nodes} shoal agents on loopback {agents[0].ip}..{agents[-1].ip} "
           f"(UDP/TCP 7946, API 7947), gossip encrypted with a key made for this run "
-          f"(AES-256-GCM); logs in {root}")  # fmt: skip
+          f"(AES-256-GCM); logs in {root} (removed when the demo ends, kept if a step "
+          "fails)")  # fmt: skip
     try:
         t0 = time.monotonic()
         for agent in agents:
@@ -198,6 +199,7 @@ def run_demo(nodes: int, keep: bool = False) -> int:
         codes = [a.proc.wait(15) for a in agents if a.proc is not None]
         print(f"   All {len(codes)} agents exited with code {max(codes)}.")
         shutil.rmtree(root, ignore_errors=True)
+        print(f"   Their logs in {root} are removed.")
         return 0
     finally:
         stop.set()
