@@ -82,6 +82,10 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
                        "unix socket")  # fmt: skip
     agent.add_argument("--api-token-file", dest="api_token_file",
                        help="file holding the API token (docs/security.md)")
+    agent.add_argument("--dev", action="store_true",
+                       help="a one-node cluster for trying shoal as any user: loopback only, "
+                       "a fresh data directory removed at exit, no discovery, bootstrap "
+                       "expect 1 (flags given beside it win)")  # fmt: skip
     if only_agent:
         return parser
 
@@ -292,13 +296,37 @@ def _agent(args: argparse.Namespace) -> int:
             "api_token_file",
         )  # fmt: skip
     }
-    cfg = config_mod.load(flags)
-    from shoal.daemon import logging as shoal_logging
+    dev_dir = _dev_defaults(flags) if args.dev else None
+    try:
+        cfg = config_mod.load(flags)
+        from shoal.daemon import logging as shoal_logging
 
-    shoal_logging.configure(cfg.log_level, cfg.log_format)
-    import uvloop
+        shoal_logging.configure(cfg.log_level, cfg.log_format)
+        import uvloop
 
-    from shoal.daemon.agent import Agent
+        from shoal.daemon.agent import Agent
 
-    agent = Agent(cfg, flags)
-    return uvloop.run(agent.run())
+        agent = Agent(cfg, flags)
+        return uvloop.run(agent.run())
+    finally:
+        if dev_dir is not None:
+            import shutil
+
+            shutil.rmtree(dev_dir, ignore_errors=True)
+
+
+def _dev_defaults(flags: dict[str, Any]) -> str:
+    """`shoal agent --dev`: what a user trying shoal on a laptop needs, where
+    no flag says otherwise (Consul's `-dev`). Returns the data directory,
+    made here and removed at exit: nothing of a dev agent is kept."""
+    import tempfile
+
+    data_dir = tempfile.mkdtemp(prefix="shoal-dev-")
+    defaults = {"data_dir": data_dir, "bind": "127.0.0.1:7946", "api": "127.0.0.1:7947",
+                "discovery": False, "bootstrap_expect": 1, "profile": "local",
+                "log_format": "console"}  # fmt: skip
+    for key, value in defaults.items():
+        if flags.get(key) is None:
+            flags[key] = value
+    return data_dir
+

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from shoal import __version__
 from shoal.daemon.keys import generate_key
@@ -159,3 +162,30 @@ def test_tags_change_at_run_time_reach_the_others_and_survive_a_restart(agents: 
     assert a.api.get("/v1/self")["tags"] == {"rack": "r7"}
     bad = shoal_cli("tags", *api)
     assert bad.returncode == 2 and "--set" in bad.stderr
+
+
+def test_a_dev_agent_runs_as_a_non_root_user_and_leaves_nothing_behind():
+    """`shoal agent --dev`: loopback, a fresh data directory it removes at
+    exit, controller of its one-node cluster; as an unprivileged user."""
+    api = "127.0.0.1:47947"
+    command = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--dev", "--node-name", "dev",
+               "--bind", "127.0.0.1:47946", "--api", api]  # fmt: skip
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv is missing: make test installs util-linux"
+        command = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+    base = Path(tempfile.mkdtemp(prefix="shoal-devtest-"))  # a TMPDIR anyone may use
+    os.chmod(base, 0o1777)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "TMPDIR": str(base)}, cwd="/")  # fmt: skip
+    try:
+        poll_until(lambda: '"is_self": true' in shoal_cli("controller", "--json", "--api",
+                                                           api).stdout, 30)  # fmt: skip
+        assert [p.name[:10] for p in base.iterdir()] == ["shoal-dev-"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=30)[0].decode(errors="replace")
+        leftovers = list(base.iterdir())
+        shutil.rmtree(base, ignore_errors=True)
+    assert proc.returncode == 0, out
+    assert leftovers == [], leftovers
