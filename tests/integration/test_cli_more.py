@@ -208,7 +208,12 @@ def test_zsh_completion_is_a_valid_zsh_script():
 
 def test_the_manual_page_is_made_from_the_parser_and_shoal_man_prints_it():
     """docs/shoal.1 is rewritten here when a command changed: commit it."""
-    pytest.importorskip("argparse_manpage", reason="pip install -e '.[test]'")
+    try:
+        import argparse_manpage  # noqa: F401  (the generator the test extra installs)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("argparse-manpage is missing: make test installs the test extra")
+        pytest.skip("argparse-manpage is missing (pip install -e '.[test]')")
     from shoal.daemon.cli.app import _parser
     from shoal.daemon.cli.manual import manual_page
 
