@@ -236,7 +236,8 @@ def _read_rows(raw: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]
         inside = inside & (F.col("ts_ms") >= since)
     if until is not None:
         inside = inside & (F.col("ts_ms") < until)
-    marked = raw.withColumn("_ok", ok).withColumn("_in", F.coalesce(inside, F.lit(False)))
+    marked = T.to_codes(raw).withColumn("_ok", ok)
+    marked = marked.withColumn("_in", F.coalesce(inside, F.lit(False)))
     # Only the columns the steps use are kept (addresses, ids and tags are
     # most of a row's bytes), and rows are spread by subject node once, here:
     # every later grouping and window is by node (or by node and more), so
@@ -482,16 +483,20 @@ def choose_bucket_ms(span_ms: int) -> int:
 
 
 def write_tables(tables: dict[str, Any], out: Path, steps: progress.Steps) -> None:
-    """Each table as Parquet (Spark's directory layout) and as one CSV file.
+    """Each table as Parquet (Spark's directory layout) and as one CSV file,
+    events named as in the history log (`member-failed`, not the job's code).
 
     The CSV is written by Spark's executors (no row passes through Python),
     then its parts are joined, in order, under one header.
     """
     import shutil
 
+    from shoal.churn import transforms as T
+
     (out / "csv").mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():
         steps.next(f"writing table {name}")
+        df = T.to_names(df)
         parquet = out / "parquet" / name
         df.write.mode("overwrite").parquet(str(parquet))
         parts = out / "csv" / f".{name}.parts"

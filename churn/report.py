@@ -395,7 +395,7 @@ def _history_sections(results: Any, s: dict[str, Any], args: Any, section: Any,
             f"{s['false_suspicions']} of {s['suspicions']} suspicions were later refuted by the "
             f"node itself (it was alive).", false_html)
     if not results.tenures:
-        section("Controller tenures", None, "Not shown: no controller_elected rows in the logs.")
+        section("Controller tenures", None, "Not shown: no controller-elected rows in the logs.")
         return
     section("Controller tenures", plot_tenures(results.tenures),
             f"Each bar is one lease epoch held by a controller. {s['controller_tenures']} "

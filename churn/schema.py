@@ -13,7 +13,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from shoal.storage.history import EVENTS, FIELDS, SCHEMA_VERSION
+from shoal.storage.history import EVENTS, EVENTS_V1, FIELDS, SCHEMA_VERSION, SUPPORTED_VERSIONS
 
 CORRUPT = "_corrupt_record"
 _TYPES: dict[str, DataType] = {
@@ -33,4 +33,5 @@ def history_schema(with_corrupt: bool = True) -> StructType:
     return StructType(fields)
 
 
-__all__ = ["CORRUPT", "EVENTS", "SCHEMA_VERSION", "history_schema"]
+__all__ = ["CORRUPT", "EVENTS", "EVENTS_V1", "SCHEMA_VERSION", "SUPPORTED_VERSIONS",
+           "history_schema"]

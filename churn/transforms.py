@@ -21,24 +21,45 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from shoal.churn.schema import CORRUPT, EVENTS, SCHEMA_VERSION
+from shoal.churn.schema import CORRUPT, EVENTS, EVENTS_V1, SUPPORTED_VERSIONS
 
 CHANGE_EVENTS = ("join", "alive", "suspect", "dead", "left")
 STATUS_EVENTS = ("join", "dead", "left")
+# The job computes on short codes, schema 1's words (`join`, `dead`, ...);
+# rows of schema 2, named as the monitor names events (`member-joined`,
+# `member-failed`, ...), are mapped to them as they are read (`to_codes`),
+# so one log set may mix agents of both versions. The importers write codes.
+CODES = dict(zip(EVENTS, EVENTS_V1, strict=True))
 USED_COLUMNS = ("ts_ms", "observer", "event", "node", "incarnation", "source", "epoch")
 HOUR_MS = 3_600_000
 ORDER = Window.partitionBy("node").orderBy("at_ms", "incarnation", "status")
 
 
+def to_codes(rows: DataFrame) -> DataFrame:
+    """Rows with schema 2's event names replaced by the job's codes."""
+    names = F.create_map(*(F.lit(x) for pair in CODES.items() for x in pair))
+    return rows.withColumn("event", F.coalesce(names[F.col("event")], F.col("event")))
+
+
+def to_names(table: DataFrame) -> DataFrame:
+    """An output table with the job's codes in its event columns named as
+    the history log (schema 2) and the monitor name them."""
+    names = F.create_map(*(F.lit(x) for pair in CODES.items() for x in pair[::-1]))
+    for column in ("event", "started_by", "ended_by"):
+        if column in table.columns:
+            table = table.withColumn(column, F.coalesce(names[F.col(column)], F.col(column)))
+    return table
+
+
 def is_valid(extra_events: tuple[str, ...] = ()) -> Column:
-    """A row the job can use: parsed, known version, event, subject, time
-    (`extra_events`: the importers' `end`)."""
+    """A row the job can use (after `to_codes`): parsed, a known version,
+    event, subject, time (`extra_events`: the importers' `end`)."""
     return (
         F.col(CORRUPT).isNull()
-        & (F.col("v") == SCHEMA_VERSION)
+        & F.col("v").isin(*SUPPORTED_VERSIONS)
         & F.col("ts_ms").isNotNull()
         & F.col("node").isNotNull()
-        & F.col("event").isin(*EVENTS, *extra_events)
+        & F.col("event").isin(*EVENTS_V1, *extra_events)
     )
 
 

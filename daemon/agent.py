@@ -58,7 +58,7 @@ from shoal.kernel.sealing import KeyCommand, KeyReply
 from shoal.membership.events import JoinCompleted
 from shoal.membership.member import MemberState, MemberView, NodeIdentity, make_tags
 from shoal.node.composition import ShoalNode
-from shoal.node.history import Observer, member_row
+from shoal.node.history import JOINED, Observer, member_row
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 
@@ -192,7 +192,7 @@ class Agent:
         # job sees a restart even before any peer has noticed it.
         me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
                         self.node.incarnation, MemberState.ALIVE)  # fmt: skip
-        self.history.write(member_row(observer, int(time.time() * 1000), "join", me))
+        self.history.write(member_row(observer, int(time.time() * 1000), JOINED, me))
         if cfg.join:
             self.node.join(list(cfg.join), now, retry=True)
             self.discovery.start_after_join(advertise, stored.node_id.hex())

@@ -26,15 +26,18 @@ from shoal.membership.events import (
 from shoal.membership.member import MemberView
 from shoal.storage.history import FIELD_NAMES, SCHEMA_VERSION
 
+# The names `shoal monitor`, handlers and watches use (membership/events.py;
+# a test holds them equal), so a row reads as the event it records.
 _MEMBER_EVENTS: dict[type, str] = {
-    MemberJoined: "join",
-    MemberRefuted: "alive",
-    MemberSuspected: "suspect",
-    MemberDied: "dead",
-    MemberLeft: "left",
-    MemberUpdated: "update",
-    MemberReaped: "reap",
+    MemberJoined: "member-joined",
+    MemberRefuted: "member-refuted",
+    MemberSuspected: "member-suspected",
+    MemberDied: "member-failed",
+    MemberLeft: "member-left",
+    MemberUpdated: "member-updated",
+    MemberReaped: "member-reaped",
 }
+JOINED = "member-joined"
 
 
 class Observer(msgspec.Struct, frozen=True):
@@ -56,7 +59,7 @@ def _row(observer: Observer, ts_ms: int, event: str, **fields: Any) -> dict[str,
 def member_row(observer: Observer, ts_ms: int, event: str, member: MemberView,
                source: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A row about `member`."""
-    tags = dict(member.tags) if event in ("join", "update") else None
+    tags = dict(member.tags) if event in ("member-joined", "member-updated") else None
     return _row(observer, ts_ms, event, node=member.name, node_id=member.node_id.hex(),
                 address=f"{member.addr[0]}:{member.addr[1]}",
                 incarnation=member.incarnation, source=source or None, tags=tags)  # fmt: skip
@@ -70,7 +73,7 @@ def history_row(observer: Observer, ts_ms: int, event: object) -> dict[str, Any]
         return member_row(observer, ts_ms, kind, event.member,  # type: ignore[attr-defined]
                           getattr(event, "source", None))  # fmt: skip
     if isinstance(event, ControllerElected | ControllerLost):
-        kind = "controller_elected" if isinstance(event, ControllerElected) else "controller_lost"
+        kind = "controller-elected" if isinstance(event, ControllerElected) else "controller-lost"
         return _row(observer, ts_ms, kind, node=observer.name, node_id=observer.node_id,
                     epoch=event.epoch, source=getattr(event, "reason", None))  # fmt: skip
     return None

@@ -21,7 +21,7 @@ from typing import Any
 
 from shoal.membership.member import MemberState, MemberView
 from shoal.membership.profiles import PROFILES
-from shoal.node.history import Observer, history_row, member_row
+from shoal.node.history import JOINED, Observer, history_row, member_row
 from shoal.sim.cluster import SIM_WALL_BASE_MS, SimCluster
 from shoal.sim.network import LinkProfile
 from shoal.sim.scenarios import form_cluster
@@ -78,7 +78,7 @@ class HistoryRecorder:
         ident = self.cluster.idents[i]
         me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
                         node.incarnation, MemberState.ALIVE)  # fmt: skip
-        self._write(i, member_row(self.observers[i], self._wall_ms(i), "join", me))
+        self._write(i, member_row(self.observers[i], self._wall_ms(i), JOINED, me))
 
     def on_event(self, now: float, node: int, event: Any) -> None:
         self._write(node, history_row(self.observers[node], self._wall_ms(node), event))

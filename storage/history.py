@@ -28,7 +28,11 @@ from typing import Any
 
 import msgspec
 
-SCHEMA_VERSION = 1
+# Version 2 (issue 23) names events as `shoal monitor`, handlers and watches
+# do (`member-joined`, `member-failed`, ...); version 1 used short words
+# (`join`, `dead`, ...). Readers accept both (docs/history.md, "Changes").
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 CURRENT = "history.jsonl"
 ROTATED_GLOB = "history-*.jsonl.gz"
 # Every row has every field, in this order; absent values are null. The
@@ -44,17 +48,21 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("node_id", "string"),
     ("address", "string"),
     ("incarnation", "long"),
-    ("source", "string"),  # suspect/dead: who raised it; alive: who had suspected
+    ("source", "string"),  # suspected/failed: who raised it; refuted: who had suspected
     ("epoch", "long"),  # controller events
-    ("tags", "map"),  # join and update
+    ("tags", "map"),  # member-joined and member-updated
 )
 FIELD_NAMES = tuple(name for name, _ in FIELDS)
-# join: became alive (new, or back after dead/left); alive: refuted a
-# suspicion; update: tags or address changed; reap: forgotten after its
-# reap timeout; controller_*: the observer itself became or stopped being
-# controller, with the epoch.
-EVENTS = ("join", "alive", "suspect", "dead", "left", "update", "reap",
-          "controller_elected", "controller_lost")  # fmt: skip
+# member-joined: became alive (new, or back after failed/left);
+# member-refuted: refuted a suspicion; member-updated: tags or address
+# changed; member-reaped: forgotten after its reap timeout; controller-*: the
+# observer itself became or stopped being controller, with the epoch.
+EVENTS = ("member-joined", "member-refuted", "member-suspected", "member-failed",
+          "member-left", "member-updated", "member-reaped", "controller-elected",
+          "controller-lost")  # fmt: skip
+# Schema 1's words for the same events, in the same order.
+EVENTS_V1 = ("join", "alive", "suspect", "dead", "left", "update", "reap",
+             "controller_elected", "controller_lost")  # fmt: skip
 
 
 class HistoryConfig(msgspec.Struct, frozen=True):

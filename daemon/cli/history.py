@@ -80,6 +80,11 @@ def history_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# Events whose `source` is a node (who raised it, who had suspected), in
+# both schema versions' words.
+_ACCUSED = ("member-suspected", "member-failed", "member-refuted", "suspect", "dead", "alive")
+
+
 def format_row(row: dict[str, Any]) -> str:
     """One event as a line of text."""
     when = datetime.fromtimestamp(row["ts_ms"] / 1000, UTC).isoformat(timespec="milliseconds")
@@ -90,7 +95,7 @@ def format_row(row: dict[str, Any]) -> str:
     if row.get("epoch") is not None:
         text += f" epoch {row['epoch']}"
     if row.get("source"):
-        text += f" by {row['source']}" if event in ("suspect", "dead", "alive") else \
+        text += f" by {row['source']}" if event in _ACCUSED else \
             f" ({row['source']})"
     if row.get("tags"):
         text += " tags " + ",".join(f"{k}={v}" for k, v in sorted(row["tags"].items()))

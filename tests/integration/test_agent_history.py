@@ -28,22 +28,23 @@ def test_a_crash_and_a_leave_are_in_every_survivors_history(agents):
     agents.wait_all_see([leaver.name], "left", [observer, started[3]], timeout_s=15)
 
     rows = poll_until(lambda: [r for r in history(observer)
-                               if r["node"] == leaver.name and r["event"] == "left"] and
+                               if r["node"] == leaver.name and r["event"] == "member-left"] and
                       history(observer), 10)  # fmt: skip
     about_victim = [r["event"] for r in rows if r["node"] == victim.name]
-    assert about_victim[0] == "join" and "suspect" in about_victim and about_victim[-1] == "dead"
-    dead = [r for r in rows if r["node"] == victim.name and r["event"] == "dead"][0]
+    assert about_victim[0] == "member-joined" and "member-suspected" in about_victim
+    assert about_victim[-1] == "member-failed"
+    dead = [r for r in rows if r["node"] == victim.name and r["event"] == "member-failed"][0]
     assert dead["observer"] == observer.name and dead["source"] in names
     assert dead["incarnation"] >= 1 and dead["address"] == victim.gossip
-    assert rows[0]["node"] == observer.name and rows[0]["event"] == "join"  # its own start
+    assert rows[0]["node"] == observer.name and rows[0]["event"] == "member-joined"  # its own start
     # The leaver stopped cleanly: its own log ends with its leave.
     own = history(leaver)
-    assert own[-1]["event"] == "left" and own[-1]["node"] == leaver.name
+    assert own[-1]["event"] == "member-left" and own[-1]["node"] == leaver.name
     # Filters and the text form.
     assert {r["node"] for r in history(observer, "--node", victim.name)} == {victim.name}
     assert history(observer, "--since", "2099-01-01") == []
     text = shoal_cli("history", "--data-dir", str(observer.data_dir), "--node", victim.name)
-    assert f"dead                {victim.name} (incarnation" in text.stdout
+    assert f"member-failed       {victim.name} (incarnation" in text.stdout
     with urllib.request.urlopen(f"http://{observer.ip}:7947/metrics", timeout=5) as r:
         metrics = r.read().decode()
     written = [line for line in metrics.splitlines()

@@ -44,7 +44,8 @@ def run_flood(agents, seconds: float) -> dict[str, float]:
         "target_dropped": dropped, "rss_before_mb": round(rss_before / 1024, 1),
         "rss_after_mb": round(rss_after / 1024, 1),
         "suspicions_of_target": sum(
-            1 for a in members for e in history_events(a, {"suspect"}) if e["node"] == target.name),
+            1 for a in members for e in history_events(a, {"member-suspected"})
+            if e["node"] == target.name),
     }  # fmt: skip
     print("flood figures:", json.dumps(figures))
     for reason in ("dropped_auth", "dropped_plaintext", "dropped_version"):
@@ -55,7 +56,8 @@ def run_flood(agents, seconds: float) -> dict[str, float]:
     assert dropped >= sent * 0.9
     for agent in members:
         assert agent.status_of(target.name) == "alive"
-        assert [e for e in history_events(agent, {"dead"}) if e["node"] == target.name] == []
+        failed = history_events(agent, {"member-failed"})
+        assert [e for e in failed if e["node"] == target.name] == []
     assert rss_after - rss_before < 32 * 1024, "memory grew under the flood"
     return figures
 

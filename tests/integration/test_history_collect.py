@@ -29,7 +29,7 @@ def test_collect_copies_every_members_log_and_resumes(agents, tmp_path):
     api = f"{agents.agents[0].ip}:7947"
     # Each agent logs its peers' joins: wait until every log has them all.
     poll_until(lambda: all(len({r["node"] for r in _rows(a.data_dir / "history")
-                                if r["event"] == "join"}) == 3 for a in agents.agents), 20)
+                                if r["event"] == "member-joined"}) == 3 for a in agents.agents), 20)
     first = shoal_cli("history", "collect", "--out", str(out), "--api", api)
     assert first.returncode == 0, first.stderr
     assert f"history of 3 of 3 members in {out}" in first.stdout
@@ -42,7 +42,7 @@ def test_collect_copies_every_members_log_and_resumes(agents, tmp_path):
     held = {n: (out / n / "history.jsonl").stat().st_size for n in names}
     leaver = agents.agents[2]
     assert shoal_cli("leave", "--api", f"{leaver.ip}:7947").returncode == 0
-    poll_until(lambda: any(r["event"] == "left" for r in
+    poll_until(lambda: any(r["event"] == "member-left" for r in
                            _rows(agents.agents[0].data_dir / "history")), 20)  # fmt: skip
     again = shoal_cli("history", "collect", "--out", str(out), "--api", api)
     assert again.returncode == 0, again.stderr

@@ -101,7 +101,7 @@ def test_key_rotation_across_five_agents_marks_no_member_failed(agents):
     refused = shoal_cli("keys", "remove", new, *api)
     assert refused.returncode == 1 and "primary" in refused.stderr
     for agent in members:
-        assert history_events(agent, {"suspect", "dead"}) == []
+        assert history_events(agent, {"member-suspected", "member-failed"}) == []
 
     members[4].kill()
     members[4].extra = ["--no-discovery"]  # no key on the command line: the keyring file

@@ -13,7 +13,7 @@ import pytest
 
 from shoal.churn.job import LOG4J, add_arguments
 from shoal.node.history import Observer, member_row
-from shoal.storage.history import encode_row
+from shoal.storage.history import EVENTS, EVENTS_V1, encode_row
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -50,10 +50,14 @@ def job_args(history: Path | str, out: Path, *extra: str) -> argparse.Namespace:
 
 
 class HistoryBuilder:
-    """Rows of several observers, written one file per observer."""
+    """Rows of several observers, written one file per observer. Events are
+    given in schema 1's short words (`join`, `dead`); rows are written as
+    today's agent writes them (schema 2: `member-joined`, ...), except the
+    observers in `v1_observers`, written as an agent of schema 1 did."""
 
-    def __init__(self, cluster: str = "test") -> None:
+    def __init__(self, cluster: str = "test", v1_observers: frozenset[str] = frozenset()) -> None:
         self.cluster = cluster
+        self.v1_observers = v1_observers
         self.rows: dict[str, list[dict[str, Any]]] = {}
 
     def add(self, observer: str, t_s: float, event: str, node: str, incarnation: int = 1,
@@ -64,7 +68,11 @@ class HistoryBuilder:
         ts = T0_MS + round(t_s * 1000)
         view = MemberView(node, node.encode(), ("10.0.0.1", 7946), {}, incarnation,
                           MemberState.ALIVE)  # fmt: skip
-        row = member_row(obs, ts, event, view, source)
+        v1 = observer in self.v1_observers
+        name = event if v1 else dict(zip(EVENTS_V1, EVENTS, strict=True)).get(event, event)
+        row = member_row(obs, ts, name, view, source)
+        if v1:
+            row["v"] = 1
         if epoch is not None:
             row.update(node=observer, node_id=obs.node_id, address=None, incarnation=None,
                        epoch=epoch, tags=None)  # fmt: skip

@@ -19,8 +19,8 @@ from tests.spark.conftest import HistoryBuilder, job_args, read_csv
 pytestmark = pytest.mark.spark
 
 
-def three_nodes() -> HistoryBuilder:
-    h = HistoryBuilder()
+def three_nodes(v1_observers: frozenset[str] = frozenset()) -> HistoryBuilder:
+    h = HistoryBuilder(v1_observers=v1_observers)
     for who, t in (("a", 0), ("b", 1), ("c", 2)):
         h.add(who, t, "join", "a")
     for who, t in (("b", 0), ("a", 0.5), ("c", 1.5)):
@@ -71,6 +71,22 @@ def test_sessions_downtimes_and_availability_match_the_hand_computation(report):
     assert s["availability_ratio"] == round(28502 / 30000, 6)
 
 
+def test_logs_of_schema_1_and_2_mixed_give_the_same_report(report, tmp_path):
+    """Agents upgraded one by one: a's log in schema 1's words (`dead`), b's
+    and c's in schema 2's (`member-failed`): the job reads both alike."""
+    s, _ = report
+    mixed = three_nodes(frozenset({"a"})).write(tmp_path / "logs")
+    assert '"event":"dead"' in (mixed / "a.history.jsonl").read_text().replace(" ", "")
+    assert '"event":"member-failed"' in (mixed / "c.history.jsonl").read_text().replace(" ", "")
+    again = run(job_args(mixed, tmp_path / "out"))
+    assert {k: again[k] for k in FIGURES} == {k: s[k] for k in FIGURES}
+
+
+FIGURES = ("nodes", "sessions_completed", "downtimes_completed", "failures", "leaves",
+           "suspicions", "false_suspicions", "mtbf_s", "mttr_s", "availability_ratio",
+           "dissemination_p50_s", "dissemination_p99_s")  # fmt: skip
+
+
 def test_per_node_table(report):
     _, out = report
     nodes = {r["node"]: r for r in read_csv(out / "csv" / "nodes.csv")}
@@ -108,7 +124,7 @@ def test_dissemination_delay_counts_observers_up_at_the_time(report):
     assert s["dissemination_p90_s"] == 1.5
     assert s["dissemination_p99_s"] == 2.0
     rows = read_csv(out / "csv" / "dissemination.csv")
-    left = [r for r in rows if r["event"] == "left"]
+    left = [r for r in rows if r["event"] == "member-left"]
     assert float(left[0]["delay_s"]) == pytest.approx(0.3)  # the leaver's own row counts
 
 

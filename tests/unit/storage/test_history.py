@@ -17,9 +17,9 @@ from shoal.storage.history import (
     read_history,
 )
 
-# A "dead" row as node/history.py builds it (the writer does not read rows).
+# A "member-failed" row as node/history.py builds it (the writer does not read rows).
 ROW = {**dict.fromkeys(FIELD_NAMES), "v": SCHEMA_VERSION, "cluster": "prod", "observer": "n1",
-       "observer_id": "aa" * 16, "event": "dead", "node": "n2", "node_id": "02" * 16,
+       "observer_id": "aa" * 16, "event": "member-failed", "node": "n2", "node_id": "02" * 16,
        "address": "10.0.0.2:7946", "incarnation": 7, "source": "n3"}  # fmt: skip
 
 
