@@ -51,6 +51,7 @@ figures with the ratio shoal/Serf.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import json
@@ -174,7 +175,7 @@ async def run_cmd(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
 # -- the systems -------------------------------------------------------------------------
 
 
-class System:
+class System(abc.ABC):
     name = ""
     net = ""
 
@@ -212,18 +213,21 @@ class System:
         for proc in self.procs:
             proc.wait()
 
+    @abc.abstractmethod
     def command(self, i: int) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts agent i."""
 
+    @abc.abstractmethod
     async def sees(self, i: int, n: int) -> bool:
-        raise NotImplementedError
+        """Whether agent i lists n alive members."""
 
+    @abc.abstractmethod
     async def event(self, name: str, body: bytes) -> str:
         """Send; returns an error text, or "" when the system accepted it."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def query(self, body: bytes) -> dict[str, Any]:
-        raise NotImplementedError
+        """Send a query; its answers and how long they took."""
 
 
 class Shoal(System):

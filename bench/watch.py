@@ -47,6 +47,7 @@ forceSync=yes).
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import base64
@@ -240,7 +241,7 @@ class ProcessWatch:
 # -- the systems -------------------------------------------------------------------------
 
 
-class System:
+class System(abc.ABC):
     """What a section needs: start, a watch on member `target`, a put on member 0."""
 
     name = ""
@@ -260,14 +261,17 @@ class System:
             self.servers.append(subprocess.Popen(args, stdout=log, stderr=log,
                                                  stdin=subprocess.DEVNULL, cwd=ROOT))  # fmt: skip
 
+    @abc.abstractmethod
     async def start(self) -> None:
-        raise NotImplementedError
+        """Start the servers and return once each answers."""
 
+    @abc.abstractmethod
     async def watch(self, target: int, name: str, arrivals: Arrivals) -> Any:
-        raise NotImplementedError
+        """Open a watch on server `target` that notes each put's arrival."""
 
+    @abc.abstractmethod
     async def put(self, seq: int) -> None:
-        raise NotImplementedError
+        """Write value number `seq` under the watched key."""
 
     async def stop(self) -> None:
         for proc in self.servers:
