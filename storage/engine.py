@@ -12,12 +12,19 @@ Nothing else in shoal imports rocksdict. One database per node, in
 - ``leaves``: an index, ``leaf (4 bytes, big-endian) + key -> b""``, so
   that the records under a Merkle node are one range scan.
 
-Replicated writes go in unsynced (a memtable insert and a WAL append, a few
-microseconds) and become durable at the next `sync()`, an fsync of the WAL
-(`FlushWAL(true)`). The agent calls `sync()` once for every group of
-waiting client writes (group commit), from a worker thread: rocksdict
-releases the GIL during the fsync. Records merged from peers are not synced
-on their own: after a crash they come back by anti-entropy.
+Local writes (`stage`: a client's put or delete, a user event) are not
+written one by one: they wait in memory, readable at once through `get`,
+and the next `sync()` writes all of them as one WriteBatch and fsyncs the
+write-ahead log (`FlushWAL(true)`). The agent calls `sync()` once for every
+group of waiting client writes (group commit), from a worker thread:
+rocksdict releases the GIL during the write and the fsync, so the event
+loop pays a dict insert per write, not a WAL append (a `write` syscall that
+can wait for the running fsync's page writeback: 3-6 us on average, up to
+the whole fsync; bench/storage.py `--only api`). A merge, a scan or `close`
+writes what waits first, so the database never holds an older version
+over a newer one, and at most `STAGE_MAX` records wait. Records merged from
+peers go in unsynced at once (a memtable insert and a WAL append) and are
+not synced on their own: after a crash they come back by anti-entropy.
 
 The database is opened in raw mode: rocksdict would otherwise pickle values,
 and nothing a peer sent may ever be unpickled.
@@ -25,6 +32,7 @@ and nothing a peer sent may ever be unpickled.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -47,6 +55,9 @@ WRITE_BUFFER_BYTES = 4 << 20  # one memtable per family; flushed to L0 when full
 DB_WRITE_BUFFER_BYTES = 16 << 20  # all memtables together: the flush trigger
 BLOCK_CACHE_BYTES = 4 << 20  # one LRU cache shared by the three families
 MAX_OPEN_FILES = 256  # table readers kept open (each holds index and filter blocks)
+# Staged local writes beyond this are written out (unsynced) at once: a
+# group commit holds as many as there are concurrent writers.
+STAGE_MAX = 1024
 
 
 def _family_options(cache: rocksdict.Cache) -> rocksdict.Options:
@@ -125,11 +136,13 @@ class Engine:
             self._local.delete(name, self._unsynced)
 
     def sync(self) -> None:
-        """Make every write so far durable: fsync the write-ahead log."""
-        self._db.flush_wal(True)
+        """Make every write so far durable: write the staged records, then
+        fsync the write-ahead log (from any thread)."""
+        self.records.sync()
 
     def close(self) -> None:
         """Flush and close; the database can then be reopened."""
+        self.records.write_staged()
         self.records.release()
         del self._local
         self._db.flush_wal(True)
@@ -149,6 +162,13 @@ class RocksStore:
         self._leaves = db.get_column_family("leaves")
         self._records_h = db.get_column_family_handle("records")
         self._leaves_h = db.get_column_family_handle("leaves")
+        # Local writes not yet in the database (module docstring): `_staged`
+        # takes new ones; `_writing` is what a sync took and is writing, still
+        # read by `get` until the database has it. `_lock` orders every
+        # database write of records, so an older version never lands last.
+        self._staged: dict[bytes, Record] = {}
+        self._writing: dict[bytes, Record] = {}
+        self._lock = threading.Lock()
 
     def release(self) -> None:
         """Drop the column-family views (rocksdict keeps the lock while any
@@ -157,22 +177,58 @@ class RocksStore:
 
     def get(self, key: bytes) -> Record | None:
         """The record of `key`, or None."""
-        raw = self._records.get(key)
-        return None if raw is None else decode_value(key, bytes(raw))
+        rec = self._staged.get(key)
+        if rec is None:
+            rec = self._writing.get(key)
+            if rec is None:
+                raw = self._records.get(key)
+                return None if raw is None else decode_value(key, bytes(raw))
+        return rec
+
+    def stage(self, rec: Record) -> None:
+        """Keep a local write for the next `sync` (module docstring)."""
+        with self._lock:
+            self._staged[rec.key] = rec
+            full = len(self._staged) >= STAGE_MAX
+        if full:
+            self.write_staged()
 
     def apply(self, puts: list[Record], deletes: list[bytes]) -> None:
-        """One unsynced WriteBatch: records and their leaf index entries."""
+        """One unsynced WriteBatch: the staged records first, then these
+        records and their leaf index entries, then the deletes."""
+        with self._lock:
+            batch = self._batch(self._staged.values())
+            self._staged = {}
+            for rec in puts:
+                batch.put(rec.key, encode_value(rec), self._records_h)
+                batch.put(self._leaf_key(rec.key), b"", self._leaves_h)
+            for key in deletes:
+                batch.delete(key, self._records_h)
+                batch.delete(self._leaf_key(key), self._leaves_h)
+            self._db.write(batch, self._unsynced)
+
+    def write_staged(self) -> None:
+        """Write the staged records to the database (unsynced)."""
+        with self._lock:
+            self._writing = staged = self._staged
+            if not staged:
+                return
+            self._staged = {}
+            self._db.write(self._batch(staged.values()), self._unsynced)
+            self._writing = {}
+
+    def _batch(self, records: Iterable[Record]) -> rocksdict.WriteBatch:
         batch = rocksdict.WriteBatch(raw_mode=True)
-        for rec in puts:
-            batch.put(rec.key, encode_value(rec), self._records_h)
-            batch.put(self._leaf_key(rec.key), b"", self._leaves_h)
-        for key in deletes:
-            batch.delete(key, self._records_h)
-            batch.delete(self._leaf_key(key), self._leaves_h)
-        self._db.write(batch, self._unsynced)
+        records_h, leaves_h, depth = self._records_h, self._leaves_h, self.depth
+        for rec in records:
+            key = rec.key
+            batch.put(key, encode_value(rec), records_h)
+            batch.put(leaf_of(key, depth).to_bytes(4, "big") + key, b"", leaves_h)
+        return batch
 
     def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
         """Up to `limit` records with `prefix`, after `after`, in key order."""
+        self.write_staged()
         out: list[Record] = []
         start = max(prefix, after)
         for key, raw in _raw(self._records.items(from_key=start)):
@@ -184,6 +240,7 @@ class RocksStore:
 
     def in_leaves(self, first: int, end: int) -> Iterator[Record]:
         """Records in leaves [first, end), by leaf then key (lazily)."""
+        self.write_staged()
         stop = end.to_bytes(4, "big")
         keys = self._leaves.keys(from_key=first.to_bytes(4, "big"))
         for index_key in cast("Iterator[bytes]", keys):
@@ -196,11 +253,14 @@ class RocksStore:
 
     def all(self) -> Iterator[Record]:
         """Every record, in key order."""
+        self.write_staged()
         for key, raw in _raw(self._records.items()):
             yield decode_value(key, raw)
 
     def sync(self) -> None:
-        """fsync the write-ahead log."""
+        """Write the staged records and fsync the write-ahead log: every
+        write staged or applied before the call is then durable."""
+        self.write_staged()
         self._db.flush_wal(True)
 
     def _leaf_key(self, key: bytes) -> bytes:

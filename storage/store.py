@@ -66,6 +66,10 @@ class RecordStore(Protocol):
     def apply(self, puts: list[Record], deletes: list[bytes]) -> None:
         """Write and delete atomically; visible at once, durable after `sync`."""
 
+    def stage(self, rec: Record) -> None:
+        """Write a local record: visible at once, durable after `sync`,
+        which writes it (RocksStore: batched with the others of its group)."""
+
     def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
         """Up to `limit` records whose key starts with `prefix` and sorts
         after `after`, in key order (tombstones included)."""
@@ -108,6 +112,10 @@ class MemoryStore:
                 del keys[key]
                 if not keys:
                     del self._by_leaf[leaf]
+
+    def stage(self, rec: Record) -> None:
+        """Write `rec` (as `apply`)."""
+        self.apply([rec], [])
 
     def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:
         """Records with `prefix` after `after`, in key order."""
@@ -274,7 +282,7 @@ class Replica:
         if self.changes is not None:
             self.changes.append((rec, old is not None and self.visible(old), WRITE))
         self._replace(old, rec)
-        self.store.apply([rec], [])
+        self.store.stage(rec)
         self.counters.local_writes += 1
         return rec
 

@@ -131,3 +131,28 @@ def test_a_failing_sync_fails_the_waiting_writes():
 
     asyncio.run(main())
     assert calls == [1]
+
+
+def test_a_local_write_is_read_back_at_once_and_a_newer_merge_wins_on_disk(tmp_path):
+    """A put is readable (get, scan) before its group's sync; a newer version
+    merged from a peer meanwhile is what the database holds after the sync
+    and after a reopen, not the older local one."""
+    from shoal.storage.engine import Engine
+
+    engine = Engine(tmp_path / "db", 4)
+    replica = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
+    mine = replica.write(b"k", b"local", 1_800_000_000_000)
+    replica.write(b"other", b"x", 1_800_000_000_000)
+    assert replica.get(b"k") == mine
+    assert [r.key for r in engine.records.scan(b"", b"", 10)] == [b"k", b"other"]
+    newer = type(mine)(b"k", b"remote", mine.hlc + 1, b"\x02" * 16)
+    assert replica.merge([newer], 1_800_000_000_000) == [newer]
+    replica.write(b"late", b"y", 1_800_000_000_000)
+    engine.sync()
+    engine.close()
+    engine = Engine(tmp_path / "db", 4)
+    again = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
+    assert again.get(b"k").value == b"remote"
+    assert again.get(b"late").value == b"y"
+    assert again.tree.node(0, 0) == replica.tree.node(0, 0)
+    engine.close()
