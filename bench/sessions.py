@@ -302,49 +302,25 @@ async def spawn_holder(root: Path, code: str, *argv: str) -> Holder:
     return Holder(proc)
 
 
-class KvStream(asyncio.Protocol):
+class KvStream(watch.WatchStream):
     """A /v1/watch stream of kv events under KEY_PREFIX: when each key was
     first put and first deleted, stamped on arrival."""
 
     def __init__(self, host: str) -> None:
-        self.host = host
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        super().__init__(host, f"topics=kv&prefix={KEY_PREFIX}")
         self.put_at: dict[str, float] = {}
         self.deleted_at: dict[str, float] = {}
         self.changed = asyncio.Event()
-        self.transport: asyncio.Transport | None = None
-        self._buf = b""
-        self._head: bytes | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        transport.write(f"GET /v1/watch?topics=kv&prefix={KEY_PREFIX} HTTP/1.1\r\n"  # type: ignore[attr-defined]
-                        f"host: {self.host}\r\n\r\n".encode())  # fmt: skip
-
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic()
-        self._buf += data
-        if self._head is None:
-            head, sep, rest = self._buf.partition(b"\r\n\r\n")
-            if not sep:
-                return
-            self._head, self._buf = head, rest
-        *parts, self._buf = self._buf.split(b"\r\n")
-        for part in parts:  # chunk sizes are hex, the JSON lines start with "{"
-            if not part.startswith(b"{"):
-                continue
-            event = json.loads(part)
-            if event.get("type") == "hello" and not self.ready.done():
-                self.ready.set_result(None)
-            elif event.get("topic") == "kv":
-                seen = self.deleted_at if event.get("type") == "delete" else self.put_at
-                seen.setdefault(event["key"], now)
-                self.changed.set()
+    def on_event(self, event: dict[str, Any], now: float) -> None:
+        if event.get("topic") == "kv":
+            seen = self.deleted_at if event.get("type") == "delete" else self.put_at
+            seen.setdefault(event["key"], now)
+            self.changed.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.ready.done():
-            head = (self._head or b"no answer").split(b"\r\n")[0].decode(errors="replace")
-            self.ready.set_exception(RuntimeError(f"/v1/watch: {head} {self._buf[:200]!r}"))
+            self.ready.set_exception(RuntimeError(self.failure()))
         self.changed.set()
 
     async def until(self, seen: dict[str, float], key: str, timeout_s: float) -> float | None:

@@ -167,11 +167,12 @@ async def get_json(host: str, port: int, path: str) -> Any:
     return json.loads(body) if status == 200 else None
 
 
-class StreamWatch(asyncio.Protocol):
-    """One shoal /v1/watch stream: kv events for KEY, stamped on arrival."""
+class WatchStream(asyncio.Protocol):
+    """A shoal `/v1/watch` stream read straight off the socket (chunked JSON
+    lines), each line stamped on arrival; subclasses take the lines."""
 
-    def __init__(self, name: str, host: str, arrivals: Arrivals) -> None:
-        self.name, self.host, self.arrivals = name, host, arrivals
+    def __init__(self, host: str, query: str) -> None:
+        self.host, self.query = host, query
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
         self._buf = b""
@@ -179,7 +180,7 @@ class StreamWatch(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        transport.write(f"GET /v1/watch?topics=kv&prefix={KEY} HTTP/1.1\r\n"  # type: ignore[attr-defined]
+        transport.write(f"GET /v1/watch?{self.query} HTTP/1.1\r\n"  # type: ignore[attr-defined]
                         f"host: {self.host}\r\n\r\n".encode())  # fmt: skip
 
     def data_received(self, data: bytes) -> None:
@@ -195,23 +196,40 @@ class StreamWatch(asyncio.Protocol):
         *parts, self._buf = self._buf.split(b"\r\n")
         for part in parts:  # chunk sizes are hex, the JSON lines start with "{"
             if part.startswith(b"{"):
-                self._on_line(json.loads(part), now)
+                event = json.loads(part)
+                if event.get("type") == "hello" and not self.ready.done():
+                    self.ready.set_result(None)
+                else:
+                    self.on_event(event, now)
 
-    def _on_line(self, event: dict[str, Any], now: float) -> None:
-        if event.get("type") == "hello" and not self.ready.done():
-            self.ready.set_result(None)
-        elif event.get("topic") == "kv" and event.get("key") == KEY and "value" in event:
-            self.arrivals.record(self.name, int(event["value"]), now)
+    def on_event(self, event: dict[str, Any], now: float) -> None:
+        """One line of the stream other than the opening `hello`."""
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.ready.done():
-            head = (self._head or b"no answer").split(b"\r\n")[0].decode(errors="replace")
-            self.ready.set_exception(Skip(f"/v1/watch: {head} {self._buf[:200]!r}"))
-        self.arrivals.end(self.name)
+    def failure(self) -> str:
+        """What the agent answered instead of a stream."""
+        head = (self._head or b"no answer").split(b"\r\n")[0].decode(errors="replace")
+        return f"/v1/watch: {head} {self._buf[:200]!r}"
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+class StreamWatch(WatchStream):
+    """One shoal /v1/watch stream: kv events for KEY, stamped on arrival."""
+
+    def __init__(self, name: str, host: str, arrivals: Arrivals) -> None:
+        super().__init__(host, f"topics=kv&prefix={KEY}")
+        self.name, self.arrivals = name, arrivals
+
+    def on_event(self, event: dict[str, Any], now: float) -> None:
+        if event.get("topic") == "kv" and event.get("key") == KEY and "value" in event:
+            self.arrivals.record(self.name, int(event["value"]), now)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(Skip(self.failure()))
+        self.arrivals.end(self.name)
 
 
 class ProcessWatch:
