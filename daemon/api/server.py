@@ -7,16 +7,9 @@
     POST /v1/join  {"addrs": [..]} join through addresses; per-address outcome
     POST /v1/leave                 leave the cluster (the agent keeps running)
     POST /v1/tags {"set": {..}, "delete": [..]}  change this node's tags (kept across restarts)
-    GET  /v1/events                membership and user events as newline-delimited JSON
-    POST /v1/event/<name>          fire a user event; the body is its payload (daemon/userevents.py)
-    POST /v1/query/<name>?node=RE&tag=K=RE&timeout=S   ask members; the body is the payload;
-                                   returns when all expected answered (daemon/network/queries.py)
-    GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
-                                   keys) as newline-delimited JSON; resumable (api/changes.py)
-    PUT  /v1/kv/<key>[?fence=E&ephemeral=1&session=ID]   store the body as the value of <key>
-    GET  /v1/kv/<key>              the value and its version (404 if absent)
-    DELETE /v1/kv/<key>[?fence=E]  delete <key> (a tombstone that replicates)
-    GET  /v1/kv/?prefix=&after=&limit=   list keys and values in key order
+    GET  /v1/events, GET /v1/watch, POST /v1/event/<name>, POST /v1/query/<name>
+                                   event streams, user events, queries (api/events.py)
+    PUT|GET|DELETE /v1/kv/<key>, GET /v1/kv/?prefix=   the key-value store (api/kv.py)
 
 Listings (members, keys, controller) carry the change `index` they were
 taken at and the agent's `run`: a client lists, then watches from there.
@@ -47,40 +40,23 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
-from shoal.daemon.api import coordinates, history, liveness
-from shoal.daemon.api.changes import TOPICS, Ping, ResumeError, record_json
-from shoal.daemon.api.http import (
-    Deferred,
-    Handler,
-    HttpError,
-    HttpServer,
-    Raw,
-    Request,
-    Result,
-    Stream,
-)
+from shoal.daemon.api import coordinates, events, history, liveness
+from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
+from shoal.daemon.api.http import Handler, HttpError, HttpServer, Raw, Request, Result
+from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
 from shoal.daemon.health import HEALTH_TAG, PASSING
-from shoal.daemon.sessions import SessionError
-from shoal.kernel.errors import ConfigError, FenceRefused, WriteRefused
+from shoal.kernel.errors import ConfigError
 from shoal.membership.member import MemberState
-from shoal.storage import hlc
-from shoal.storage.records import MAX_KEY_BYTES, MAX_VALUE_BYTES, Record
+from shoal.storage.records import MAX_VALUE_BYTES
 
 MAX_BODY_BYTES = 64 * 1024
-KV_PREFIX = "/v1/kv/"
-LIST_LIMIT_DEFAULT = 1000
-LIST_LIMIT_MAX = 10_000
 _STATUSES = {s.label for s in MemberState}
 _HEALTH = ("passing", "warning", "critical")
-EVENT_ROUTE = "/v1/event/"
-QUERY_ROUTE = "/v1/query/"
 _UI_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
              "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}  # fmt: skip
 _UI_FILES: dict[str, bytes] = {}
@@ -100,8 +76,8 @@ class ApiServer:
             ("POST", "/v1/join"): self.join,
             ("POST", "/v1/leave"): self.leave,
             ("POST", "/v1/tags"): self.tags,
-            ("GET", "/v1/events"): self.events,
-            ("GET", "/v1/watch"): self.watch,
+            ("GET", "/v1/events"): partial(events.events_route, agent),
+            ("GET", "/v1/watch"): partial(events.watch_route, agent),
             ("GET", "/v1/controller"): self.controller,
             ("POST", "/v1/force-leave"): self.force_leave,
             ("GET", "/metrics"): self.metrics,
@@ -142,19 +118,19 @@ class ApiServer:
 
     def handle(self, request: Request) -> Any:
         """Route one request (see the module docstring)."""
-        if request.path == "/ui" or request.path.startswith("/ui/"):
+        path = request.path
+        if path.startswith("/ui") and (path == "/ui" or path.startswith("/ui/")):
             return self.ui(request)  # static files, no data: the page asks for the token
-        if not self.agent.config.access.allows(request.method, request.path,
-                                               request.authorization):  # fmt: skip
+        if not self.agent.config.access.allows(request.method, path, request.authorization):
             self.agent.count("api_unauthorized")
             raise HttpError(401, "this call needs the API token (Authorization: Bearer ...; "
                             "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
-        if request.path.startswith(KV_PREFIX):
-            return self.kv(request)
-        if request.path.startswith(EVENT_ROUTE):
-            return self.user_event(request)
-        if request.path.startswith(QUERY_ROUTE):
-            return self.query(request)
+        if path.startswith(KV_PREFIX):
+            return kv_route(self.agent, request)
+        if path.startswith(EVENT_ROUTE):
+            return events.user_event_route(self.agent, request)
+        if path.startswith(QUERY_ROUTE):
+            return events.query_route(self.agent, request)
         if request.path.startswith(liveness.SESSION_PREFIX):
             return liveness.session_op(self.agent, request)
         if request.path.startswith(liveness.CHECK_PREFIX):
@@ -300,136 +276,6 @@ class ApiServer:
         self.agent.leave()
         return 200, {"left": True}
 
-    def kv(self, request: Request) -> Any:
-        """The key-value routes: one key, or a listing for an empty key."""
-        method, query = request.method, request.query
-        key = unquote_to_bytes(request.path[len(KV_PREFIX) :])
-        if len(key) > MAX_KEY_BYTES:
-            raise HttpError(400, f"a key is at most {MAX_KEY_BYTES} bytes")
-        if key[:1] == b"\x00":
-            raise HttpError(400, "keys starting with a zero byte are reserved (user events)")
-        if not key:
-            if method != "GET":
-                raise HttpError(405 if method in ("PUT", "DELETE") else 404,
-                                f"{method} needs a key: {KV_PREFIX}<key>")  # fmt: skip
-            return 200, self._kv_list(query)
-        if method == "GET":
-            rec = self.agent.read(key)
-            if rec is None or rec.value is None or not self.agent.visible(rec):
-                raise HttpError(404, f"no key {key.decode(errors='replace')!r}")
-            return 200, self._record_json(rec)
-        if method not in ("PUT", "DELETE"):
-            raise HttpError(405, f"no {method} {KV_PREFIX}<key>")
-        fence_text = query.get("fence", [None])[0]
-        if fence_text is not None and not (fence_text.isdigit() and int(fence_text) < 2**63):
-            raise HttpError(400, f"fence must be a controller epoch (an integer), not "
-                            f"{fence_text[:40]!r}")  # fmt: skip
-        fence = None if fence_text is None else int(fence_text)
-        ephemeral = query.get("ephemeral", ["0"])[0]
-        if ephemeral not in ("0", "1", "true", "false"):
-            raise HttpError(400, "ephemeral must be 1 or 0")
-        session = query.get("session", [None])[0]
-        try:
-            rec, durable = self.agent.write(key, request.body if method == "PUT" else None,
-                                            fence, ephemeral in ("1", "true"), session)  # fmt: skip
-        except SessionError as exc:
-            raise HttpError(exc.status, str(exc)) from None
-        except WriteRefused as exc:
-            raise HttpError(503, str(exc)) from None
-        except FenceRefused as exc:
-            raise HttpError(409, str(exc), fence=exc.fence, epoch=exc.epoch) from None
-        return Deferred(durable, lambda: (200, self._written_json(rec)))
-
-    def user_event(self, request: Request) -> Result:
-        """`POST /v1/event/NAME`: fire a user event (the body is its payload)."""
-        from shoal.daemon.config import valid_event_name
-        from shoal.daemon.userevents import MAX_PAYLOAD_BYTES, QueueFull
-
-        if request.method != "POST":
-            raise HttpError(405, f"no {request.method} {EVENT_ROUTE}<name>")
-        name = unquote_to_bytes(request.path[len(EVENT_ROUTE) :]).decode(errors="replace")
-        if not valid_event_name(name):
-            raise HttpError(400, "an event name is 1 to 128 printable characters without spaces")
-        if len(request.body) > MAX_PAYLOAD_BYTES:
-            raise HttpError(413, f"a payload is at most {MAX_PAYLOAD_BYTES} bytes")
-        try:
-            ident, rec = self.agent.user_events.send(name, request.body)
-        except QueueFull as exc:
-            raise HttpError(429, str(exc)) from None
-        except WriteRefused as exc:
-            raise HttpError(503, str(exc)) from None
-        return 200, {"id": ident, "name": name, "payload_bytes": len(request.body)}
-
-    async def query(self, request: Request) -> Result:
-        """`POST /v1/query/NAME?node=RE&tag=K=RE&timeout=S`: ask members."""
-        import re
-
-        from shoal.daemon.config import valid_event_name
-        from shoal.daemon.network.queries import MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S
-
-        if request.method != "POST":
-            raise HttpError(405, f"no {request.method} {QUERY_ROUTE}<name>")
-        name = unquote_to_bytes(request.path[len(QUERY_ROUTE) :]).decode(errors="replace")
-        if not valid_event_name(name) or name.startswith("_"):
-            raise HttpError(400, "a query name is 1 to 128 printable characters without spaces, "
-                            "not starting with '_' (reserved)")  # fmt: skip
-        if len(request.body) > MAX_PAYLOAD_BYTES:
-            raise HttpError(413, f"a payload is at most {MAX_PAYLOAD_BYTES} bytes")
-        query = request.query
-        try:
-            timeout_s = float(query.get("timeout", ["5"])[0])
-        except ValueError:
-            timeout_s = -1.0
-        if not 0 < timeout_s <= MAX_TIMEOUT_S:
-            raise HttpError(400, f"timeout must be seconds above 0, at most {MAX_TIMEOUT_S:g}")
-        try:
-            node_text = query.get("node", [None])[0]
-            node_re = re.compile(node_text) if node_text is not None else None
-            tags = {}
-            for item in query.get("tag", []):
-                key, sep, pattern = item.partition("=")
-                if not sep or not key:
-                    raise HttpError(400, f"tag must be KEY=REGEX, not {item[:80]!r}")
-                tags[key] = re.compile(pattern)
-        except re.error as exc:
-            raise HttpError(400, f"a regex does not compile: {exc}") from None
-        return 200, await self.agent.queries.run(name, request.body, node_re, tags, timeout_s)
-
-    def _record_json(self, rec: Record) -> dict[str, Any]:
-        name_of = self.agent.member_name
-        return record_json(rec, name_of(rec.writer), name_of(rec.owner) if rec.owner else None)
-
-    def _written_json(self, rec: Record) -> dict[str, Any]:
-        # Lean on purpose: this answer is built for every write.
-        out = {"key": rec.key.decode(errors="replace"), "hlc": rec.hlc,
-               "modified_wall_ms": rec.hlc >> hlc.LOGICAL_BITS, "epoch": rec.epoch}  # fmt: skip
-        if rec.owner:
-            out["ephemeral"] = True
-        if rec.value is None:
-            out["deleted"] = True
-        return out
-
-    def _kv_list(self, query: dict[str, list[str]]) -> dict[str, Any]:
-        prefix = query.get("prefix", [""])[0].encode()
-        after = query.get("after", [""])[0].encode()
-        limit_text = query.get("limit", [str(LIST_LIMIT_DEFAULT)])[0]
-        if not limit_text.isdigit() or not 0 < int(limit_text) <= LIST_LIMIT_MAX:
-            raise HttpError(400, f"limit must be 1 to {LIST_LIMIT_MAX}")
-        limit = int(limit_text)
-        items: list[dict[str, Any]] = []
-        more = True
-        visible = self.agent.visible
-        while len(items) < limit and more:
-            batch = self.agent.scan(prefix, after, limit)
-            more = len(batch) == limit
-            for rec in batch:
-                after = rec.key
-                if rec.value is not None and len(items) < limit and visible(rec) and \
-                        rec.key[:1] != b"\x00":  # fmt: skip
-                    items.append(self._record_json(rec))
-        next_after = items[-1]["key"] if len(items) == limit else None
-        return {"items": items, "next_after": next_after, **self._at()}
-
     def controller(self, request: Request) -> Any:
         """The controller; with `?wait=S`, block up to S seconds until it
         changes from `?epoch=E` (or from what it is now)."""
@@ -504,53 +350,6 @@ class ApiServer:
         if reply.status != "answered":
             raise HttpError(409, reply.error or "the controller refused")
         return 200, {"removing": name, "by": node.controller}
-
-    def events(self, request: Request) -> Result:
-        watchers = self.agent.watchers
-        watcher = watchers.open()
-
-        async def lines() -> AsyncIterator[Any]:
-            try:
-                while (record := await watcher.queue.get()) is not None:
-                    yield record
-            finally:
-                watchers.close(watcher)
-
-        return Stream(lines())
-
-    def watch(self, request: Request) -> Result:
-        """`/v1/watch`: numbered changes from `index` on (api/changes.py);
-        a hello line first, a ping line every PING_S of quiet."""
-        query = request.query
-        topics_text = query.get("topics", [",".join(TOPICS)])[0]
-        topics = frozenset(t for t in topics_text.split(",") if t)
-        if not topics or not topics <= set(TOPICS):
-            raise HttpError(400, f"topics must be a comma list of {', '.join(TOPICS)}")
-        prefix = unquote_to_bytes(query.get("prefix", [""])[0])
-        if len(prefix) > MAX_KEY_BYTES:
-            raise HttpError(400, f"a prefix is at most {MAX_KEY_BYTES} bytes")
-        index_text = query.get("index", [None])[0]
-        if index_text is not None and not (index_text.isdigit() and len(index_text) < 19):
-            raise HttpError(400, f"index must be a non-negative integer, not {index_text[:40]!r}")
-        changes = self.agent.changes
-        try:
-            sub = changes.subscribe(topics, prefix, query.get("run", [None])[0],
-                                    None if index_text is None else int(index_text))  # fmt: skip
-        except ResumeError as exc:
-            raise HttpError(exc.status, str(exc), run=changes.run, index=changes.index) from None
-
-        async def lines() -> AsyncIterator[Any]:
-            try:
-                yield {"type": "hello", "run": changes.run, "index": changes.index}
-                while (change := await sub.queue.get()) is not None:
-                    if isinstance(change, Ping):
-                        yield {"type": "ping", "index": changes.index}
-                    else:
-                        yield change.line
-            finally:
-                changes.close(sub)
-
-        return Stream(lines())
 
     async def keys(self, request: Request) -> Result:
         """`shoal keys`: list, or change the keyring here and on every member."""
