@@ -46,7 +46,6 @@ from shoal.membership.profiles import SwimConfig
 from shoal.membership.suspicion import SuspicionTimer
 from shoal.membership.table import (
     ALIVE,
-    DEAD,
     LEFT,
     SUSPECT,
     Ignored,
@@ -115,40 +114,56 @@ class Claims:
 
     def on_alive(self, msg: Alive, sender: Address, now: float) -> None:
         """Someone says `msg.node` is alive at `msg.incarnation`."""
+        # Old news, inline: 19 of every 20 messages a node receives while a
+        # cluster forms (1,000 simulated nodes: 17.8 M of 18.8 M calls).
         node = msg.node
-        if node.name == self._name:
+        known = self._members.get(node.name)
+        if (known is not None and known.incarnation >= msg.incarnation
+                and (known.ident is node or known.ident.node_id == node.node_id)
+                and node.name != self._name):  # fmt: skip
+            self._counters.ignored_stale += 1
+            return
+        self.alive(node, msg.incarnation, now, msg)
+
+    def alive(self, node: NodeIdentity, incarnation: int, now: float,
+              msg: Alive | None = None) -> None:  # fmt: skip
+        """Apply the claim that `node` is alive at `incarnation`; `msg` is the
+        `Alive` that said so, gossiped on if it changes the view (built only
+        then, when the claim came from a push-pull's row)."""
+        name = node.name
+        if name == self._name:
             local = self._local
             if node.node_id != local.ident.node_id:
                 self._report_conflict(local.ident.node_id, node)
-            elif msg.incarnation > local.incarnation and not local.leaving:
-                self.refute(msg.incarnation, now, "")  # we restarted; they remember more
+            elif incarnation > local.incarnation and not local.leaving:
+                self.refute(incarnation, now, "")  # we restarted; they remember more
             return
-        known = self._members.get(node.name)
-        if known is not None and known.incarnation >= msg.incarnation:
-            if known.ident.node_id == node.node_id:  # the common case: old news
-                self._counters.ignored_stale += 1
+        known = self._members.get(name)
+        if known is not None and known.incarnation >= incarnation:
+            if known.ident is node or known.ident.node_id == node.node_id:
+                self._counters.ignored_stale += 1  # the common case: old news
                 return
-        result = self._table.apply_alive(node, msg.incarnation, now)
+        result = self._table.apply_alive(node, incarnation, now)
         if isinstance(result, Ignored):
             if result is Ignored.NAME_CONFLICT:
-                known = self._table.get(node.name)
+                known = self._table.get(name)
                 assert known is not None
                 self._report_conflict(known.ident.node_id, node)
             self._count(result)
             return
-        m = self._table.get(node.name)
+        m = self._table.get(name)
         assert m is not None
-        self.suspicions.pop(node.name, None)
+        self.suspicions.pop(name, None)
         if result is Transition.JOINED:
-            self.dead.discard(node.name)
-            self._recent_dead.discard(node.name)
-            self._scheduler.insert(node.name)
+            self.dead.discard(name)
+            self._recent_dead.discard(name)
+            self._scheduler.insert(name)
             self._events.append(MemberJoined(m.view()))
         elif result is Transition.REFUTED:
             self._events.append(MemberRefuted(m.view()))
         elif result is Transition.UPDATED:
             self._events.append(MemberUpdated(m.view()))
-        self._broadcast(node.name, msg, now)
+        self._broadcast(name, msg if msg is not None else Alive(incarnation, node), now)
 
     def on_suspect(self, msg: Suspect, sender: Address, now: float) -> None:
         """`msg.source` suspects `msg.node` (a first suspicion or a confirmation)."""
@@ -243,8 +258,8 @@ class Claims:
     def _due_reap(self, arg: tuple[str, float], now: float) -> None:
         name, down_at = arg
         m = self._table.get(name)
-        if m is None or m.changed_at != down_at or m.state not in (DEAD, LEFT):
-            return
+        if m is None or self._table.down_at(name) != down_at:
+            return  # back, or down again since
         self._table.reap(name)
         self.dead.discard(name)
         self._recent_dead.discard(name)

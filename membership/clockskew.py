@@ -22,6 +22,7 @@ Pure: times come in as arguments.
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
 
 MAX_RTT_S = 0.25
@@ -34,6 +35,11 @@ class ClockOffsets:
 
     def __init__(self) -> None:
         self._samples: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer -> (ms, at)
+        # The offsets of `_samples`, sorted: the median without a sort while
+        # every sample is fresh, which is always, once probing runs. The
+        # estimate is read every second by every node; sorting each time
+        # took 2.5 % of a 1,000-node simulation.
+        self._sorted: list[float] = []
         self.samples = 0
 
     def sample(self, peer: str, sent: float, now: float, our_wall_ms: float,
@@ -45,16 +51,26 @@ class ClockOffsets:
             return
         midpoint_ms = our_wall_ms - rtt * 500.0
         samples = self._samples
-        samples[peer] = (midpoint_ms - their_wall_ms, now)
+        self._unsort(samples.get(peer))
+        offset = midpoint_ms - their_wall_ms
+        samples[peer] = (offset, now)
         samples.move_to_end(peer)
+        bisect.insort(self._sorted, offset)
         if len(samples) > MAX_PEERS:
-            samples.popitem(last=False)
+            self._unsort(samples.popitem(last=False)[1])
         self.samples += 1
 
     def estimate_ms(self, now: float) -> int | None:
         """This node's offset from its peers in ms (positive: ahead), or None
         before any peer answered a probe in time."""
-        fresh = sorted(ms for ms, at in self._samples.values() if now - at <= MAX_AGE_S)
+        samples = self._samples
+        if not samples:
+            return None
+        oldest_at = next(iter(samples.values()))[1]  # in the order they came
+        if now - oldest_at <= MAX_AGE_S:
+            fresh = self._sorted
+        else:
+            fresh = sorted(ms for ms, at in samples.values() if now - at <= MAX_AGE_S)
         if not fresh:
             return None
         middle = len(fresh) // 2
@@ -65,4 +81,8 @@ class ClockOffsets:
 
     def forget(self, peer: str) -> None:
         """Drop `peer`'s sample (it left or died)."""
-        self._samples.pop(peer, None)
+        self._unsort(self._samples.pop(peer, None))
+
+    def _unsort(self, sample: tuple[float, float] | None) -> None:
+        if sample is not None:
+            del self._sorted[bisect.bisect_left(self._sorted, sample[0])]

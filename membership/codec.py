@@ -119,7 +119,7 @@ def _encode_fields(msg: Any) -> list[Any] | None:
         case Leave(inc, node):
             return [8, inc, node]
         case PushPull(source, join, reply, members):
-            recs = [[*_enc_identity(r.node), r.incarnation, int(r.state)] for r in members]
+            recs = [[*_enc_identity(r.ident), r.incarnation, int(r.state)] for r in members]
             return [9, source, join, reply, recs]
     return None
 

@@ -82,7 +82,7 @@ class Exchange:
         self._events = out.events
         self._counters = counters
         self._dead: IndexedSet = claims.dead
-        self._on_alive = claims.on_alive
+        self._alive = claims.alive
         self._on_leave = claims.on_leave
         self._on_suspect = claims.on_suspect
         self._joining: set[Address] = set()
@@ -193,9 +193,9 @@ class Exchange:
     def _merge(self, rec: MemberRecord, source: str, now: float) -> None:
         # memberlist mergeState: a remote "dead" is only a suspicion here,
         # so that one node's stale view cannot kill a member outright.
-        node, inc, state = rec.node, rec.incarnation, rec.state
+        node, inc, state = rec.ident, rec.incarnation, rec.state
         if state is ALIVE:
-            self._on_alive(Alive(inc, node), LOCAL, now)
+            self._alive(node, inc, now)
         elif state is LEFT:
             self._on_leave(Leave(inc, node.name), LOCAL, now)
         else:
@@ -210,7 +210,9 @@ class Exchange:
             self._on_suspect(Suspect(inc, node.name, source), LOCAL, now)
 
     def _push_pull_msg(self, join: bool, reply: bool) -> PushPull:
-        records = tuple([MemberRecord(m.ident, m.incarnation, m.state) for m in self._table.all()])
+        # The rows themselves: they are immutable, and a copy of each cost
+        # 10,000 records per push-pull at 10,000 simulated nodes.
+        records = tuple(self._table.members.values())
         return PushPull(self._local.ident.name, join, reply, records)
 
     def _stream_push_pull(self, addr: Address, join: bool) -> None:

@@ -139,6 +139,5 @@ class Gossip:
 
     def _due_gossip_expire(self, arg: tuple[str, float], now: float) -> None:
         name, down_at = arg
-        m = self._table.get(name)
-        if m is None or m.changed_at == down_at:
+        if name not in self._table.members or self._table.down_at(name) == down_at:
             self.recent_dead.discard(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from shoal.kernel.contract import Address
-from shoal.membership.member import MemberState, NodeIdentity
+from shoal.membership.member import Member, NodeIdentity
 from shoal.membership.vivaldi import Coordinate
 
 
@@ -91,12 +91,9 @@ class Leave(msgspec.Struct, frozen=True):
     node: str
 
 
-class MemberRecord(msgspec.Struct, frozen=True):
-    """One member's state inside a `PushPull`."""
-
-    node: NodeIdentity
-    incarnation: int
-    state: MemberState
+# One member's state inside a `PushPull`: a table row as it is (rows are
+# immutable, so a push-pull shares them instead of copying the table).
+MemberRecord = Member
 
 
 class PushPull(msgspec.Struct, frozen=True):

@@ -46,7 +46,7 @@ from shoal.membership.counters import SwimCounters
 from shoal.membership.events import MemberLeft
 from shoal.membership.exchange import Exchange
 from shoal.membership.gossip import Gossip
-from shoal.membership.member import LocalState, MemberView, NodeIdentity
+from shoal.membership.member import LocalState, Member, MemberView, NodeIdentity
 from shoal.membership.messages import (
     Ack,
     Alive,
@@ -242,18 +242,16 @@ class SwimNode:
             self.prober.arm(now)
         self.exchange.join(addrs, retry)
 
-    def adopt(self, members: list[tuple[NodeIdentity, int]], now: float) -> None:
-        """Take `members` (identity, incarnation) as alive without gossiping.
+    def adopt(self, members: dict[str, Member]) -> None:
+        """Take the alive rows `members` (name -> row) into the view, without
+        gossiping.
 
         The simulator's formed start, before `start`: every node already holds
         the view that formation would have given it, so there is no news to
         spread and no event to report; probing picks the members up at its
-        first pass.
+        first pass. The rows are immutable, so every view shares them.
         """
-        me = self.local.ident.name
-        for ident, inc in members:
-            if ident.name != me:
-                self.table.apply_alive(ident, inc, now)
+        self.table.adopt(members)
 
     def leave(self, now: float) -> None:
         """Leave the cluster: tell members directly and by gossip."""

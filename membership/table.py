@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from shoal.kernel.contract import Address
 from shoal.membership.member import Member, MemberState, NodeIdentity
@@ -157,6 +157,10 @@ class LiveList:
         """Add a name that was not live (the table knows which)."""
         self._items.append(name)
 
+    def extend(self, names: Iterable[str]) -> None:
+        """Add names that were not live."""
+        self._items.extend(names)
+
     def remove(self, name: str) -> None:
         """Remove a name that was live."""
         self._items.remove(name)
@@ -178,12 +182,16 @@ class MemberTable:
         # Read-only for everyone but this class; exposed for the hot path.
         self.members: dict[str, Member] = {}
         self._tombstones: dict[str, tuple[bytes, int]] = {}
+        # When each dead or left member went down (its reap and its gossip
+        # expiry are checked against it); rows do not carry times, so that
+        # views can share them.
+        self._down_at: dict[str, float] = {}
         # Members other than self that are alive or suspect.
         self.live = LiveList(self.members, self.self_name)
         # Bumped on every change of any row: other cores compare it to know
         # when the view changed, without subscribing to events.
         self.version = 0
-        self.members[self.self_name] = Member(self_ident, incarnation, ALIVE, now)
+        self.members[self.self_name] = Member(self_ident, incarnation, ALIVE)
 
     # -- reading -------------------------------------------------------------
 
@@ -217,6 +225,10 @@ class MemberTable:
         """Every member, self included, in the order they became known."""
         return list(self.members.values())
 
+    def down_at(self, name: str) -> float | None:
+        """When the dead or left member `name` went down (None: it is not down)."""
+        return self._down_at.get(name)
+
     def num_live(self) -> int:
         """Alive or suspect members, self included when not leaving."""
         return len(self.live) + (1 if self.me.state in (ALIVE, SUSPECT) else 0)
@@ -231,26 +243,40 @@ class MemberTable:
             if tomb is not None and tomb[0] == ident.node_id and inc <= tomb[1]:
                 return Ignored.GHOST
             self._tombstones.pop(ident.name, None)
-            self.members[ident.name] = Member(ident, inc, ALIVE, now)
+            self.members[ident.name] = Member(ident, inc, ALIVE)
             self.live.append(ident.name)
             self.version += 1
             return Transition.JOINED
         if m.ident.node_id != ident.node_id:
             if m.state in (ALIVE, SUSPECT):
                 return Ignored.NAME_CONFLICT
-            self._set(m, ALIVE, inc, now)
-            m.ident = ident
+            self._set(m, Member(ident, inc, ALIVE), now)
             return Transition.JOINED
         if inc <= m.incarnation:
             return Ignored.STALE
-        previous, old_ident = m.state, m.ident
-        m.ident = ident
-        self._set(m, ALIVE, inc, now)
+        self._set(m, Member(ident, inc, ALIVE), now)
+        previous = m.state
         if previous in (DEAD, LEFT):
             return Transition.JOINED
         if previous is SUSPECT:
             return Transition.REFUTED
-        return Transition.UPDATED if old_ident != ident else Transition.RENEWED
+        return Transition.UPDATED if m.ident != ident else Transition.RENEWED
+
+    def adopt(self, rows: dict[str, Member]) -> None:
+        """Start knowing the alive members `rows` (name -> row; this node's
+        own name, if there, is skipped), without an event: the simulator's
+        formed start, which gives every view the same rows. Only into a view
+        that knows nobody else yet. Dict and list copies at C speed: 10^8
+        rows at 10,000 nodes took 24 % of a 35-s run one by one.
+        """
+        assert len(self.members) == 1, "adopt only into an empty view"
+        me = self.members[self.self_name]
+        self.members.update(rows)
+        self.members[self.self_name] = me
+        self.live.extend(rows)
+        if self.self_name in rows:
+            self.live.remove(self.self_name)
+        self.version += 1
 
     def apply_suspect(self, name: str, inc: int, now: float) -> Transition | Ignored:
         """Apply `Suspect(inc, name)` about another member."""
@@ -266,7 +292,7 @@ class MemberTable:
         # Counted as a confirmation of ours instead, it declared a live member
         # dead at once whenever ours had outlived its timeout (simulator: 100
         # nodes, 10 % loss, 79 observers reported one live member failed).
-        self._set(m, SUSPECT, inc, now)
+        self._set(m, Member(m.ident, inc, SUSPECT), now)
         return Transition.SUSPECTED
 
     def apply_dead(self, name: str, inc: int, now: float, left: bool) -> Transition | Ignored:
@@ -279,18 +305,16 @@ class MemberTable:
         if left:
             if m.state is LEFT:
                 return Ignored.ALREADY
-            self._set(m, LEFT, inc, now)
+            self._set(m, Member(m.ident, inc, LEFT), now)
             return Transition.LEFT
         if m.state in (DEAD, LEFT):
             return Ignored.ALREADY
-        self._set(m, DEAD, inc, now)
+        self._set(m, Member(m.ident, inc, DEAD), now)
         return Transition.DIED
 
     def set_self(self, state: MemberState, inc: int, now: float, ident: NodeIdentity) -> None:
         """Record this node's own state (only SwimNode decides it)."""
-        me = self.me
-        me.ident = ident
-        self._set(me, state, inc, now)
+        self._set(self.me, Member(ident, inc, state), now)
 
     def reap(self, name: str) -> Member | None:
         """Forget a dead or left member, keeping a tombstone against ghosts."""
@@ -298,6 +322,7 @@ class MemberTable:
         if m is None or m.state not in (DEAD, LEFT) or name == self.self_name:
             return None
         del self.members[name]
+        self._down_at.pop(name, None)
         self.version += 1
         self._tombstones[name] = (m.ident.node_id, m.incarnation)
         return m
@@ -308,15 +333,20 @@ class MemberTable:
         if tomb is not None and tomb[0] == node_id and name not in self.members:
             del self._tombstones[name]
 
-    def _set(self, m: Member, state: MemberState, inc: int, now: float) -> None:
+    def _set(self, old: Member, new: Member, now: float) -> None:
+        """Replace the row `old` with `new` (same name) at `now`."""
         self.version += 1
-        was_live = m.state in _LIVE
-        m.state = state
-        m.incarnation = inc
-        m.changed_at = now
-        if m.ident.name == self.self_name or was_live == (state in _LIVE):
+        name = new.ident.name
+        self.members[name] = new
+        state = new.state
+        if state is DEAD or state is LEFT:
+            self._down_at[name] = now
+        else:
+            self._down_at.pop(name, None)
+        was_live = old.state in _LIVE
+        if name == self.self_name or was_live == (state in _LIVE):
             return
         if was_live:
-            self.live.remove(m.ident.name)
+            self.live.remove(name)
         else:
-            self.live.append(m.ident.name)
+            self.live.append(name)

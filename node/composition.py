@@ -32,7 +32,7 @@ from shoal.membership.events import (
     MemberRefuted,
     MemberUpdated,
 )
-from shoal.membership.member import MemberState, MemberView, NodeIdentity
+from shoal.membership.member import Member, MemberState, MemberView, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
 from shoal.storage.antientropy import AntiEntropy
@@ -265,9 +265,10 @@ class ShoalNode:
             self.election.rejoin(now)
         self.swim.join(addrs, now, retry)
 
-    def adopt(self, members: list[tuple[NodeIdentity, int]], now: float) -> None:
-        """Know `members` as alive from the start (the simulator's formed start)."""
-        self.swim.adopt(members, now)
+    def adopt(self, members: dict[str, Member]) -> None:
+        """Know the alive rows `members` (name -> row) from the start (the
+        simulator's formed start; every node shares the same rows)."""
+        self.swim.adopt(members)
 
     def leave(self, now: float) -> None:
         """Leave the cluster gracefully (releasing the controller lease

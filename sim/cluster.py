@@ -33,7 +33,7 @@ from shoal.election.config import LeaseConfig
 from shoal.election.events import PersistElection
 from shoal.kernel import codec
 from shoal.kernel.contract import EMPTY, Address, Channel, Persist, PersistIncarnation
-from shoal.membership.member import NodeIdentity
+from shoal.membership.member import Member, MemberState, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.node.composition import ShoalNode
 from shoal.sim.clock import NodeClock
@@ -174,7 +174,13 @@ class SimCluster:
         """
 
         def action() -> None:
-            known = [(self.idents[i], self.disks[i].incarnation + 1) for i in range(self.n)]
+            # One row per member, shared by every view (rows are immutable).
+            known = {
+                self.idents[i].name: Member(
+                    self.idents[i], self.disks[i].incarnation + 1, MemberState.ALIVE
+                )
+                for i in range(self.n)
+            }
             self.pending_boots -= self.n
             for i in range(self.n):
                 self._boot(i, [], known)
@@ -215,9 +221,7 @@ class SimCluster:
         """Run `action` at true time `when` (a fault or a command)."""
         heapq.heappush(self._heap, (when, next(self._seq), _ACTION, action))
 
-    def _boot(
-        self, i: int, join: list[int], known: list[tuple[NodeIdentity, int]] | None = None
-    ) -> None:
+    def _boot(self, i: int, join: list[int], known: dict[str, Member] | None = None) -> None:
         self._host_down[i] = False
         rng = random.Random((self.seed * 1_000_003 + i) ^ (self._gen[i] << 32))
         disk = self.disks[i]
@@ -227,7 +231,7 @@ class SimCluster:
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         if known:
-            node.adopt(known, local)
+            node.adopt(known)
         node.start(local)
         for hook in self.boot_hooks:
             hook(i)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from shoal.kernel.contract import Channel
-from shoal.membership.member import NodeIdentity
+from shoal.membership.member import Member, MemberState, NodeIdentity
 from shoal.membership.messages import Alive, Dead, Suspect
 from shoal.membership.profiles import PROFILES
 from shoal.node.composition import ShoalNode
@@ -21,7 +21,7 @@ def ident(i: int) -> NodeIdentity:
 def formed(n: int = 6) -> ShoalNode:
     """Node n0, started knowing n1..n(n-1) alive at incarnation 1."""
     node = ShoalNode(ident(0), PROFILES["lan"], random.Random(7))
-    node.adopt([(ident(i), 1) for i in range(n)], 0.0)
+    node.adopt({ident(i).name: Member(ident(i), 1, MemberState.ALIVE) for i in range(n)})
     node.start(0.0)
     node.drain()
     return node
