@@ -163,17 +163,21 @@ class RocksStore:
         self._records_h = db.get_column_family_handle("records")
         self._leaves_h = db.get_column_family_handle("leaves")
         # Local writes not yet in the database (module docstring): `_staged`
-        # takes new ones; `_writing` is what a sync took and is writing, still
-        # read by `get` until the database has it. `_lock` orders every
-        # database write of records, so an older version never lands last.
+        # takes new ones, and `_batch` their puts, built as they come, so the
+        # sync thread only hands it to RocksDB (it would wait for the GIL to
+        # build it while the loop answers requests). `_writing` is what a
+        # sync took and is writing, read by `get` until the database has it.
+        # `_lock` orders every database write of records, so an older
+        # version never lands last.
         self._staged: dict[bytes, Record] = {}
         self._writing: dict[bytes, Record] = {}
+        self._batch = rocksdict.WriteBatch(raw_mode=True)
         self._lock = threading.Lock()
 
     def release(self) -> None:
         """Drop the column-family views (rocksdict keeps the lock while any
         is alive, so the database could not be reopened)."""
-        del self._records, self._leaves, self._records_h, self._leaves_h
+        del self._records, self._leaves, self._records_h, self._leaves_h, self._batch
 
     def get(self, key: bytes) -> Record | None:
         """The record of `key`, or None."""
@@ -187,8 +191,13 @@ class RocksStore:
 
     def stage(self, rec: Record) -> None:
         """Keep a local write for the next `sync` (module docstring)."""
+        key = rec.key
+        value = encode_value(rec)
+        leaf = leaf_of(key, self.depth).to_bytes(4, "big") + key
         with self._lock:
-            self._staged[rec.key] = rec
+            self._staged[key] = rec
+            self._batch.put(key, value, self._records_h)
+            self._batch.put(leaf, b"", self._leaves_h)
             full = len(self._staged) >= STAGE_MAX
         if full:
             self.write_staged()
@@ -197,8 +206,7 @@ class RocksStore:
         """One unsynced WriteBatch: the staged records first, then these
         records and their leaf index entries, then the deletes."""
         with self._lock:
-            batch = self._batch(self._staged.values())
-            self._staged = {}
+            batch = self._take()
             for rec in puts:
                 batch.put(rec.key, encode_value(rec), self._records_h)
                 batch.put(self._leaf_key(rec.key), b"", self._leaves_h)
@@ -210,20 +218,17 @@ class RocksStore:
     def write_staged(self) -> None:
         """Write the staged records to the database (unsynced)."""
         with self._lock:
-            self._writing = staged = self._staged
-            if not staged:
+            if not self._staged:
                 return
-            self._staged = {}
-            self._db.write(self._batch(staged.values()), self._unsynced)
+            self._writing = self._staged
+            self._db.write(self._take(), self._unsynced)
             self._writing = {}
 
-    def _batch(self, records: Iterable[Record]) -> rocksdict.WriteBatch:
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        records_h, leaves_h, depth = self._records_h, self._leaves_h, self.depth
-        for rec in records:
-            key = rec.key
-            batch.put(key, encode_value(rec), records_h)
-            batch.put(leaf_of(key, depth).to_bytes(4, "big") + key, b"", leaves_h)
+    def _take(self) -> rocksdict.WriteBatch:
+        """The staged puts, which start again empty (under `_lock`)."""
+        batch = self._batch
+        self._staged = {}
+        self._batch = rocksdict.WriteBatch(raw_mode=True)
         return batch
 
     def scan(self, prefix: bytes, after: bytes, limit: int) -> list[Record]:

@@ -119,11 +119,9 @@ def decode_value(key: bytes, raw: bytes) -> Record:
 
 def digest(record: Record) -> int:
     """A 64-bit hash of the whole record, summed by the Merkle tree."""
-    h = blake2b(digest_size=8)
-    h.update(len(record.key).to_bytes(4, "big"))
-    h.update(record.key)
-    h.update(encode_value(record))
-    return int.from_bytes(h.digest(), "big")
+    key = record.key
+    data = len(key).to_bytes(4, "big") + key + encode_value(record)
+    return int.from_bytes(blake2b(data, digest_size=8).digest(), "big")
 
 
 def check_key(key: bytes) -> None:
