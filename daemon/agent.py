@@ -113,6 +113,7 @@ class Agent:
         # agent leaves, and `run` raises it for the one-line exit 2.
         self._failure: ConfigError | None = None
         self._clock_off = False  # last seen: clock further than store.max_offset_ms
+        self._started_as: tuple[str, Address, str]  # node id, advertised address, why
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -121,6 +122,12 @@ class Agent:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         await self._start(cfg)
+        # The first announcement goes out before anything else is loaded:
+        # five agents started together on 2 cores see each other once the
+        # last one has announced, and the API server's import (10 ms of CPU)
+        # would come first otherwise (docs/architecture.md, "Start-up").
+        await self.discovery.announced()
+        self._log_started()
         from shoal.daemon.api.server import ApiServer  # loaded after the node is up and joining
 
         api = ApiServer(self)
@@ -199,7 +206,12 @@ class Agent:
         self.flush()
         if not cfg.join:
             await self.discovery.start(advertise, stored.node_id.hex())
-        log.info("agent started", node=cfg.node_name, node_id=stored.node_id.hex(),
+        self._started_as = (stored.node_id.hex(), advertise, why)
+
+    def _log_started(self) -> None:
+        cfg = self.config
+        node_id, advertise, why = self._started_as
+        log.info("agent started", node=cfg.node_name, node_id=node_id,
                  cluster=cfg.cluster, bind=f"{cfg.bind[0]}:{cfg.bind[1]}",
                  advertise=f"{advertise[0]}:{advertise[1]}", advertise_reason=why,
                  incarnation=self.node.incarnation, profile=cfg.profile)  # fmt: skip

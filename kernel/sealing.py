@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import struct
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -52,6 +51,7 @@ import msgspec
 
 from shoal.kernel import codec
 from shoal.kernel.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, boolean, text, u64
+from shoal.kernel.hashes import blake2b
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -102,7 +102,7 @@ def format_key(key: bytes) -> str:
 
 def binding(node_tag: bytes, run: int) -> bytes:
     """What a packet for node `node_tag` in `run` carries as `to`."""
-    return hashlib.blake2b(node_tag + run.to_bytes(8, "big"), digest_size=8).digest()
+    return blake2b(node_tag + run.to_bytes(8, "big"), digest_size=8).digest()
 
 
 class Envelope(msgspec.Struct, frozen=True):

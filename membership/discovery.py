@@ -160,6 +160,9 @@ class Discovery:
         self._advert: asyncio.Task[None] | None = None
         self._announcing: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Set once the first announcement is on the wire (or failed): the
+        # agent leaves its other start-up work (the API server) until then.
+        self.announced = asyncio.Event()
 
     def _service_info(self) -> AsyncServiceInfo:
         props = {"cluster": self.cluster, "node": self.name, "id": self.node_id,
@@ -184,11 +187,18 @@ class Discovery:
         self._chain(self._register(self._info))
 
     async def _register(self, info: AsyncServiceInfo) -> None:
-        # Returns once the service is in the registry (answering queries);
-        # the three announcements go on in the background.
+        # Returns once the service is in the registry (answering queries)
+        # and the first of the three announcements has been sent; the other
+        # two go on in the background.
         assert self._zc is not None
-        announcing = await self._zc.async_register_service(info, cooperating_responders=True)
-        self._announcing = asyncio.ensure_future(announcing)
+        try:
+            announcing = await self._zc.async_register_service(info, cooperating_responders=True)
+            self._announcing = asyncio.ensure_future(announcing)
+            # zeroconf's broadcast task sends its first announcement in its
+            # first step, scheduled before this one resumes.
+            await asyncio.sleep(0)
+        finally:
+            self.announced.set()
 
     async def _unregister(self, info: AsyncServiceInfo) -> None:
         assert self._zc is not None

@@ -113,6 +113,16 @@ class DiscoveryJoins:
             ) from None
         log.info("discovery started", interfaces=interfaces, service=cfg.discovery_service)
 
+    async def announced(self, timeout_s: float = 1.0) -> None:
+        """Return once discovery's first announcement is out (at once when
+        discovery is off or not started yet; at `timeout_s` at the latest)."""
+        if self.discovery is None:
+            return
+        try:
+            await asyncio.wait_for(self.discovery.announced.wait(), timeout_s)
+        except TimeoutError:
+            log.debug("discovery's first announcement not out yet", after_s=timeout_s)
+
     def cancel(self) -> None:
         """Cancel a start still waiting (the agent is stopping)."""
         if self._task is not None:
