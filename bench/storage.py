@@ -25,6 +25,13 @@ Sections (all on by default; pick with --only):
 
     .venv/bin/python bench/storage.py [--only engine api sync] [--seconds 5]
         [--sizes 10000 100000 1000000] [--fsync-delay-us 1000]
+        [--against /path/to/other/tree --rounds 3]
+
+The api rows give the agent's CPU per write (user + system of all its
+threads, from /proc: what the figure is when the machine is shared), the
+disk's flush cost measured just before the run (one fdatasync of a small
+append, median) and the load average. --against runs another tree's agent
+(its own .venv) in turn with this one, in the same run.
 
 --fsync-delay-us N runs everything under bench/slowsync.c, an LD_PRELOAD
 shim that adds N µs to every fsync and fdatasync of shoal and of sqlite:
@@ -282,56 +289,98 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
-def bench_api(root: Path, seconds: float) -> None:
+def flush_cost_us(root: Path, n: int = 200) -> float:
+    """What one 100-byte append and fdatasync costs on this disk now (median)."""
+    path = root / "flush-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    lat = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(fd, VALUE)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return sorted(lat)[n // 2] * 1e6
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User + system clock ticks of every thread of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def agent_load(tree: Path, root: Path, writers: int,
+               seconds: float) -> tuple[int, float, float, float]:  # fmt: skip
+    """Start an agent of `tree` (its .venv's Python), load it with `writers`
+    keep-alive PUT connections for `seconds`; (writes, p50 ms, p99 ms,
+    agent CPU us per write: user + system, all its threads, from /proc)."""
     host, port = "127.0.0.71", 17947
-    print(f"\n== api: PUT through the HTTP API of one agent, {seconds:.0f} s per run, "
-          "100-byte values, acknowledged once durable")  # fmt: skip
+    data = root / f"agent-{tree.name}-{writers}"
+    shutil.rmtree(data, ignore_errors=True)
+    python = tree / ".venv" / "bin" / "python"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "shoal.daemon.cli",
-            "agent",
-            "--node-name",
-            "bench",
-            "--bind",
-            f"{host}:17946",
-            "--api",
-            f"{host}:{port}",
-            "--data-dir",
-            str(root / "agent"),
-            "--no-discovery",
-            "--log-level",
-            "warning",
-        ],  # fmt: skip
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    use_wrk = shutil.which("wrk") is not None
-    print(f"  load generator: {'wrk' if use_wrk else 'Python asyncio client (wrk not installed)'}")
-    rows = []
+        [str(python if python.exists() else sys.executable), "-m", "shoal.daemon.cli", "agent",
+         "--node-name", "bench", "--bind", f"{host}:17946", "--api", f"{host}:{port}",
+         "--data-dir", str(data), "--no-discovery", "--log-level", "error"],
+        cwd=tree, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         _wait_api(host, port)
         api_load(host, port, 4, 1.0)  # warm up
-        for writers in (32, 1):
-            if use_wrk:
-                n, p50, p99 = wrk_load(host, port, writers, seconds, root)
-            else:
-                n, lat = api_load(host, port, writers, seconds)
-                p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
-            rows.append((f"shoal API, {writers} writer(s)", n, p50, p99))
+        ticks = _cpu_ticks(proc.pid)
+        if shutil.which("wrk") is not None:
+            n, p50, p99 = wrk_load(host, port, writers, seconds, root)
+        else:
+            n, lat = api_load(host, port, writers, seconds)
+            p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+        cpu = (_cpu_ticks(proc.pid) - ticks) / os.sysconf("SC_CLK_TCK")
     finally:
         proc.terminate()
         proc.wait(30)
-    for writers in (32, 1):
-        n, lat = sqlite_load(root / f"load{writers}.db", writers, seconds)
-        rows.append((f"sqlite WAL FULL, {writers} thread(s)", n, pct(lat, 0.5), pct(lat, 0.99)))
-    print(f"  {'':<40} {'throughput':>12} {'p50 ms':>8} {'p99 ms':>8}")
-    for label, n, p50, p99 in rows:
-        print(f"  {label:<40} {rate(n, seconds)} {p50:8.3f} {p99:8.3f}")
-    print(f"  throughput ratio, 32 writers, shoal API / sqlite: {rows[0][1] / rows[2][1]:.2f}x "
-          "(target >= 5x)")  # fmt: skip
-    print(f"  single-writer p50 latency ratio, shoal API / sqlite: {rows[1][2] / rows[3][2]:.2f}x "
-          "(target <= 1.5x)")  # fmt: skip
+    return n, p50, p99, cpu / max(n, 1) * 1e6
+
+
+def bench_api(root: Path, seconds: float, against: Path | None, rounds: int) -> None:
+    here = Path(__file__).resolve().parents[1]
+    trees = [here] + ([against] if against else [])
+    print(f"\n== api: PUT through the HTTP API of one agent, {seconds:.0f} s per run, "
+          "100-byte values, acknowledged once durable")  # fmt: skip
+    use_wrk = shutil.which("wrk") is not None
+    print(f"  load generator: {'wrk' if use_wrk else 'Python asyncio client (wrk not installed)'}"
+          f"; trees: {', '.join(str(t) for t in trees)}; {rounds} round(s), in turn")  # fmt: skip
+    print(f"  {'':<44} {'throughput':>12} {'p50 ms':>8} {'p99 ms':>8} {'us CPU':>7} "
+          f"{'flush us':>8} {'load':>5}")  # fmt: skip
+    results: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for writers in (32, 1):
+            for tree in trees:
+                flush = flush_cost_us(root, 50)
+                n, p50, p99, cpu = agent_load(tree, root, writers, seconds)
+                label = f"shoal API {tree.name}, {writers} writer(s)"
+                print(f"  {label:<44} {rate(n, seconds)} {p50:8.3f} {p99:8.3f} {cpu:7.1f} "
+                      f"{flush:8.0f} {os.getloadavg()[0]:5.2f}", flush=True)  # fmt: skip
+                results.setdefault(label, []).append(n)
+                results.setdefault(label + " p50", []).append(p50)
+            flush = flush_cost_us(root, 50)
+            n, lat = sqlite_load(root / f"load{writers}-{r}.db", writers, seconds)
+            label = f"sqlite WAL FULL, {writers} thread(s)"
+            print(f"  {label:<44} {rate(n, seconds)} {pct(lat, 0.5):8.3f} {pct(lat, 0.99):8.3f} "
+                  f"{'':>7} {flush:8.0f} {os.getloadavg()[0]:5.2f}", flush=True)  # fmt: skip
+            results.setdefault(label, []).append(n)
+            results.setdefault(label + " p50", []).append(pct(lat, 0.5))
+    for tree in trees:
+        shoal32 = results[f"shoal API {tree.name}, 32 writer(s)"]
+        sql32 = results["sqlite WAL FULL, 32 thread(s)"]
+        ratios = sorted(a / b for a, b in zip(shoal32, sql32, strict=True))
+        p50s = sorted(a / b for a, b in zip(results[f"shoal API {tree.name}, 1 writer(s) p50"],
+                                            results["sqlite WAL FULL, 1 thread(s) p50"],
+                                            strict=True))  # fmt: skip
+        print(f"  {tree.name}: 32-writer throughput / sqlite's, median of rounds: "
+              f"{ratios[len(ratios) // 2]:.2f}x (target >= 3x); 1-writer p50 latency / "
+              f"sqlite's: {p50s[len(p50s) // 2]:.2f}x")  # fmt: skip
 
 
 def _wait_api(host: str, port: int) -> None:
@@ -423,6 +472,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--ops", type=int, default=20_000, help="operations per engine run")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--against", type=Path, default=None,
+                        help="api: also run the agent of this tree (its .venv), in turn "
+                             "with this one, e.g. a git worktree of the previous commit")
+    parser.add_argument("--rounds", type=int, default=1, help="api: rounds of runs, in turn")
     parser.add_argument("--fsync-delay-us", type=int, default=0,
                         help="emulate a slower disk: every fsync and fdatasync of shoal and "
                              "sqlite takes this much longer (bench/slowsync.c; needs cc)")
@@ -440,7 +493,7 @@ def main() -> None:
         if "commit" in args.only:
             bench_commit(root, args.seconds)
         if "api" in args.only:
-            bench_api(root, args.seconds)
+            bench_api(root, args.seconds, args.against, args.rounds)
     if "sync" in args.only:
         bench_sync(args.sizes)
 
