@@ -12,10 +12,16 @@ Two parts, in the same run:
    libraries it maps; shared between agents, counted in each one's RSS).
 2. Cluster: N agents (default 20) on loopback join one seed; once all see
    all and discovery has started (6 s later), each agent's RSS, anonymous
-   and file-backed parts, PSS and thread count; Serf's agents the same way
-   when `serf` is installed. Medians.
+   and file-backed parts, PSS and thread count, then its working set: the
+   resident pages it touched in the next 10 s (/proc/PID/clear_refs, then
+   smaps' Referenced); Serf's agents the same way when `serf` is
+   installed. Medians.
 
-    .venv/bin/python bench/memory.py [--agents 20] [--settle 6]
+`--before PYTHON` measures a second shoal, another checkout's venv (e.g.
+/work/before/.venv/bin/python), in the same run. Agents and layers run with
+up-to-date bytecode caches (bench/bytecode.py), as an installed agent does.
+
+    .venv/bin/python bench/memory.py [--agents 20] [--settle 6] [--before PYTHON]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     interpreter,
     wait_for,
 )
+from bytecode import agent_python  # noqa: E402
 
 # Each step runs after the ones before it, in the agent's own order.
 STEPS = [
@@ -71,9 +78,19 @@ for name, code in steps:
 """
 
 
-def layers() -> list[tuple[str, dict[str, int], int]]:
+def shoal_of(python: str) -> type[ShoalAgents]:
+    """ShoalAgents that run `python` (its checkout's shoal) with fresh caches."""
+
+    class Shoal(ShoalAgents):
+        def command(self, name: str, ip: str, seed: str | None) -> list[str]:  # type: ignore[override]
+            return [*agent_python(python), *super().command(name, ip, seed)[1:]]
+
+    return Shoal
+
+
+def layers(python: str = sys.executable) -> list[tuple[str, dict[str, int], int]]:
     """(step, /proc status fields in kB, modules loaded) after each step."""
-    out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(STEPS)],
+    out = subprocess.run([*agent_python(python), "-c", _CHILD, json.dumps(STEPS)],
                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     return [tuple(json.loads(line)) for line in out.stdout.splitlines()]  # type: ignore[misc]
 
@@ -91,6 +108,23 @@ def proc_memory(pid: int) -> dict[str, int]:
     return out
 
 
+WORKING_SET_S = 10.0
+
+
+def clear_referenced(pid: int) -> None:
+    """Clear the referenced bit of every page of `pid` (/proc/PID/clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("1")
+
+
+def referenced_kb(pid: int) -> int:
+    """kB of `pid`'s resident pages touched since `clear_referenced`: its
+    working set, what it needs in memory to run (the rest of its RSS is
+    pages the start touched once; the kernel reclaims those first)."""
+    return sum(int(line.split()[1]) for line in
+               Path(f"/proc/{pid}/smaps").read_text().splitlines()
+               if line.startswith("Referenced:"))  # fmt: skip
+
+
 def top_mappings(pid: int, count: int = 8) -> list[tuple[str, int]]:
     """The mappings with the most resident kB (anonymous ones summed)."""
     sizes: dict[str, int] = {}
@@ -104,11 +138,11 @@ def top_mappings(pid: int, count: int = 8) -> list[tuple[str, int]]:
     return sorted(sizes.items(), key=lambda kv: -kv[1])[:count]
 
 
-def cluster(cls: type[Agents], agents: int, settle_s: float
+def cluster(cls: type[Agents], agents: int, settle_s: float, subnet: int
             ) -> tuple[list[dict[str, int]], list[tuple[str, int]]]:  # fmt: skip
     """Per-agent memory once all see all and `settle_s` has passed."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-memory-{cls.system}-"))
-    a = cls(workdir, 62 if cls is ShoalAgents else 63)
+    a = cls(workdir, subnet)
     try:
         a.launch("n000", None)
         time.sleep(0.5)
@@ -118,6 +152,11 @@ def cluster(cls: type[Agents], agents: int, settle_s: float
             raise SystemExit(f"bench: {cls.system}: not all joined within 90 s")
         time.sleep(settle_s)
         rows = [proc_memory(p.pid) for p in a.procs.values()]
+        for p in a.procs.values():
+            clear_referenced(p.pid)
+        time.sleep(WORKING_SET_S)
+        for row, p in zip(rows, a.procs.values(), strict=True):
+            row["Referenced"] = referenced_kb(p.pid)
         return rows, top_mappings(a.procs["n001"].pid)
     finally:
         a.stop_all()
@@ -133,32 +172,41 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--settle", type=float, default=6.0,
                         help="seconds after all see all (discovery starts 5 s after a join)")
+    parser.add_argument("--before", metavar="PYTHON",
+                        help="also measure the shoal of this interpreter's checkout")
     args = parser.parse_args()
     print(f"configuration: {interpreter()}; layers in one fresh interpreter; cluster of "
           f"{args.agents} agents on loopback joining one seed, measured {args.settle:g} s "
           "after all see all; MB = MiB")  # fmt: skip
-    print("layers (cumulative)              RSS   anon   file  threads modules")
-    previous = 0
-    for name, fields, modules in layers():
-        print(f"  {name:48.48} {_mb(fields['VmRSS'])} {_mb(fields['RssAnon'])} "
-              f"{_mb(fields['RssFile'])}  {fields['Threads']:3}  {modules:4}  "
-              f"(+{_mb(fields['VmRSS'] - previous).strip()})")  # fmt: skip
-        previous = fields["VmRSS"]
-    systems: list[type[Agents]] = [ShoalAgents]
+    pythons = {"shoal": sys.executable}
+    if args.before:
+        pythons["shoal-before"] = args.before
+    for label, python in pythons.items():
+        print(f"layers of {label} (cumulative)          RSS   anon   file  threads modules")
+        previous = 0
+        for name, fields, modules in layers(python):
+            print(f"  {name:48.48} {_mb(fields['VmRSS'])} {_mb(fields['RssAnon'])} "
+                  f"{_mb(fields['RssFile'])}  {fields['Threads']:3}  {modules:4}  "
+                  f"(+{_mb(fields['VmRSS'] - previous).strip()})")  # fmt: skip
+            previous = fields["VmRSS"]
+    systems: dict[str, type[Agents]] = {label: shoal_of(py) for label, py in pythons.items()}
     if shutil.which("serf"):
-        systems.append(SerfAgents)
+        systems["serf"] = SerfAgents
     medians: dict[str, float] = {}
-    for cls in systems:
-        rows, top = cluster(cls, args.agents, args.settle)
+    for subnet, (label, cls) in enumerate(systems.items(), start=62):
+        rows, top = cluster(cls, args.agents, args.settle, subnet)
         med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-        medians[cls.system] = med["VmRSS"]
-        print(f"  {cls.system:6} median RSS {_mb(med['VmRSS'])} MB (anon {_mb(med['RssAnon'])}, "
+        medians[label] = med["VmRSS"]
+        print(f"  {label:12} median RSS {_mb(med['VmRSS'])} MB (anon {_mb(med['RssAnon'])}, "
               f"file {_mb(med['RssFile'])}), PSS {_mb(med['Pss'])} MB, threads "
-              f"{med['Threads']:.0f}; max RSS {_mb(max(r['VmRSS'] for r in rows))} MB")
+              f"{med['Threads']:.0f}; max RSS {_mb(max(r['VmRSS'] for r in rows))} MB; "
+              f"working set {_mb(med['Referenced']).strip()} MB (pages touched in "
+              f"{WORKING_SET_S:g} s of running)")  # fmt: skip
         print("         largest mappings of one agent: " + ", ".join(
             f"{Path(name).name} {_mb(kb).strip()}" for name, kb in top[:6]))  # fmt: skip
-    if len(medians) == 2:
-        print(f"  RSS shoal/serf: {medians['shoal'] / medians['serf']:.2f}")
+    for label in pythons:
+        if "serf" in medians:
+            print(f"  RSS {label}/serf: {medians[label] / medians['serf']:.2f}")
 
 
 if __name__ == "__main__":
