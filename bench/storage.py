@@ -179,7 +179,8 @@ def bench_commit(root: Path, seconds: float) -> None:
         return n
 
     async def main() -> tuple[int, int]:
-        commits = GroupCommit(asyncio.get_running_loop(), engine.sync)
+        commits = GroupCommit(asyncio.get_running_loop(), engine.flush_log,
+                              engine.records.write_staged)  # the agent's wiring
         until = time.perf_counter() + seconds
         counts = await asyncio.gather(*(writer(commits, w, until) for w in range(32)))
         await commits.close()

@@ -34,10 +34,15 @@ _SLOW_LOG_EVERY_S = 60.0
 class GroupCommit:
     """Runs `sync` for groups of waiters, one sync at a time."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sync: Callable[[], None]) -> None:
-        """Commit with `sync`, a blocking call that makes all writes so far durable."""
+    def __init__(self, loop: asyncio.AbstractEventLoop, sync: Callable[[], None],
+                 prepare: Callable[[], None] | None = None) -> None:  # fmt: skip
+        """Commit with `sync`, a blocking call that makes all writes so far
+        durable; `prepare`, if given, runs on the loop just before each sync
+        starts (the store writes the group's staged records there, as one
+        batch, while no fsync runs: storage/engine.py)."""
         self._loop = loop
         self._sync = sync
+        self._prepare = prepare
         self._running: asyncio.Future[None] | None = None
         self._next: asyncio.Future[None] | None = None
         self._wake = threading.Event()
@@ -85,6 +90,8 @@ class GroupCommit:
 
     def _start(self) -> None:
         self.syncs += 1
+        if self._prepare is not None:
+            self._prepare()
         self._wake.set()
 
     def _worker(self) -> None:
