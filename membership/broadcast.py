@@ -105,13 +105,14 @@ class BroadcastQueue:
         """Move each picked entry one bucket up, or drop it at `limit` sends."""
         buckets = self._buckets
         by_key = self._by_key
-        emptied = False
+        emptied: list[int] = []
         for entry in picked:
             t = entry.transmits
             key = entry.key
             bucket = buckets[t]
             del bucket[key]
-            emptied = emptied or not bucket
+            if not bucket:
+                emptied.append(t)
             t += 1
             entry.transmits = t
             if t >= limit:
@@ -124,9 +125,10 @@ class BroadcastQueue:
         if emptied:
             # A dict never gives back the table it grew to: after a mass
             # join an empty bucket would keep hundreds of bytes per former
-            # entry.
-            for t, bucket in enumerate(buckets):
-                if not bucket:
+            # entry. Only the buckets this pick emptied are replaced (every
+            # empty one was: up to 16 new dicts per pick at 1,000 nodes).
+            for t in emptied:
+                if not buckets[t]:
                     buckets[t] = {}
             if not by_key:
                 self._by_key = {}

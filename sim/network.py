@@ -198,6 +198,23 @@ class SimNetwork:
             return 2
         return 1
 
+    def delays_s(self, src: int, dst: int) -> tuple[float, ...]:
+        """The delay of each copy of one datagram that arrives (none, one
+        or two): `datagram_copies` and a `latency_s` per copy, drawing the
+        same numbers in the same order, in one call (the simulator's
+        per-datagram path; three calls cost 4 % of a 1,000-node run)."""
+        if self._group or self._cut or self._drop or self.latency is not None:
+            return tuple(self.latency_s(src, dst) for _ in range(self.datagram_copies(src, dst)))
+        p = self.profile
+        rng = self.rng
+        if p.loss and rng.random() < p.loss:
+            return ()
+        if p.duplicate and rng.random() < p.duplicate:
+            lambd = 1.0 / p.latency_mean_s
+            first = p.latency_min_s + rng.expovariate(lambd)
+            return (first, p.latency_min_s + rng.expovariate(lambd))
+        return (p.latency_min_s + rng.expovariate(1.0 / p.latency_mean_s),)
+
     def latency_s(self, src: int, dst: int) -> float:
         """One delivery delay from `src` to `dst`."""
         matrix = self.latency
