@@ -107,6 +107,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
+        self._flush_due = False  # a flush is queued for the writes of this loop pass
         self._join_waiters = JoinWaiters()
         self._stop = asyncio.Event()
         # A setting found bad after start (discovery's interfaces): the
@@ -359,9 +360,20 @@ class Agent:
         record = self.node.write(key, value, self._loop.time(), fence, ephemeral)
         if session is not None and value is not None:
             self.liveness.sessions.attach(session, key, record.hlc)
-        self.flush()
+        if not self._flush_due:
+            # One flush (the pushes to peers, the change log, the timer) for
+            # all the writes that arrive in one pass of the loop: 7 % fewer
+            # instructions per API write than a flush per write (callgrind,
+            # 32 writers; issue 25). It runs before any of them is answered
+            # (that waits for their group's sync).
+            self._flush_due = True
+            self._loop.call_soon(self._flush_writes)
         assert self.commits is not None
         return record, self.commits.waiter()
+
+    def _flush_writes(self) -> None:
+        self._flush_due = False
+        self.flush()
 
     def remove_voter(self, name: str) -> bool:
         """As controller, remove voter `name` (`shoal force-leave`)."""
