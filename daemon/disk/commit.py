@@ -91,7 +91,12 @@ class GroupCommit:
     def _start(self) -> None:
         self.syncs += 1
         if self._prepare is not None:
-            self._prepare()
+            try:
+                self._prepare()
+            except Exception as exc:  # rocksdict raises plain Exceptions on IO errors
+                # This group fails as a failed sync would; the next one may start.
+                self._loop.call_soon(self._finished, OSError(str(exc)), 0.0)
+                return
         self._wake.set()
 
     def _worker(self) -> None:

@@ -164,3 +164,22 @@ def test_a_local_write_is_read_back_at_once_and_a_newer_merge_wins_on_disk(tmp_p
     assert again.get(b"late").value == b"y"
     assert again.tree.node(0, 0) == replica.tree.node(0, 0)
     engine.close()
+
+
+def test_a_failing_prepare_fails_its_group_and_the_next_group_commits():
+    """When writing a group's records fails, its writers get the error
+    (their writes are not acknowledged) and later writes still commit."""
+    failures = [RuntimeError("IO error: No space left on device")]
+
+    def prepare() -> None:
+        if failures:
+            raise failures.pop()
+
+    async def main() -> None:
+        commits = GroupCommit(asyncio.get_running_loop(), lambda: None, prepare)
+        with pytest.raises(OSError, match="No space left"):
+            await commits.wait()
+        await commits.wait()
+        await commits.close()
+
+    asyncio.run(main())
