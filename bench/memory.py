@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bytecode import agent_python  # noqa: E402
 from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     Agents,
     SerfAgents,
@@ -45,7 +46,6 @@ from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     interpreter,
     wait_for,
 )
-from bytecode import agent_python  # noqa: E402
 
 # Each step runs after the ones before it, in the agent's own order.
 STEPS = [

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bytecode import agent_python  # noqa: E402
 from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     Agents,
     SerfAgents,
@@ -46,7 +47,6 @@ from detect_vs_serf import (  # noqa: E402 (the bench folder is not a package)
     proc_cpu_rss,
     wait_for,
 )
-from bytecode import agent_python  # noqa: E402
 from memory import STEPS  # noqa: E402
 
 _CHILD = """
