@@ -276,18 +276,20 @@ class AntiEntropy:
         `push_all_max`, else to `push_fanout` random ones; a forward (from
         `exclude`, the member they came from) only in a larger cluster.
         Returns the members sent to."""
-        push = RecordPush(records)
-        # key + value + 16-byte writer + epoch + owner + ~20 bytes of CBOR
-        # heads and header: a bound, not an exact size, so a push near the
-        # MTU goes by stream.
-        size = sum(len(r.key) + len(r.value or b"") + 96 for r in records)
-        channel = Channel.PACKET if size <= self.config.mtu_bytes else Channel.STREAM
         k, everyone = self.config.push_fanout, self.config.push_all_max
         peers = self._pick(max(k, everyone) + 1, now)
         if exclude is not None:
             if len(peers) <= everyone:
                 return []  # the writer pushed to every member: nothing to forward
             peers = [a for a in peers if a != exclude]
+        if not peers:
+            return []  # alone: no message to build (a write of a one-node cluster)
+        push = RecordPush(records)
+        # key + value + 16-byte writer + epoch + owner + ~20 bytes of CBOR
+        # heads and header: a bound, not an exact size, so a push near the
+        # MTU goes by stream.
+        size = sum(len(r.key) + len(r.value or b"") + 96 for r in records)
+        channel = Channel.PACKET if size <= self.config.mtu_bytes else Channel.STREAM
         pushed = peers if len(peers) <= everyone else peers[:k]
         for addr in pushed:
             self._send.append(Send(addr, (push,), channel))
