@@ -39,8 +39,10 @@ def test_a_64_kib_event_runs_every_handler_once_and_a_member_down_gets_it_on_ret
     assert status == 200 and sent["payload_bytes"] == len(payload)
     ident = sent["id"]
     for agent in started:
+        # The handler writes the payload, then its log line: wait for both.
         poll_until(lambda a=agent: (out / f"{a.name}.{ident}").exists()
-                   and (out / f"{a.name}.{ident}").read_bytes() == payload, 10)  # fmt: skip
+                   and (out / f"{a.name}.{ident}").read_bytes() == payload
+                   and runs(out, a.name), 10)  # fmt: skip
         assert runs(out, agent.name) == [f"{ident} user deploy"]
     away = started[2]
     away.kill()
@@ -48,11 +50,10 @@ def test_a_64_kib_event_runs_every_handler_once_and_a_member_down_gets_it_on_ret
     status, second = request(started[1], "POST", "/v1/event/deploy", b"v2")
     assert status == 200
     away.start()  # its data directory kept what it delivered: the first event is not rerun
-    poll_until(lambda: (out / f"{away.name}.{second['id']}").exists(), 30)
-    assert (out / f"{away.name}.{second['id']}").read_bytes() == b"v2"
-    poll_until(lambda: len(runs(out, started[0].name)) == 2, 10)
+    late = out / f"{away.name}.{second['id']}"
+    poll_until(lambda: late.exists() and late.read_bytes() == b"v2", 30)
     for agent in started:
-        lines = runs(out, agent.name)
+        lines = poll_until(lambda a=agent: len(runs(out, a.name)) >= 2 and runs(out, a.name), 10)
         assert sorted(lines) == sorted([f"{ident} user deploy", f"{second['id']} user deploy"])
 
 
