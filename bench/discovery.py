@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cold-start discovery on a virtual LAN: shoal against `serf agent -discover`.
 
-N agents (default 6), one per network namespace on one bridge, are launched
+N agents (default 5), one per network namespace on one bridge, are launched
 at once with no join address. Figure: the time from the last launch until
 every agent has recorded every other as joined, taken from each agent's own
 log lines stamped on arrival. Median over `--runs` (default 3), the same
