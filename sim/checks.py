@@ -31,7 +31,8 @@ class IncarnationMonotonic:
             self.violations.append(
                 f"t={now:.3f} node {node} saw {member.name} go from {last} to {member.incarnation}"
             )
-        self._seen[key] = max(last, member.incarnation)
+        elif member.incarnation > last:
+            self._seen[key] = member.incarnation
 
 
 class FalsePositives:

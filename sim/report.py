@@ -59,10 +59,12 @@ class _Progress:
                   f"(wall {now - self.started:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
 
 
-# Every node's view holds every node: about 100 bytes per (node, member)
-# entry in a quiet cluster (bench/sim_scale.py: 102 at 10,000 nodes), and a
-# 10,000-node run with a crash peaked at 17 GB, 170 bytes per entry.
-VIEW_ENTRY_BYTES = 170
+# Every node's view holds every node: views share immutable rows, so an
+# entry is a dict slot and two list slots: a formed 10,000-node run peaked
+# at 4.35 GB, 44 bytes per (node, member) entry (170 before rows were
+# shared, with a crash). Rows a formation builds are one per view (40 B
+# more), hence 80.
+VIEW_ENTRY_BYTES = 80
 
 
 def _check_memory(nodes: int) -> None:
