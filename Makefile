@@ -17,26 +17,51 @@ SHOAL   := $(VENV)/bin/shoal
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed
 
-.PHONY: run test test-slow bench lint sysdeps clean bytecode lock
+.PHONY: run test test-slow bench lint sysdeps clean bytecode lock native compiler
+
+# SHOAL_PURE=1 (make SHOAL_PURE=1 ..., or in the environment) builds pure Python.
+export SHOAL_PURE
 
 # `make run` installs shoal and its runtime dependencies only (a 75 MB venv);
 # `make test` adds what the tests, the Spark job and the linters need
 # (pyspark alone is about 490 MB).
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11+ with venv (Debian: python3-venv); set PYTHON=" >&2; exit 2; }
 	@echo "make: creating $(VENV) with $(PYTHON)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(MAKE) --no-print-directory compiler
 	@echo "make: installing shoal and its runtime dependencies into $(VENV) (uvloop, zeroconf, rocksdict, ...)"
+	@echo "make: compiling the hot path with mypyc (a minute or two; SHOAL_PURE=1 skips it: setup.py)"
 	@# -qq: setuptools' notice about folders named like the package is noise
 	@# here (the repository root *is* the package `shoal`: pyproject.toml).
 	$(PY) -m pip install -qq --disable-pip-version-check -e .
+	@$(PY) -c 'import shoal.kernel.native as n; print("make: shoal runs", n.describe())'
 	touch $@
 
+# The extras by name, not `-e '.[test,dev]'`: that would build (compile) shoal again.
 $(STAMP): $(RUN_STAMP) pyproject.toml
 	@echo "make: installing what the tests need into $(VENV) (pyspark, pytest, selenium, mypy, ...; a minute or two the first time)"
-	$(PY) -m pip install -qq --disable-pip-version-check -e '.[test,dev]'
+	$(PY) -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(*x["test"], *x["dev"], sep="\n")' > $(VENV)/extras.txt
+	$(PY) -m pip install -qq --disable-pip-version-check -r $(VENV)/extras.txt
 	touch $@
+
+# The compiled path (setup.py): mypyc compiles the hot modules in place. After
+# editing one of them the agent and the simulator run pure Python (a stale
+# build is never loaded: kernel/native.py) until `make native` compiles again.
+native: $(RUN_STAMP)
+	$(PY) -m pip install -qq --disable-pip-version-check --no-deps -e .
+	@$(PY) -c 'import shoal.kernel.native as n; print("make: shoal runs", n.describe())'
+
+# A C compiler and Python's headers for the compiled path: root installs
+# Debian's; without them the build is pure Python (and says so).
+compiler:
+	@if [ -z "$$SHOAL_PURE" ] && ! { command -v cc >/dev/null && \
+	  test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"; }; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev; \
+	  else echo "note: no C compiler or no Python.h, not root: shoal installs as pure Python"; fi; \
+	fi
 
 # Every agent a test, a bench or the demo starts imports about 60 of our
 # modules: compiled once here, not by each process (an environment with
@@ -111,4 +136,4 @@ lock:
 	@echo "make: wrote systemd/constraints.txt"
 
 clean:
-	rm -rf $(VENV) $(LINT_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) .pytest_cache build *.egg-info native-build.txt *.so */*.so */*/*.so

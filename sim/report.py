@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from shoal.kernel import native
 from shoal.kernel.errors import ConfigError
 from shoal.membership.profiles import PROFILES
 from shoal.sim.scenarios import CRASH_MODES, SimResult, run_simulation
@@ -34,7 +35,7 @@ def simulate_command(args: argparse.Namespace) -> int:
                             args.profile, formed=args.formed, crash_mode=args.crash_mode,
                             progress=_Progress(args.duration))  # fmt: skip
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps({**result.to_json(), "hot_path": native.describe()}))
     else:
         print(format_text(result))
     return 0
@@ -137,4 +138,5 @@ def format_text(r: SimResult) -> str:
         f"traffic per node: {r.datagrams_per_node_s:.2f} datagrams/s, "
         f"{r.bytes_per_node_s:.0f} bytes/s"
     )
+    lines.append(f"hot path: {native.describe()}")
     return "\n".join(lines)

@@ -173,12 +173,14 @@ def _info(client: Client, args: argparse.Namespace) -> int:
     me = client.request("GET", "/v1/self")
     ctl, root = client.request("GET", "/v1/controller"), client.request("GET", "/")
     if args.json:
-        print(json.dumps({"agent": me, "controller": ctl, "version": root["version"]}, indent=2))
+        print(json.dumps({"agent": me, "controller": ctl, "version": root["version"],
+                          "hot_path": root.get("hot_path")}, indent=2))  # fmt: skip
         return 0
     print("agent:")
     for key in ("name", "node_id", "cluster", "address", "status", "incarnation"):
         print(f"  {key} = {me.get(key)}")
     print(f"  version = {root['version']}")
+    print(f"  hot_path = {root.get('hot_path')}")
     print(f"  clock_offset_ms = {me.get('clock_offset_ms')}")
     print(f"  health_score = {me.get('health_score')}")
     print("controller:")
