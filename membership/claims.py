@@ -114,8 +114,8 @@ class Claims:
 
     def on_alive(self, msg: Alive, sender: Address, now: float) -> None:
         """Someone says `msg.node` is alive at `msg.incarnation`."""
-        # Old news, inline: 19 of every 20 messages a node receives while a
-        # cluster forms (1,000 simulated nodes: 17.8 M of 18.8 M calls).
+        # Old news, inline: 19 of every 20 alive claims while a cluster
+        # forms (1,000 simulated nodes: 17.8 M of 18.8 M, merged rows included).
         node = msg.node
         known = self._members.get(node.name)
         if (known is not None and known.incarnation >= msg.incarnation
