@@ -45,6 +45,7 @@ from shoal.daemon.health import HEALTH_TAG
 from shoal.daemon.liveness import Liveness
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
+from shoal.daemon.network.discovery import preload as preload_discovery
 from shoal.daemon.network.keyops import KeyService
 from shoal.daemon.network.queries import QueryReply, QueryService
 from shoal.daemon.network.sockets import Network, open_wire
@@ -158,6 +159,7 @@ class Agent:
     async def _start(self, cfg: AgentConfig) -> None:
         """Open the disk and the sockets, start the node, send the join."""
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
+        preload_discovery(cfg)  # imports while the database opens
         self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
         stored = self.data_dir.load_identity()
         self.run_number = self.data_dir.next_run()

@@ -17,6 +17,8 @@ once every attempt has finished.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -38,6 +40,19 @@ MAX_DISCOVERY_JOINS = 3
 DISCOVERY_AFTER_JOIN_S = 5.0
 _MAX_IGNORED_KEYS = 1024
 log = structlog.get_logger("shoal")
+
+
+def preload(config: AgentConfig) -> None:
+    """Import zeroconf on a thread now, if discovery starts at once.
+
+    The agent opens its database meanwhile: RocksDB creating a store is
+    mostly fsync, with the GIL released, so the import runs in that wait
+    instead of after it: exec to first announcement of one agent alone,
+    0.236 -> 0.215 s of wall time (medians of 15 paired runs, load 5 on 2
+    cores), for 1 M more instructions (callgrind: 411 -> 412 M)."""
+    if config.discovery and not config.join:
+        threading.Thread(target=importlib.import_module, args=("shoal.membership.discovery",),
+                         name="import zeroconf", daemon=True).start()  # fmt: skip
 
 
 class DiscoveryJoins:
