@@ -13,15 +13,17 @@ SIMULATE = [sys.executable, "-m", "shoal.daemon.cli", "simulate", "--nodes", "30
             "--duration", "20", "--loss", "0.05", "--crash", "1", "--seed", "3"]  # fmt: skip
 
 
-def _run(args: list[str], pure: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SHOAL_PURE"}
-    if pure:
-        env["SHOAL_PURE"] = "1"
+def _run(args: list[str], pure: bool | None) -> subprocess.CompletedProcess[str]:
+    """Run with SHOAL_PURE=1 (True), without it (False), or as this process (None)."""
+    env = dict(os.environ)
+    if pure is not None:
+        env.pop("SHOAL_PURE", None)
+        env.update({"SHOAL_PURE": "1"} if pure else {})
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=True)
 
 
 def test_simulate_says_which_path_it_runs():
-    text = _run(SIMULATE, pure=False).stdout
+    text = _run(SIMULATE, pure=None).stdout
     assert f"hot path: {native.describe()}" in text
     assert "compiled (mypyc)" in text or "pure Python" in text
 
