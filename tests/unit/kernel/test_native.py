@@ -46,6 +46,7 @@ def test_a_changed_source_sets_the_compiled_modules_aside(tmp_path, monkeypatch)
     """An edited checkout never runs a stale build: it runs the sources."""
     for name in ("_why_pure", "_probe"):  # select() sets them: restored after the test
         monkeypatch.setattr(native, name, getattr(native, name))
+    monkeypatch.delenv("SHOAL_PURE", raising=False)
     (tmp_path / "mod.py").write_text("X = 2\n")
     (tmp_path / native.RECORD).write_text("mod 6 0 00000000000000000000000000000000\n")
     before = list(sys.meta_path)
