@@ -53,6 +53,7 @@ from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
 from shoal.daemon.systemd import Notifier
 from shoal.daemon.userevents import UserEvents
+from shoal.kernel import native
 from shoal.kernel.contract import Address, Output, Tags
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import KeyCommand, KeyReply
@@ -218,7 +219,8 @@ class Agent:
         log.info("agent started", node=cfg.node_name, node_id=node_id,
                  cluster=cfg.cluster, bind=f"{cfg.bind[0]}:{cfg.bind[1]}",
                  advertise=f"{advertise[0]}:{advertise[1]}", advertise_reason=why,
-                 incarnation=self.node.incarnation, profile=cfg.profile)  # fmt: skip
+                 incarnation=self.node.incarnation, profile=cfg.profile,
+                 hot_path=native.describe())  # fmt: skip
         if cfg.faults.enabled:
             log.warning("fault injection is on", **vars_of(cfg.faults))
 
