@@ -36,7 +36,7 @@ $(RUN_STAMP): pyproject.toml setup.py
 	@# -qq: setuptools' notice about folders named like the package is noise
 	@# here (the repository root *is* the package `shoal`: pyproject.toml).
 	$(PY) -m pip install -qq --disable-pip-version-check -e .
-	@$(PY) -c 'import shoal.kernel.native as n; print("make: shoal runs", n.describe())'
+	@$(PY) -c 'import shoal.native as n; print("make: shoal runs", n.describe())'
 	touch $@
 
 # The extras by name, not `-e '.[test,dev]'`: that would build (compile) shoal again.
@@ -48,10 +48,10 @@ $(STAMP): $(RUN_STAMP) pyproject.toml
 
 # The compiled path (setup.py): mypyc compiles the hot modules in place. After
 # editing one of them the agent and the simulator run pure Python (a stale
-# build is never loaded: kernel/native.py) until `make native` compiles again.
+# build is never loaded: native.py) until `make native` compiles again.
 native: $(RUN_STAMP)
 	$(PY) -m pip install -qq --disable-pip-version-check --no-deps -e .
-	@$(PY) -c 'import shoal.kernel.native as n; print("make: shoal runs", n.describe())'
+	@$(PY) -c 'import shoal.native as n; print("make: shoal runs", n.describe())'
 
 # A C compiler and Python's headers for the compiled path: root installs
 # Debian's; without them the build is pure Python (and says so).

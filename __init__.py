@@ -5,11 +5,11 @@ The repository's top-level folders are this package's sub-packages
 draws the layers and says where each behaviour lives.
 """
 
-from shoal.kernel import native as _native
+from shoal import native as _native
 
 __version__ = "0.1.0"
 __all__ = ["__version__"]
 
 # Before any other module of shoal loads: the compiled modules, or their
-# sources when SHOAL_PURE is set or a source changed (kernel/native.py).
+# sources when SHOAL_PURE is set or a source changed (native.py).
 _native.select(__path__[0])

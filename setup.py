@@ -11,7 +11,7 @@ The build falls back to pure Python, and says why, when
 - mypyc cannot be imported (an interpreter other than CPython),
 - no working C compiler or no Python headers (Debian: gcc, python3-dev),
 - or the compilation itself fails.
-At run time `shoal.kernel.native` checks that the compiled modules match
+At run time `shoal.native` checks that the compiled modules match
 their sources (a stale build in an editable checkout runs pure Python) and
 reports which path runs.
 """
@@ -36,7 +36,7 @@ LINK = Path("build/typecheck/shoal")
 # The shared library holding all the compiled code lands inside the package,
 # as shoal/_native__mypyc.*.so: nothing but shoal/ at the top of site-packages.
 GROUP = "shoal._native"
-# Where the freshness record goes, beside shoal/__init__.py (kernel/native.py reads it).
+# Where the freshness record goes, beside shoal/__init__.py (native.py reads it).
 RECORD = "native-build.txt"
 
 # The measured hot path (`shoal simulate --nodes 1000`, cProfile by module):
@@ -138,7 +138,7 @@ class BuildCompiledPath(build_ext):
 
     def _write_record(self) -> None:
         """Size, mtime and digest of each compiled source, beside the package's
-        __init__.py: kernel/native.py runs pure Python when a source changed."""
+        __init__.py: native.py runs pure Python when a source changed."""
         from hashlib import blake2b
 
         package = Path(self.get_ext_fullpath(f"{GROUP}__mypyc")).parent

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from shoal import native
 from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.disk.commit import GroupCommit, slowed
@@ -53,7 +54,6 @@ from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
 from shoal.daemon.systemd import Notifier
 from shoal.daemon.userevents import UserEvents
-from shoal.kernel import native
 from shoal.kernel.contract import Address, Output, Tags
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import KeyCommand, KeyReply

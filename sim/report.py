@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from shoal.kernel import native
+from shoal import native
 from shoal.kernel.errors import ConfigError
 from shoal.membership.profiles import PROFILES
 from shoal.sim.scenarios import CRASH_MODES, SimResult, run_simulation

@@ -165,7 +165,7 @@ class ApiServer:
     def root(self, request: Request) -> Result:
         """What answers here (for a browser or `curl` pointed at the port)."""
         from shoal import __version__
-        from shoal.kernel.native import describe
+        from shoal.native import describe
 
         paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>"})
         return 200, {"name": "shoal", "version": __version__, "hot_path": describe(),

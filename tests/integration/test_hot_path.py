@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shoal.kernel import native
+from shoal import native
 from tests.integration.agents import AgentCluster, api_request, shoal_cli
 
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from shoal.kernel import native
+from shoal import native
 
 SIMULATE = [sys.executable, "-m", "shoal.daemon.cli", "simulate", "--nodes", "30",
             "--duration", "20", "--loss", "0.05", "--crash", "1", "--seed", "3"]  # fmt: skip
