@@ -22,6 +22,7 @@ Two parts, in the same run:
 up-to-date bytecode caches (bench/bytecode.py), as an installed agent does.
 
     .venv/bin/python bench/memory.py [--agents 20] [--settle 6] [--before PYTHON]
+        [--subnet 62] [--cluster bench-memory]
 """
 
 from __future__ import annotations
@@ -78,33 +79,43 @@ for name, code in steps:
 """
 
 
-def shoal_of(python: str) -> type[ShoalAgents]:
-    """ShoalAgents that run `python` (its checkout's shoal) with fresh caches."""
+def shoal_of(python: str, cluster_name: str) -> type[ShoalAgents]:
+    """ShoalAgents that run `python` (its checkout's shoal) with fresh caches,
+    in cluster `cluster_name` (so that discovery ignores other benches' agents)."""
 
     class Shoal(ShoalAgents):
         def command(self, name: str, ip: str, seed: str | None) -> list[str]:  # type: ignore[override]
-            return [*agent_python(python), *super().command(name, ip, seed)[1:]]
+            return [*agent_python(python), *super().command(name, ip, seed)[1:],
+                    "--cluster", cluster_name]  # fmt: skip
 
     return Shoal
 
 
 def layers(python: str = sys.executable) -> list[tuple[str, dict[str, int], int]]:
     """(step, /proc status fields in kB, modules loaded) after each step."""
-    out = subprocess.run([*agent_python(python), "-c", _CHILD, json.dumps(STEPS)],
-                         capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    for _ in range(2):  # a first run after the caches are written held ~3 MB more anonymous
+        out = subprocess.run([*agent_python(python), "-c", _CHILD, json.dumps(STEPS)],
+                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     return [tuple(json.loads(line)) for line in out.stdout.splitlines()]  # type: ignore[misc]
 
 
+_ROLLUP = ("Pss", "Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty")
+
+
 def proc_memory(pid: int) -> dict[str, int]:
-    """VmRSS, RssAnon, RssFile (kB), Threads, and Pss (kB) of a process."""
+    """VmRSS, RssAnon, RssFile (kB), Threads, Pss and the shared/private,
+    clean/dirty split (kB, smaps_rollup), and the resident `[heap]` (malloc's
+    main arena) of a process."""
     out: dict[str, int] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmRSS", "RssAnon", "RssFile", "Threads"):
             out[key] = int(value.split()[0])
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            out["Pss"] = int(line.split()[1])
+        key, _, value = line.partition(":")
+        if key in _ROLLUP:
+            out[key] = int(value.split()[0])
+    out["heap"] = dict(top_mappings(pid, 1000)).get("[heap]", 0)
     return out
 
 
@@ -174,6 +185,9 @@ def main() -> None:
                         help="seconds after all see all (discovery starts 5 s after a join)")
     parser.add_argument("--before", metavar="PYTHON",
                         help="also measure the shoal of this interpreter's checkout")
+    parser.add_argument("--subnet", type=int, default=62,
+                        help="agents bind 127.SUBNET.x.y (one more subnet per system)")
+    parser.add_argument("--cluster", default="bench-memory", help="the agents' cluster name")
     args = parser.parse_args()
     print(f"configuration: {interpreter()}; layers in one fresh interpreter; cluster of "
           f"{args.agents} agents on loopback joining one seed, measured {args.settle:g} s "
@@ -189,11 +203,12 @@ def main() -> None:
                   f"{_mb(fields['RssFile'])}  {fields['Threads']:3}  {modules:4}  "
                   f"(+{_mb(fields['VmRSS'] - previous).strip()})")  # fmt: skip
             previous = fields["VmRSS"]
-    systems: dict[str, type[Agents]] = {label: shoal_of(py) for label, py in pythons.items()}
+    systems: dict[str, type[Agents]] = {
+        label: shoal_of(py, args.cluster) for label, py in pythons.items()}
     if shutil.which("serf"):
         systems["serf"] = SerfAgents
     medians: dict[str, float] = {}
-    for subnet, (label, cls) in enumerate(systems.items(), start=62):
+    for subnet, (label, cls) in enumerate(systems.items(), start=args.subnet):
         rows, top = cluster(cls, args.agents, args.settle, subnet)
         med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
         medians[label] = med["VmRSS"]
@@ -202,6 +217,11 @@ def main() -> None:
               f"{med['Threads']:.0f}; max RSS {_mb(max(r['VmRSS'] for r in rows))} MB; "
               f"working set {_mb(med['Referenced']).strip()} MB (pages touched in "
               f"{WORKING_SET_S:g} s of running)")  # fmt: skip
+        print(f"         shared clean {_mb(med['Shared_Clean']).strip()}, shared dirty "
+              f"{_mb(med['Shared_Dirty']).strip()}, private clean "
+              f"{_mb(med['Private_Clean']).strip()}, private dirty "
+              f"{_mb(med['Private_Dirty']).strip()} MB; malloc's [heap] "
+              f"{_mb(med['heap']).strip()} MB")  # fmt: skip
         print("         largest mappings of one agent: " + ", ".join(
             f"{Path(name).name} {_mb(kb).strip()}" for name, kb in top[:6]))  # fmt: skip
     for label in pythons:
