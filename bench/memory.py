@@ -127,13 +127,21 @@ def clear_referenced(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("1")
 
 
-def referenced_kb(pid: int) -> int:
-    """kB of `pid`'s resident pages touched since `clear_referenced`: its
-    working set, what it needs in memory to run (the rest of its RSS is
-    pages the start touched once; the kernel reclaims those first)."""
-    return sum(int(line.split()[1]) for line in
-               Path(f"/proc/{pid}/smaps").read_text().splitlines()
-               if line.startswith("Referenced:"))  # fmt: skip
+def referenced_kb(pid: int) -> tuple[int, int]:
+    """kB of `pid`'s resident pages touched since `clear_referenced`, split
+    (file-backed, anonymous): its working set, what it needs in memory to
+    run. The rest of its RSS is pages the start touched once: the kernel
+    reclaims the file-backed ones first (clean, re-read on demand); the
+    anonymous ones stay without swap."""
+    touched = [0, 0]
+    file_backed = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and not parts[0].endswith(":"):
+            file_backed = len(parts) > 5 and parts[5].startswith("/")
+        elif parts and parts[0] == "Referenced:":
+            touched[0 if file_backed else 1] += int(parts[1])
+    return touched[0], touched[1]
 
 
 def top_mappings(pid: int, count: int = 8) -> list[tuple[str, int]]:
@@ -167,7 +175,8 @@ def cluster(cls: type[Agents], agents: int, settle_s: float, subnet: int
             clear_referenced(p.pid)
         time.sleep(WORKING_SET_S)
         for row, p in zip(rows, a.procs.values(), strict=True):
-            row["Referenced"] = referenced_kb(p.pid)
+            row["RefFile"], row["RefAnon"] = referenced_kb(p.pid)
+            row["Referenced"] = row["RefFile"] + row["RefAnon"]
         return rows, top_mappings(a.procs["n001"].pid)
     finally:
         a.stop_all()
@@ -215,8 +224,9 @@ def main() -> None:
         print(f"  {label:12} median RSS {_mb(med['VmRSS'])} MB (anon {_mb(med['RssAnon'])}, "
               f"file {_mb(med['RssFile'])}), PSS {_mb(med['Pss'])} MB, threads "
               f"{med['Threads']:.0f}; max RSS {_mb(max(r['VmRSS'] for r in rows))} MB; "
-              f"working set {_mb(med['Referenced']).strip()} MB (pages touched in "
-              f"{WORKING_SET_S:g} s of running)")  # fmt: skip
+              f"working set {_mb(med['Referenced']).strip()} MB (file "
+              f"{_mb(med['RefFile']).strip()}, anon {_mb(med['RefAnon']).strip()}: pages "
+              f"touched in {WORKING_SET_S:g} s of running)")  # fmt: skip
         print(f"         shared clean {_mb(med['Shared_Clean']).strip()}, shared dirty "
               f"{_mb(med['Shared_Dirty']).strip()}, private clean "
               f"{_mb(med['Private_Clean']).strip()}, private dirty "
