@@ -23,6 +23,7 @@ up-to-date bytecode caches (bench/bytecode.py), as an installed agent does.
 
     .venv/bin/python bench/memory.py [--agents 20] [--settle 6] [--before PYTHON]
         [--subnet 62] [--cluster bench-memory]
+    .venv/bin/python bench/memory.py --by-library
 """
 
 from __future__ import annotations
@@ -62,6 +63,31 @@ STEPS = [
      "_e = Engine(pathlib.Path(tempfile.mkdtemp()) / 'db', 8)"),
 ]
 
+# The same imports by library, each after the ones before it (a module two
+# libraries share counts for the first): whose Python objects the anonymous
+# memory is (`--by-library`).
+LIBRARY_STEPS = [
+    ("interpreter (python, site)", "pass"),
+    ("argparse (with shutil, gettext, bz2, lzma)", "import argparse, shutil"),
+    ("OpenSSL (_hashlib, _ssl, ssl)", "import _hashlib, _ssl, ssl"),
+    ("subprocess, concurrent.futures, logging", "import subprocess, concurrent.futures, logging"),
+    ("asyncio", "import asyncio"),
+    ("structlog", "import structlog"),
+    ("msgspec (typing_extensions, inspect, ast, uuid, decimal)", "import msgspec"),
+    ("cbor2", "import cbor2"),
+    ("uvloop", "import uvloop"),
+    ("rocksdict", "import rocksdict"),
+    ("ctypes, ctypes.util (tempfile)", "import ctypes.util"),
+    ("zeroconf (ifaddr)", "import zeroconf.asyncio"),
+    ("shoal: kernel, cores, composition",
+     "import shoal.kernel.sealing, shoal.membership.swim, shoal.election.lease, "
+     "shoal.storage.antientropy, shoal.node.composition"),
+    ("shoal: command line, configuration, agent, discovery",
+     "import shoal.daemon.cli.app, shoal.daemon.config, shoal.daemon.agent, "
+     "shoal.membership.discovery"),
+    ("shoal: API server", "import shoal.daemon.api.server"),
+]
+
 _CHILD = """
 import json, sys
 def status():
@@ -91,10 +117,11 @@ def shoal_of(python: str, cluster_name: str) -> type[ShoalAgents]:
     return Shoal
 
 
-def layers(python: str = sys.executable) -> list[tuple[str, dict[str, int], int]]:
+def layers(python: str = sys.executable, steps: list[tuple[str, str]] = STEPS
+           ) -> list[tuple[str, dict[str, int], int]]:  # fmt: skip
     """(step, /proc status fields in kB, modules loaded) after each step."""
     for _ in range(2):  # a first run after the caches are written held ~3 MB more anonymous
-        out = subprocess.run([*agent_python(python), "-c", _CHILD, json.dumps(STEPS)],
+        out = subprocess.run([*agent_python(python), "-c", _CHILD, json.dumps(steps)],
                              capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     return [tuple(json.loads(line)) for line in out.stdout.splitlines()]  # type: ignore[misc]
 
@@ -183,6 +210,19 @@ def cluster(cls: type[Agents], agents: int, settle_s: float, subnet: int
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def by_library(python: str) -> None:
+    """Print what each library's import adds (LIBRARY_STEPS)."""
+    print(f"{interpreter()}; one fresh interpreter importing library by library; MB = MiB")
+    print("library (each after those above)                          anon   file   modules")
+    previous: dict[str, int] = {"RssAnon": 0, "RssFile": 0}
+    for name, fields, modules in layers(python, LIBRARY_STEPS):
+        anon, file = (_mb(fields[k] - previous[k]).strip() for k in ("RssAnon", "RssFile"))
+        print(f"  {name:56.56} +{anon:>5} +{file:>5}  {modules:4}")
+        previous = fields
+    print(f"  total                                                    {_mb(previous['RssAnon'])} "
+          f"{_mb(previous['RssFile'])}")  # fmt: skip
+
+
 def _mb(kb: float) -> str:
     return f"{kb / 1024:5.1f}"
 
@@ -197,7 +237,12 @@ def main() -> None:
     parser.add_argument("--subnet", type=int, default=62,
                         help="agents bind 127.SUBNET.x.y (one more subnet per system)")
     parser.add_argument("--cluster", default="bench-memory", help="the agents' cluster name")
+    parser.add_argument("--by-library", action="store_true",
+                        help="only the layers, by library instead of by start-up step")
     args = parser.parse_args()
+    if args.by_library:
+        by_library(sys.executable)
+        return
     print(f"configuration: {interpreter()}; layers in one fresh interpreter; cluster of "
           f"{args.agents} agents on loopback joining one seed, measured {args.settle:g} s "
           "after all see all; MB = MiB")  # fmt: skip
