@@ -102,7 +102,7 @@ class Gossip:
         """Send `msgs` to `to` in one datagram; with `piggyback`, fill the
         rest of it with queued updates."""
         if piggyback and len(self.broadcasts):
-            used = sum(codec.encoded_size(m) for m in msgs)
+            used = sum(codec.encoded_size(m, True) for m in msgs)
             budget = self._config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES - used
             limit = self._config.retransmit_limit(self._table.num_live())
             msgs = msgs + self.broadcasts.take(budget, limit)
