@@ -12,7 +12,7 @@ from shoal.membership.events import MemberDied, MemberLeft
 from shoal.membership.profiles import PROFILES, SwimConfig
 from shoal.sim.attacker import Replayer
 from shoal.sim.checks import FalsePositives, IncarnationMonotonic, converged
-from shoal.sim.cluster import SimCluster
+from shoal.sim.cluster import SimCluster, fewer_collections
 from shoal.sim.network import LinkProfile
 
 SLICE_S = 0.25
@@ -151,6 +151,25 @@ def run_simulation(
     """
     if crash_mode not in CRASH_MODES:
         raise ValueError(f"crash_mode: expected one of {', '.join(CRASH_MODES)}")
+    with fewer_collections():  # across the slices, not only within each
+        return _run_simulation(nodes, duration_s, loss, crash, seed, profile, config, wire,
+                               formed, crash_mode, replay_rate, progress)  # fmt: skip
+
+
+def _run_simulation(
+    nodes: int,
+    duration_s: float,
+    loss: float,
+    crash: int,
+    seed: int,
+    profile: str,
+    config: SwimConfig | None,
+    wire: bool,
+    formed: bool,
+    crash_mode: str,
+    replay_rate: float,
+    progress: Callable[[float], None] | None,
+) -> SimResult:
     started = time.perf_counter()
     swim = config or PROFILES[profile]
     cluster = SimCluster(nodes, seed, swim, LinkProfile(loss=loss), wire=wire, count_bytes=True)

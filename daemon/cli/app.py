@@ -232,6 +232,12 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130
+    if argv is None:
+        # The process ends here: the collection at exit would walk what is
+        # left (a simulation: the whole cluster, held in cycles by its
+        # observers) only to free what the exit frees anyway. Measured: 0.6 s
+        # of CPU after `shoal simulate --nodes 1000 --duration 60`.
+        gc.freeze()
     sys.exit(code)
 
 
