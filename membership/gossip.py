@@ -54,6 +54,7 @@ class Gossip:
         "_counters",
         "_gossip_at",
         "_gossiped_at",
+        "_limit_of",
     )
 
     def __init__(
@@ -88,6 +89,9 @@ class Gossip:
         self._counters = counters
         self._gossip_at: float | None = None  # the pending gossip tick
         self._gossiped_at = -1.0
+        # Live members -> retransmit limit, the last one asked (the config's
+        # method runs interpreted; asked per datagram, it changes rarely).
+        self._limit_of = (-1, 0)
 
     def broadcast(self, key: str, msg: Any, now: float) -> None:
         """Queue `msg` (an update about member `key`) and pace a gossip tick."""
@@ -104,9 +108,16 @@ class Gossip:
         if piggyback and len(self.broadcasts):
             used = sum(codec.encoded_size(m, True) for m in msgs)
             budget = self._config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES - used
-            limit = self._config.retransmit_limit(self._table.num_live())
-            msgs = msgs + self.broadcasts.take(budget, limit)
+            msgs = msgs + self.broadcasts.take(budget, self._limit(self._table.num_live()))
         self._send.append(Send(to, tuple(msgs)))
+
+    def _limit(self, n: int) -> int:
+        """`config.retransmit_limit(n)`, remembered for the last `n`."""
+        last_n, limit = self._limit_of
+        if n != last_n:
+            limit = self._config.retransmit_limit(n)
+            self._limit_of = (n, limit)
+        return limit
 
     def _due_gossip(self, at: float, now: float) -> None:
         if at != self._gossip_at:
@@ -114,7 +125,7 @@ class Gossip:
         table, config = self._table, self._config
         live, dead = table.live, self.recent_dead
         pool = len(live) + len(dead)
-        limit = config.retransmit_limit(table.num_live())
+        limit = self._limit(table.num_live())
         budget = config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES
         for i in self._rng.sample(range(pool), min(config.gossip_nodes, pool)):
             name = live.items()[i] if i < len(live) else dead.items()[i - len(live)]
