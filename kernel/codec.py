@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import cbor2
 
@@ -255,9 +255,10 @@ def frame_length(prefix: bytes) -> int:
     return length
 
 
-_SIZE_CACHE_ENTRIES = 32768
-_size_by_value: dict[Any, int] = {}
-_size_by_id: dict[int, tuple[Any, int]] = {}
+# Final: compiled, C statics instead of a dict lookup at every use.
+_SIZE_CACHE_ENTRIES: Final = 32768
+_size_by_value: Final[dict[Any, int]] = {}
+_size_by_id: Final[dict[int, tuple[Any, int]]] = {}
 
 
 def encoded_size(msg: Any, fresh: bool = False) -> int:

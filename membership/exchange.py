@@ -154,13 +154,14 @@ class Exchange:
         """Merge a peer's table; answer a request with ours."""
         members, me = self._table.members, self._local.ident.name
         stale = 0
+        alive = ALIVE  # a local: compiled, a global is a dict lookup per use
         for rec in msg.members:
             # An alive row we hold as new or newer (most rows of a merge):
             # old news, decided here as `Claims.alive` decides it, without
             # its two calls per row: 0.15 µs per row instead of 0.30 (a merge
             # of 1,000 decoded rows, all old news). The very row we hold
             # (rows are shared, table.py) is old news at once.
-            if rec.state is ALIVE:
+            if rec.state is alive:
                 node = rec.ident
                 name = node.name
                 known = members.get(name)

@@ -23,7 +23,7 @@ messages and the envelope (`_DATAGRAM_OVERHEAD_BYTES`).
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Final
 
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Send
@@ -34,10 +34,10 @@ from shoal.membership.profiles import SwimConfig
 from shoal.membership.table import IndexedSet, MemberTable
 
 # Room a datagram needs besides piggybacked updates: header, CBOR list head.
-_DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
+_DATAGRAM_OVERHEAD_BYTES: Final = codec.HEADER_BYTES + 5
 # Ours: news that arrives while gossip is paced goes out this share of the
 # gossip interval after the last gossip datagram (see the module docstring).
-_FRESH_SHARE = 0.25
+_FRESH_SHARE: Final = 0.25
 
 
 class Gossip:

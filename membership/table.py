@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from shoal.kernel.contract import Address
 from shoal.membership.member import Member, MemberState, NodeIdentity
@@ -46,8 +47,8 @@ _LIVE = (ALIVE, SUSPECT)
 # Rows are values, so whose view holds which object changes nothing; shared,
 # the rows a mass join reads 17.8 M times stay in the cache instead of a
 # million private copies (1,000 simulated nodes: see `alive_row`).
-_ALIVE_ROWS: dict[int, Member] = {}
-_ALIVE_ROWS_MAX = 65536
+_ALIVE_ROWS: Final[dict[int, Member]] = {}
+_ALIVE_ROWS_MAX: Final = 65536
 
 
 def alive_row(ident: NodeIdentity, inc: int) -> Member:

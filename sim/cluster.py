@@ -27,7 +27,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from shoal.election.config import LeaseConfig
 from shoal.election.events import PersistElection
@@ -42,8 +42,15 @@ from shoal.sim.network import LatencyMatrix, LinkProfile, SimNetwork
 from shoal.storage.config import SyncConfig
 from shoal.storage.store import MemoryStore
 
-_DATAGRAM, _STREAM, _STREAM_FAILED, _UNREACHABLE, _DEADLINE, _ACTION = range(6)
-BYTES_SAMPLE = 16
+# Event kinds. Final: compiled, a constant, where a module global is a dict
+# lookup at every use (several per event).
+_DATAGRAM: Final = 0
+_STREAM: Final = 1
+_STREAM_FAILED: Final = 2
+_UNREACHABLE: Final = 3
+_DEADLINE: Final = 4
+_ACTION: Final = 5
+BYTES_SAMPLE: Final = 16
 GOSSIP_PORT = 7946
 # The simulated wall clock at true time 0 (2027-01-15), for HLC versions.
 SIM_WALL_BASE_MS = 1_800_000_000_000
