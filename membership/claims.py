@@ -109,6 +109,11 @@ class Claims:
         self.dead = IndexedSet()  # dead (not left) members, for reconnects
         self._corrected: set[tuple[Address, str]] = set()  # this probe round
         self._conflicts: set[tuple[str, bytes]] = set()
+        # Old-news alive claims not yet added to counters.ignored_stale
+        # (SwimNode.counters adds them): a native int here, where the struct's
+        # attribute cost a read and a write per claim, 17.8 M at 1,000
+        # simulated nodes.
+        self.stale_claims = 0
 
     # -- handlers --------------------------------------------------------------
 
@@ -117,12 +122,14 @@ class Claims:
         # Old news, inline: 19 of every 20 alive claims while a cluster
         # forms (1,000 simulated nodes: 17.8 M of 18.8 M, merged rows included).
         node = msg.node
-        known = self._members.get(node.name)
-        if (known is not None and known.incarnation >= msg.incarnation
-                and (known.ident is node or known.ident.node_id == node.node_id)
-                and node.name != self._name):  # fmt: skip
-            self._counters.ignored_stale += 1
-            return
+        name = node.name
+        known = self._members.get(name)
+        if known is not None:
+            ident = known.ident
+            if ((ident is node or ident.node_id == node.node_id)
+                    and known.incarnation >= msg.incarnation and name != self._name):  # fmt: skip
+                self.stale_claims += 1
+                return
         self.alive(node, msg.incarnation, now, msg)
 
     def alive(self, node: NodeIdentity, incarnation: int, now: float,

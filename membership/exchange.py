@@ -152,21 +152,26 @@ class Exchange:
 
     def on_push_pull(self, msg: PushPull, sender: Address, now: float) -> None:
         """Merge a peer's table; answer a request with ours."""
-        members, me, counters = self._table.members, self._local.ident.name, self._counters
+        members, me = self._table.members, self._local.ident.name
+        stale = 0
+        alive = ALIVE  # a local: compiled, a global is a dict lookup per use
         for rec in msg.members:
             # An alive row we hold as new or newer (most rows of a merge):
             # old news, decided here as `Claims.alive` decides it, without
             # its two calls per row: 0.15 µs per row instead of 0.30 (a merge
-            # of 1,000 decoded rows, all old news).
-            if rec.state is ALIVE:
+            # of 1,000 decoded rows, all old news). The very row we hold
+            # (rows are shared, table.py) is old news at once.
+            if rec.state is alive:
                 node = rec.ident
-                known = members.get(node.name)
-                if (known is not None and known.incarnation >= rec.incarnation
-                        and (known.ident is node or known.ident.node_id == node.node_id)
-                        and node.name != me):  # fmt: skip
-                    counters.ignored_stale += 1
+                name = node.name
+                known = members.get(name)
+                if known is not None and name != me and (known is rec or (
+                        known.incarnation >= rec.incarnation
+                        and (known.ident is node or known.ident.node_id == node.node_id))):
+                    stale += 1
                     continue
             self._merge(rec, msg.source, now)
+        self._counters.ignored_stale += stale
         if not msg.reply:
             self._send.append(Send(sender, (self._push_pull_msg(False, True),), Channel.STREAM))
         elif sender in self._joining:

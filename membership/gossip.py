@@ -23,7 +23,7 @@ messages and the envelope (`_DATAGRAM_OVERHEAD_BYTES`).
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Final
 
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Send
@@ -34,10 +34,10 @@ from shoal.membership.profiles import SwimConfig
 from shoal.membership.table import IndexedSet, MemberTable
 
 # Room a datagram needs besides piggybacked updates: header, CBOR list head.
-_DATAGRAM_OVERHEAD_BYTES = codec.HEADER_BYTES + 5
+_DATAGRAM_OVERHEAD_BYTES: Final = codec.HEADER_BYTES + 5
 # Ours: news that arrives while gossip is paced goes out this share of the
 # gossip interval after the last gossip datagram (see the module docstring).
-_FRESH_SHARE = 0.25
+_FRESH_SHARE: Final = 0.25
 
 
 class Gossip:
@@ -54,6 +54,7 @@ class Gossip:
         "_counters",
         "_gossip_at",
         "_gossiped_at",
+        "_limit_of",
     )
 
     def __init__(
@@ -88,6 +89,9 @@ class Gossip:
         self._counters = counters
         self._gossip_at: float | None = None  # the pending gossip tick
         self._gossiped_at = -1.0
+        # Live members -> retransmit limit, the last one asked (the config's
+        # method runs interpreted; asked per datagram, it changes rarely).
+        self._limit_of = (-1, 0)
 
     def broadcast(self, key: str, msg: Any, now: float) -> None:
         """Queue `msg` (an update about member `key`) and pace a gossip tick."""
@@ -102,11 +106,18 @@ class Gossip:
         """Send `msgs` to `to` in one datagram; with `piggyback`, fill the
         rest of it with queued updates."""
         if piggyback and len(self.broadcasts):
-            used = sum(codec.encoded_size(m) for m in msgs)
+            used = sum(codec.encoded_size(m, True) for m in msgs)
             budget = self._config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES - used
-            limit = self._config.retransmit_limit(self._table.num_live())
-            msgs = msgs + self.broadcasts.take(budget, limit)
+            msgs = msgs + self.broadcasts.take(budget, self._limit(self._table.num_live()))
         self._send.append(Send(to, tuple(msgs)))
+
+    def _limit(self, n: int) -> int:
+        """`config.retransmit_limit(n)`, remembered for the last `n`."""
+        last_n, limit = self._limit_of
+        if n != last_n:
+            limit = self._config.retransmit_limit(n)
+            self._limit_of = (n, limit)
+        return limit
 
     def _due_gossip(self, at: float, now: float) -> None:
         if at != self._gossip_at:
@@ -114,7 +125,7 @@ class Gossip:
         table, config = self._table, self._config
         live, dead = table.live, self.recent_dead
         pool = len(live) + len(dead)
-        limit = config.retransmit_limit(table.num_live())
+        limit = self._limit(table.num_live())
         budget = config.mtu_bytes - _DATAGRAM_OVERHEAD_BYTES
         for i in self._rng.sample(range(pool), min(config.gossip_nodes, pool)):
             name = live.items()[i] if i < len(live) else dead.items()[i - len(live)]

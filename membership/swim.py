@@ -99,7 +99,7 @@ class SwimNode:
         self.table = table = MemberTable(ident, incarnation, 0.0)
         self.health = health = LocalHealth(config.awareness_max_multiplier)
         self.broadcasts = BroadcastQueue()
-        self.counters = counters = SwimCounters()
+        self._counters = counters = SwimCounters()
         self.out = out = Outbox()
         self._deadlines = deadlines = Deadlines()
         self.gossip = Gossip(self.broadcasts, table, config, rng, deadlines, out.sends, counters)
@@ -164,6 +164,16 @@ class SwimNode:
         known = self.coordinates.peers()
         known[self.local.ident.name] = self.coordinate()
         return CoordinateSnapshot(self.local.ident.name, known)
+
+    @property
+    def counters(self) -> SwimCounters:
+        """What the core did and dropped (the claims' count of old news
+        added in; see `Claims.stale_claims`)."""
+        counters, claims = self._counters, self.claims
+        if claims.stale_claims:
+            counters.ignored_stale += claims.stale_claims
+            claims.stale_claims = 0
+        return counters
 
     @property
     def ident(self) -> NodeIdentity:

@@ -33,6 +33,7 @@ from shoal.membership.events import (
     MemberUpdated,
 )
 from shoal.membership.member import Member, MemberState, MemberView, NodeIdentity
+from shoal.membership.messages import Alive
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
 from shoal.storage.antientropy import AntiEntropy
@@ -114,6 +115,12 @@ class ShoalNode:
         self._routes = dict(self.swim.handlers)
         self._routes.update(self.sync.handlers)
         self._routes.update(self.election.handlers)
+        self._claims = self.swim.claims
+        # The sync core's outbox and deadline heap, called directly (they are
+        # compiled, the sync core is not): what its tick, drain and
+        # next_deadline do, at 5 % of `shoal simulate --nodes 1000` less.
+        self._sync_out = self.sync.out
+        self._sync_deadlines = self.sync.deadlines
         self._cores = (self.swim, self.sync, self.election)
 
     @property
@@ -157,8 +164,17 @@ class ShoalNode:
     def receive_all(self, messages: Any, sender: Address, now: float) -> None:
         """`receive` for each message of one datagram or frame, in order."""
         routes = self._routes
+        claims = self._claims
+        alive = Alive  # a local: compiled, a global is a dict lookup per use
         for message in messages:
-            routes[type(message)](message, sender, now)
+            # Alive, nine claims in ten while a cluster forms, by a direct
+            # (compiled: native) call instead of a route and a bound method:
+            # with the alive rows shared, 0.85x the CPU of d84a340 for
+            # `shoal simulate --nodes 1000 --duration 60 --seed 1 --crash 2`.
+            if type(message) is alive:
+                claims.on_alive(message, sender, now)
+            else:
+                routes[type(message)](message, sender, now)
         if self.swim.table.version != self._view_version:
             self._check_view(now)
 
@@ -168,7 +184,7 @@ class ShoalNode:
         if now >= self._offset_at:  # the sync core judges records by the cluster's clock
             self._offset_at = now + 1.0
             self.sync.set_clock_offset(self.swim.clock_offset_ms(now) or 0)
-        self.sync.tick(now)
+        self._sync_deadlines.run_due(now)  # self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
         self.known_epoch()  # remember the epoch while the lease or the notice lasts
@@ -183,7 +199,7 @@ class ShoalNode:
         # Unrolled over the three cores: the simulator asks after every
         # input, and the loop's overhead was 3.6 % of a 1,000-node run.
         best = self.swim.next_deadline()
-        d = self.sync.next_deadline()
+        d = self._sync_deadlines.next_at()  # self.sync.next_deadline()
         if d is not None and (best is None or d < best):
             best = d
         d = self.election.next_deadline()
@@ -196,7 +212,7 @@ class ShoalNode:
         (`EMPTY` itself when there is nothing)."""
         # Every core returns the shared EMPTY when it has nothing: an
         # identity test per core, on a path the simulator takes per message.
-        a, b, c = self.swim.drain(), self.sync.drain(), self.election.drain()
+        a, b, c = self.swim.drain(), self._sync_out.drain(), self.election.drain()
         self._swim_events_seen = 0  # swim's event list was emptied by its drain
         if b is EMPTY and c is EMPTY:
             return a

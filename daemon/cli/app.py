@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     # them are wasted: about 5 % of the start's CPU. The agent turns it back
     # on, with those objects frozen out of it, once it runs (Agent.run).
     gc.disable()
+    exits = argv is None  # the console script: the process ends with this call
     argv = sys.argv[1:] if argv is None else argv
     args = _parser(only_agent=argv[:1] == ["agent"]).parse_args(argv)
     if args.command != "agent":
@@ -232,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130
+    if exits:
+        # The process ends here: the collection at exit would walk what is
+        # left (a simulation: the whole cluster, held in cycles by its
+        # observers) only to free what the exit frees anyway. Measured: 0.6 s
+        # of CPU after `shoal simulate --nodes 1000 --duration 60`.
+        gc.freeze()
     sys.exit(code)
 
 
