@@ -198,15 +198,14 @@ class RocksStore:
                 return None if raw is None else decode_value(key, bytes(raw))
         return rec
 
-    def stage(self, rec: Record) -> None:
+    def stage(self, rec: Record, leaf: int, stored: bytes) -> None:
         """Keep a local write for the next `sync` (module docstring)."""
         key = rec.key
-        value = encode_value(rec)
-        leaf = leaf_of(key, self.depth).to_bytes(4, "big") + key
+        index = leaf.to_bytes(4, "big") + key
         with self._lock:
             self._staged[key] = rec
-            self._batch.put(key, value, self._records_h)
-            self._batch.put(leaf, b"", self._leaves_h)
+            self._batch.put(key, stored, self._records_h)
+            self._batch.put(index, b"", self._leaves_h)
             full = len(self._staged) >= STAGE_MAX
         if full:
             self.write_staged()
