@@ -47,16 +47,17 @@ RECORD = "native-build.txt"
 # 25). A module not listed runs interpreted and
 # calls into these as into any Python module. Left out on purpose: modules
 # that define msgspec Structs (mypyc drops class keywords such as
-# frozen=True: the messages would become unhashable), storage/antientropy
-# (a Struct default `msgspec.field(...)` fails mypyc's run-time type check)
-# and kernel/hashes (its imports are chosen at run time).
+# frozen=True: the messages would become unhashable, and a Struct default
+# `msgspec.field(...)` fails its run-time type check; storage/syncstate holds
+# the anti-entropy core's structs for that reason) and kernel/hashes (its
+# imports are chosen at run time).
 COMPILED = (
     "kernel/codec", "kernel/deadlines", "kernel/outbox",
     "membership/awareness", "membership/broadcast", "membership/claims", "membership/clockskew",
     "membership/codec", "membership/exchange", "membership/gossip", "membership/probe",
     "membership/probing", "membership/suspicion", "membership/swim", "membership/table",
     "election/lease",
-    "storage/hlc", "storage/merkle", "storage/store",
+    "storage/antientropy", "storage/hlc", "storage/merkle", "storage/store",
     "node/composition",
     "sim/checks", "sim/clock", "sim/cluster", "sim/disk", "sim/network",
 )  # fmt: skip

@@ -5,7 +5,8 @@ import random
 import pytest
 
 from shoal.kernel import codec
-from shoal.storage.antientropy import AntiEntropy, SyncCompleted
+from shoal.storage.antientropy import AntiEntropy
+from shoal.storage.syncstate import SyncCompleted
 from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from shoal.storage.messages import RecordPush, SyncTree
 from shoal.storage.store import MemoryStore, Replica
