@@ -9,7 +9,8 @@ import json
 import socket
 from typing import Any
 
-from shoal.daemon.api.http import HttpError, HttpServer, Request
+from shoal.daemon.api.answers import HttpError, Request
+from shoal.daemon.api.http import HttpServer
 
 LIMIT = 64
 
