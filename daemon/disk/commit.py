@@ -53,8 +53,10 @@ class GroupCommit:
         # hand-over was 8-9 % of the loop's samples under 32 writers
         # (py-spy; issue 25).
         self._wake: SimpleQueue[bool] = SimpleQueue()
-        self._thread = threading.Thread(target=self._worker, name="shoal-fsync", daemon=True)
-        self._thread.start()
+        # (Not `_thread`: mypyc, which compiles this module, names the C
+        # field after it, and `__thread` is a C keyword.)
+        self._syncer = threading.Thread(target=self._worker, name="shoal-fsync", daemon=True)
+        self._syncer.start()
         self.syncs = 0
         self.waits = 0
         self.slow_syncs = 0
@@ -91,7 +93,7 @@ class GroupCommit:
             except OSError:
                 pass
         self._wake.put(False)
-        await asyncio.to_thread(self._thread.join, 5)
+        await asyncio.to_thread(self._syncer.join, 5)
 
     def _start(self) -> None:
         self.syncs += 1
