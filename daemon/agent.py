@@ -166,8 +166,7 @@ class Agent:
         self.run_number = self.data_dir.next_run()
         self.wire, swim_cfg = open_wire(cfg, stored.node_id, self.run_number)
         engine = self.data_dir.engine
-        self.commits = GroupCommit(self._loop, slowed(engine.flush_log, cfg.faults.fsync_delay_s),
-                                   engine.records.write_staged)  # fmt: skip
+        self.commits = GroupCommit(self._loop, slowed(engine.sync, cfg.faults.fsync_delay_s))
         observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
         self.history = HistoryWriter(
             Path(cfg.data_dir) / "history", cfg.history,

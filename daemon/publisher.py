@@ -38,10 +38,10 @@ from shoal.membership.events import JoinCompleted, event_fields
 from shoal.node.composition import ShoalNode
 from shoal.node.history import Observer, history_row
 from shoal.node.status import summary
-from shoal.storage.antientropy import SyncCompleted
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 from shoal.storage.store import EVENT_PREFIX, Replica
+from shoal.storage.syncstate import SyncCompleted
 
 log = structlog.get_logger("shoal")
 ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)

@@ -65,11 +65,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import msgspec
-import msgspec.structs
-
 from shoal.kernel.contract import Address, Channel, Output, Send
-from shoal.kernel.counters import Counters
 from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
 from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
@@ -77,6 +73,7 @@ from shoal.storage.merkle import FANOUT
 from shoal.storage.messages import RecordPush, SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
 from shoal.storage.records import Record
 from shoal.storage.store import Replica
+from shoal.storage.syncstate import Session, SyncCompleted, SyncCounters
 
 PeerSampler = Callable[[random.Random, int], list[Address]]
 _FIRST_SYNC_RETRY_S = 1.0
@@ -112,50 +109,6 @@ _QUEUE_MAX = 8
 _QUIET_BACKOFF_MAX = 4
 
 
-class SyncCounters(Counters):
-    """What anti-entropy did, for metrics."""
-
-    sessions_started: int = 0
-    sessions_in_sync: int = 0
-    sessions_repaired: int = 0
-    sessions_failed: int = 0
-    sessions_served: int = 0
-    records_sent: int = 0
-    records_received: int = 0
-    pushes_sent: int = 0
-    pushes_received: int = 0
-    pushes_forwarded: int = 0
-    sessions_unanswered: int = 0
-    sessions_on_return: int = 0
-    unexpected: int = 0
-    depth_mismatch: int = 0
-
-
-class SyncCompleted(msgspec.Struct, frozen=True):
-    """An anti-entropy session this node started has ended."""
-
-    peer: Address
-    ok: bool
-    sent: int
-    received: int
-    rounds: int
-
-
-class _Session(msgspec.Struct):
-    id: int
-    peer: Address
-    started_at: float
-    deadline_at: float
-    answered: bool = False  # the peer has answered at least once
-    rounds: int = 0
-    received: int = 0
-    sent: int = 0
-    more: bool = False  # a side stopped at its byte budget: go again at once
-    # Differing nodes for the digest phase, as (level, index, peer's count).
-    pending: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
-    digesting: bool = False
-
-
 class AntiEntropy:
     """The anti-entropy core for one node (see the module docstring)."""
 
@@ -185,7 +138,7 @@ class AntiEntropy:
         self.wall_offset_ms = wall_offset_ms
         self.clock_offset_ms = 0
         self._peers = peers
-        self._session: _Session | None = None
+        self._session: Session | None = None
         self._session_ids = itertools.count(rng.getrandbits(32))
         self._synced_once = False
         self._quiet = 1  # the interval's factor: doubles while all is equal
@@ -320,7 +273,7 @@ class AntiEntropy:
         if self._session is not None:
             return False
         first_answer_by = now + min(_FIRST_ANSWER_TIMEOUT_S, self.config.session_timeout_s)
-        session = _Session(next(self._session_ids), peer, now, first_answer_by)
+        session = Session(next(self._session_ids), peer, now, first_answer_by)
         self._session = session
         self.counters.sessions_started += 1
         self.deadlines.push(session.deadline_at, self._due_session_timeout)
@@ -463,7 +416,7 @@ class AntiEntropy:
             return
         self._start_digests(session, now)
 
-    def _start_digests(self, session: _Session, now: float) -> None:
+    def _start_digests(self, session: Session, now: float) -> None:
         """Push whole subtrees the peer has nothing under; ask about the rest."""
         session.digesting = True
         empty = [(lv, i) for lv, i, count in session.pending if count == 0]
@@ -492,7 +445,7 @@ class AntiEntropy:
         session.sent += self._push_records(session, wanted)
         self._end_session(ok=True, now=now)
 
-    def _push_records(self, session: _Session, records: Iterable[Record]) -> int:
+    def _push_records(self, session: Session, records: Iterable[Record]) -> int:
         """Send `records` to the session's peer, in frames of a quarter of
         the byte budget, up to the budget; returns how many went out."""
         chunk: list[Record] = []
@@ -522,7 +475,7 @@ class AntiEntropy:
             first, end = tree.leaf_range(level, index)
             yield from store.in_leaves(first, end)
 
-    def _current(self, session_id: int, sender: Address) -> _Session | None:
+    def _current(self, session_id: int, sender: Address) -> Session | None:
         s = self._session
         if s is None or s.id != session_id or s.peer != sender:
             self.counters.unexpected += 1
@@ -530,7 +483,7 @@ class AntiEntropy:
         self._answered(s)
         return s
 
-    def _answered(self, s: _Session) -> None:
+    def _answered(self, s: Session) -> None:
         """The peer answered: it is reachable, so the session gets its full time."""
         if not s.answered:
             s.answered = True
@@ -556,7 +509,7 @@ class AntiEntropy:
         if fresh or peers:
             self.sync_with((fresh or peers)[0], now)
 
-    def _request(self, session: _Session, msg: Any) -> None:
+    def _request(self, session: Session, msg: Any) -> None:
         self._send.append(Send(session.peer, (msg,), Channel.STREAM))
 
     def _reply(self, to: Address, msg: Any) -> None:

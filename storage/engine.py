@@ -15,15 +15,15 @@ Nothing else in shoal imports rocksdict. One database per node, in
 Local writes (`stage`: a client's put or delete, a user event) are not
 written one by one: they wait in memory, readable at once through `get`,
 and the next `sync()` writes all of them as one WriteBatch and fsyncs the
-write-ahead log (`FlushWAL(true)`). The agent's group commit, once for
-every group of waiting client writes, writes the staged batch on its event
-loop just before the sync starts, when no fsync runs, then fsyncs from a
-worker thread (`flush_log`; rocksdict releases the GIL during it). So a
-write costs the loop a dict insert and a batch entry, not a WAL append of
-its own (a `write` syscall, which can wait for the running fsync's page
-writeback: 3-6 us on average, up to the whole fsync, measured beside a
-syncing thread), and the worker thread needs the GIL only to start and to
-end the fsync. A merge, a scan or `close`
+write-ahead log (`FlushWAL(true)`). The agent's group commit calls `sync`
+from its worker thread, back to back while client writes wait
+(daemon/disk/commit.py): the thread writes the staged batch (rocksdict
+holds the GIL for that short write) and then fsyncs (rocksdict releases
+the GIL). So a write costs the loop a dict insert and a batch entry, not a
+WAL append of its own (a `write` syscall, which can wait for a running
+fsync's page writeback: 3-6 us on average, up to the whole fsync, measured
+beside a syncing thread; the batch is written on the syncing thread
+itself, so it never waits for another fsync). A merge, a scan or `close`
 writes what waits first, so the database never holds an older version
 over a newer one, and at most `STAGE_MAX` records wait. Records merged from
 peers go in unsynced at once (a memtable insert and a WAL append) and are
@@ -143,12 +143,6 @@ class Engine:
         fsync the write-ahead log (from any thread)."""
         self.records.sync()
 
-    def flush_log(self) -> None:
-        """fsync the write-ahead log: every write made to the database so
-        far is durable, not the staged ones (the agent's group commit writes
-        those on its loop first, `RocksStore.write_staged`)."""
-        self._db.flush_wal(True)
-
     def close(self) -> None:
         """Flush and close; the database can then be reopened."""
         self.records.write_staged()
@@ -198,15 +192,14 @@ class RocksStore:
                 return None if raw is None else decode_value(key, bytes(raw))
         return rec
 
-    def stage(self, rec: Record) -> None:
+    def stage(self, rec: Record, leaf: int, stored: bytes) -> None:
         """Keep a local write for the next `sync` (module docstring)."""
         key = rec.key
-        value = encode_value(rec)
-        leaf = leaf_of(key, self.depth).to_bytes(4, "big") + key
+        index = leaf.to_bytes(4, "big") + key
         with self._lock:
             self._staged[key] = rec
-            self._batch.put(key, value, self._records_h)
-            self._batch.put(leaf, b"", self._leaves_h)
+            self._batch.put(key, stored, self._records_h)
+            self._batch.put(index, b"", self._leaves_h)
             full = len(self._staged) >= STAGE_MAX
         if full:
             self.write_staged()

@@ -119,8 +119,14 @@ def decode_value(key: bytes, raw: bytes) -> Record:
 
 def digest(record: Record) -> int:
     """A 64-bit hash of the whole record, summed by the Merkle tree."""
-    key = record.key
-    data = len(key).to_bytes(4, "big") + key + encode_value(record)
+    return digest_of(record.key, encode_value(record))
+
+
+def digest_of(key: bytes, stored: bytes) -> int:
+    """`digest` of the record stored as `stored` (`encode_value`) under
+    `key`: a local write encodes its record once, for the digest and the
+    store."""
+    data = len(key).to_bytes(4, "big") + key + stored
     return int.from_bytes(blake2b(data, digest_size=8).digest(), "big")
 
 

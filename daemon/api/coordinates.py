@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from shoal.daemon.api.http import HttpError, Request, Result
+from shoal.daemon.api.answers import HttpError, Request, Result
 from shoal.daemon.api.port import AgentStatus
 from shoal.membership.vivaldi import Coordinate, CoordinateSnapshot
 

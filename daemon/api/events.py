@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from shoal.daemon.api.answers import HttpError, Request, Result, Stream
 from shoal.daemon.api.changes import TOPICS, Ping, ResumeError
-from shoal.daemon.api.http import HttpError, Request, Result, Stream
 from shoal.daemon.api.port import AgentPort
 from shoal.kernel.errors import WriteRefused
 from shoal.storage.records import MAX_KEY_BYTES

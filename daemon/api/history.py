@@ -19,7 +19,7 @@ from __future__ import annotations
 import hmac
 from pathlib import Path
 
-from shoal.daemon.api.http import HttpError, Raw, Request, Result
+from shoal.daemon.api.answers import HttpError, Raw, Request, Result
 from shoal.daemon.api.port import AgentPort
 from shoal.storage.history import CURRENT, ROTATED_GLOB, history_files
 

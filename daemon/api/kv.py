@@ -23,8 +23,8 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
+from shoal.daemon.api.answers import Deferred, HttpError, Request
 from shoal.daemon.api.changes import record_json
-from shoal.daemon.api.http import Deferred, HttpError, Request
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.sessions import SessionError
 from shoal.kernel.errors import FenceRefused, WriteRefused

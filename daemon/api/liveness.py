@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shoal.daemon.api.http import HttpError, Request, Result
+from shoal.daemon.api.answers import HttpError, Request, Result
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.health import CRITICAL, PASSING, WARNING
 from shoal.daemon.sessions import SessionError

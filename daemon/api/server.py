@@ -44,8 +44,9 @@ from functools import partial
 from typing import Any
 
 from shoal.daemon.api import coordinates, events, history, liveness
+from shoal.daemon.api.answers import Handler, HttpError, Raw, Request, Result
 from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
-from shoal.daemon.api.http import Handler, HttpError, HttpServer, Raw, Request, Result
+from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from shoal.daemon.api.answers import HttpError, Request
 from shoal.daemon.api.coordinates import coordinates_route, rtt_route
-from shoal.daemon.api.http import HttpError, Request
 from shoal.membership.messages import Ack, Alive, Ping
 from shoal.membership.swim import SwimNode
 from shoal.membership.vivaldi import VivaldiConfig, origin

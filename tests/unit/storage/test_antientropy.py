@@ -5,10 +5,11 @@ import random
 import pytest
 
 from shoal.kernel import codec
-from shoal.storage.antientropy import AntiEntropy, SyncCompleted
+from shoal.storage.antientropy import AntiEntropy
 from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from shoal.storage.messages import RecordPush, SyncTree
 from shoal.storage.store import MemoryStore, Replica
+from shoal.storage.syncstate import SyncCompleted
 
 WALL = 1_800_000_000_000
 TAG = codec.cluster_tag("test")

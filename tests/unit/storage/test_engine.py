@@ -89,11 +89,10 @@ def test_a_damaged_identity_file_is_a_clear_error(tmp_path):
     data.close()
 
 
-@pytest.mark.parametrize("wiring", ["sync", "prepare on the loop"])
-def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path, wiring):
+def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path):
     """32 writers waiting together need far fewer fsyncs than writes, and
-    each is durable when its wait returns (the agent's wiring: the staged
-    records are written on the loop, the thread only fsyncs)."""
+    each is durable when its wait returns (the agent's wiring: the thread
+    writes the staged records, then fsyncs)."""
     data = DataDir(tmp_path, 4)
     engine = data.engine
     replica = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
@@ -107,8 +106,7 @@ def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path, wiring):
 
     async def main() -> GroupCommit:
         loop = asyncio.get_running_loop()
-        commits = GroupCommit(loop, engine.sync) if wiring == "sync" else \
-            GroupCommit(loop, engine.flush_log, engine.records.write_staged)  # fmt: skip
+        commits = GroupCommit(loop, engine.sync)
         await asyncio.gather(*(writer(commits, w) for w in range(32)))
         await commits.close()
         return commits
@@ -166,17 +164,18 @@ def test_a_local_write_is_read_back_at_once_and_a_newer_merge_wins_on_disk(tmp_p
     engine.close()
 
 
-def test_a_failing_prepare_fails_its_group_and_the_next_group_commits():
-    """When writing a group's records fails, its writers get the error
-    (their writes are not acknowledged) and later writes still commit."""
+def test_a_failing_batch_write_fails_its_group_and_the_next_group_commits():
+    """When writing a group's records fails (rocksdict raises a plain
+    Exception), its writers get an OSError (their writes are not
+    acknowledged) and later writes still commit."""
     failures = [RuntimeError("IO error: No space left on device")]
 
-    def prepare() -> None:
+    def sync() -> None:
         if failures:
             raise failures.pop()
 
     async def main() -> None:
-        commits = GroupCommit(asyncio.get_running_loop(), lambda: None, prepare)
+        commits = GroupCommit(asyncio.get_running_loop(), sync)
         with pytest.raises(OSError, match="No space left"):
             await commits.wait()
         await commits.wait()
