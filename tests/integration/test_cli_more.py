@@ -89,7 +89,10 @@ def test_checks_and_members_by_health_follow_a_ttl_check(agents, tmp_path):
 def test_an_event_from_the_command_line_runs_every_handler_with_its_payload(agents, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
-    handler = f'cat > {runs}/"$SHOAL_SELF_NAME.$SHOAL_EVENT_ID"'
+    # Written aside, then renamed: the file appears with the whole payload
+    # (`cat > file` creates it before the payload is in).
+    handler = (f'cat > {runs}/".$SHOAL_SELF_NAME.$SHOAL_EVENT_ID" && '
+               f'mv {runs}/".$SHOAL_SELF_NAME.$SHOAL_EVENT_ID" {runs}/"$SHOAL_SELF_NAME.$SHOAL_EVENT_ID"')
     a, b = started(agents, 2, ("--event-handler", f"user:deploy={handler}"))
     with client_of(b).watch_events() as watch:
         out = shoal_in(b"release 42", "event", "deploy", "-", api(a))
