@@ -91,8 +91,8 @@ def test_an_event_from_the_command_line_runs_every_handler_with_its_payload(agen
     runs.mkdir()
     # Written aside, then renamed: the file appears with the whole payload
     # (`cat > file` creates it before the payload is in).
-    handler = (f'cat > {runs}/".$SHOAL_SELF_NAME.$SHOAL_EVENT_ID" && '
-               f'mv {runs}/".$SHOAL_SELF_NAME.$SHOAL_EVENT_ID" {runs}/"$SHOAL_SELF_NAME.$SHOAL_EVENT_ID"')
+    name = '"$SHOAL_SELF_NAME.$SHOAL_EVENT_ID"'
+    handler = f"cat > {runs}/.{name} && mv {runs}/.{name} {runs}/{name}"
     a, b = started(agents, 2, ("--event-handler", f"user:deploy={handler}"))
     with client_of(b).watch_events() as watch:
         out = shoal_in(b"release 42", "event", "deploy", "-", api(a))
