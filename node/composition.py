@@ -116,11 +116,6 @@ class ShoalNode:
         self._routes.update(self.sync.handlers)
         self._routes.update(self.election.handlers)
         self._claims = self.swim.claims
-        # The sync core's outbox and deadline heap, called directly (they are
-        # compiled, the sync core is not): what its tick, drain and
-        # next_deadline do, at 5 % of `shoal simulate --nodes 1000` less.
-        self._sync_out = self.sync.out
-        self._sync_deadlines = self.sync.deadlines
         self._cores = (self.swim, self.sync, self.election)
 
     @property
@@ -184,7 +179,7 @@ class ShoalNode:
         if now >= self._offset_at:  # the sync core judges records by the cluster's clock
             self._offset_at = now + 1.0
             self.sync.set_clock_offset(self.swim.clock_offset_ms(now) or 0)
-        self._sync_deadlines.run_due(now)  # self.sync.tick(now)
+        self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
         self.known_epoch()  # remember the epoch while the lease or the notice lasts
@@ -199,7 +194,7 @@ class ShoalNode:
         # Unrolled over the three cores: the simulator asks after every
         # input, and the loop's overhead was 3.6 % of a 1,000-node run.
         best = self.swim.next_deadline()
-        d = self._sync_deadlines.next_at()  # self.sync.next_deadline()
+        d = self.sync.next_deadline()
         if d is not None and (best is None or d < best):
             best = d
         d = self.election.next_deadline()
@@ -212,7 +207,7 @@ class ShoalNode:
         (`EMPTY` itself when there is nothing)."""
         # Every core returns the shared EMPTY when it has nothing: an
         # identity test per core, on a path the simulator takes per message.
-        a, b, c = self.swim.drain(), self._sync_out.drain(), self.election.drain()
+        a, b, c = self.swim.drain(), self.sync.drain(), self.election.drain()
         self._swim_events_seen = 0  # swim's event list was emptied by its drain
         if b is EMPTY and c is EMPTY:
             return a

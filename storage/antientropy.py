@@ -155,7 +155,7 @@ class AntiEntropy:
         # Public for the composition, which reads it (and `out`) directly:
         # this core is interpreted (see setup.py), and its three one-line
         # contract methods cost 5 % of a 1,000-node simulation.
-        self.deadlines = Deadlines()
+        self._deadlines = Deadlines()
         self.out = Outbox()
         self._send = self.out.sends
         self._events = self.out.events
@@ -172,7 +172,7 @@ class AntiEntropy:
     def start(self, now: float) -> None:
         """Begin the periodic sessions and tombstone sweeps."""
         self._schedule_sync(now + self.rng.uniform(0.1, _FIRST_SYNC_RETRY_S))
-        self.deadlines.push(now + self.config.gc_interval_s, self._due_gc)
+        self._deadlines.push(now + self.config.gc_interval_s, self._due_gc)
 
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Handle one decoded anti-entropy message."""
@@ -180,11 +180,11 @@ class AntiEntropy:
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
-        self.deadlines.run_due(now)
+        self._deadlines.run_due(now)
 
     def next_deadline(self) -> float | None:
         """When `tick` should next be called."""
-        return self.deadlines.next_at()
+        return self._deadlines.next_at()
 
     def drain(self) -> Output:
         """Messages and events since the last drain."""
@@ -276,7 +276,7 @@ class AntiEntropy:
         session = Session(next(self._session_ids), peer, now, first_answer_by)
         self._session = session
         self.counters.sessions_started += 1
-        self.deadlines.push(session.deadline_at, self._due_session_timeout)
+        self._deadlines.push(session.deadline_at, self._due_session_timeout)
         tree = self.replica.tree
         root_sum, count = tree.node(0, 0)
         sums = ((0, root_sum),) if count else ()
@@ -288,7 +288,7 @@ class AntiEntropy:
     def _schedule_sync(self, at: float) -> None:
         self._sync_token += 1
         self._next_sync_at = at
-        self.deadlines.push(at, self._due_sync, self._sync_token)
+        self._deadlines.push(at, self._due_sync, self._sync_token)
 
     def _due_sync(self, token: int, now: float) -> None:
         if token != self._sync_token:
@@ -326,7 +326,7 @@ class AntiEntropy:
     def _due_gc(self, _: None, now: float) -> None:
         self.replica.collect_tombstones(self.wall_ms(now))
         self.replica.collect_events(self.wall_ms(now))
-        self.deadlines.push(now + self.config.gc_interval_s, self._due_gc)
+        self._deadlines.push(now + self.config.gc_interval_s, self._due_gc)
 
     # -- responder ---------------------------------------------------------------
 
@@ -488,7 +488,7 @@ class AntiEntropy:
         if not s.answered:
             s.answered = True
             s.deadline_at = s.started_at + self.config.session_timeout_s
-            self.deadlines.push(s.deadline_at, self._due_session_timeout)
+            self._deadlines.push(s.deadline_at, self._due_session_timeout)
 
     def _pick(self, k: int, now: float) -> list[Address]:
         """Up to `k` random alive members, without peers that did not answer."""
@@ -523,7 +523,7 @@ class AntiEntropy:
         self.counters.sessions_unanswered += 1
         self._unanswered[s.peer] = now + _UNANSWERED_SKIP_S
         self._end_session(ok=False, now=now)
-        self.deadlines.push(now, self._due_retry)
+        self._deadlines.push(now, self._due_retry)
 
     def _end_session(self, ok: bool, now: float) -> None:
         s = self._session
@@ -542,7 +542,7 @@ class AntiEntropy:
         else:
             self.counters.sessions_failed += 1
         if self._queue:
-            self.deadlines.push(now, self._due_queue)
+            self._deadlines.push(now, self._due_queue)
         self._events.append(SyncCompleted(s.peer, ok, s.sent, s.received, s.rounds))
 
 
