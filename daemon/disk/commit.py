@@ -46,7 +46,7 @@ class GroupCommit:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sync: Callable[[], None]) -> None:
         """Commit with `sync`, a blocking call, run on the thread, that makes
-        all writes so far durable (the store's writes its staged records as
+        all writes so far durable (the store writes its staged records as
         one batch, then fsyncs: storage/engine.py)."""
         self._loop = loop
         self._sync = sync
