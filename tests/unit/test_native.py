@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from shoal import native
 
 SIMULATE = [sys.executable, "-m", "shoal.daemon.cli", "simulate", "--nodes", "30",
@@ -57,3 +59,13 @@ def test_a_changed_source_sets_the_compiled_modules_aside(tmp_path, monkeypatch)
         assert spec is not None and spec.origin == str(tmp_path / "mod.py")
     finally:
         sys.meta_path[:] = before
+
+
+def test_ci_runs_the_compiled_path():
+    """Under CI=true `make` has installed a C compiler (as root), so the
+    install must be compiled: a build that fell back to pure Python (a
+    library's types missing from the build requirements, say) would
+    otherwise pass every test unnoticed, as it once did."""
+    if os.environ.get("CI") != "true" or os.environ.get("SHOAL_PURE", "") not in ("", "0"):
+        pytest.skip("not CI, or SHOAL_PURE: a laptop may lack a C compiler")
+    assert native.compiled(), native.describe()
