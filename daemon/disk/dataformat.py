@@ -112,7 +112,7 @@ def check_format(path: Path, cluster: str) -> FormatRecord | None:
         by = raw.get("written_by")
         raise DataDirError(
             f"data_dir: {path} is format {number}"
-            + (f", written by {by}" if isinstance(by, str) else "")
+            + (f", written by {by}" if _printable(by) else "")
             + f"; this build (shoal {__version__}) reads formats 0 to {FORMAT_VERSION}: "
             "run the newer shoal, or restore the copy of the directory from before the upgrade"
         )  # fmt: skip
@@ -136,8 +136,8 @@ def migrate(path: Path, engine: Engine, cluster: str, found: FormatRecord | None
         _check_identity(path, engine, found)
     for step in STEPS[:start]:
         step.retire(path)  # finishes a retire a kill cut short
-    fresh = found is None and engine.local_get(NODE_ID) is None and \
-        not (path / LEGACY_IDENTITY).exists()
+    fresh = (found is None and engine.local_get(NODE_ID) is None
+             and not (path / LEGACY_IDENTITY).exists())  # fmt: skip
     began = time.monotonic()
     for step in STEPS[start:]:
         step.apply(path, engine)
@@ -193,6 +193,11 @@ def _parse(path: Path, number: int, raw: dict[str, object]) -> FormatRecord:
     except ValueError:
         raise _foreign(path, "no node_id") from None
     return FormatRecord(number, cluster, node, by if isinstance(by, str) else "")
+
+
+def _printable(text: object) -> bool:
+    """Fit for the one line of a refusal (a foreign file may hold anything)."""
+    return isinstance(text, str) and text.isprintable() and 0 < len(text) <= 64
 
 
 def _foreign(path: Path, why: str) -> DataDirError:

@@ -90,7 +90,8 @@ NEWER = {"format": 2, "layout": "whatever format 2 is", "written_by": "shoal 9.0
         (json.dumps(NEWER), "{d} is format 2, written by shoal 9.0.0; this build "
          f"(shoal {__version__}) reads formats 0 to 1: run the newer shoal, or restore "
          "the copy of the directory from before the upgrade"),
-        ('{"format": 7}', f"{{d}} is format 7; this build (shoal {__version__}) reads"),
+        ('{"format": 7, "written_by": "x\\ny"}', f"{{d}} is format 7; this build (shoal "
+         f"{__version__}) reads"),
         ("not json at all", "{d}/FORMAT is damaged or not shoal's (no format number); "
          "this build writes format 1: restore the file from a backup, or move the "
          "directory away"),
