@@ -1,0 +1,433 @@
+"""Two adjacent releases in one cluster, and a rolling upgrade under load
+(issue 43), with real agents on loopback, encrypted.
+
+The old build is the previous release (RELEASES, built from git by
+releases.py); the new build is this tree told by SHOAL_TEST_NEXT_RELEASE=1
+to stand in for the next release (a higher version, one new message type).
+When there is no previous release to build, this tree without the setting
+stands in for it, and the run's summary says so.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shoal.client import Client
+from shoal.daemon.keys import generate_key
+from shoal.kernel.errors import ApiError
+from shoal.storage.history import read_history
+from tests.conftest import poll_until
+from tests.integration import releases
+from tests.integration.agents import AgentCluster, AgentProcess, Build, api_request
+from tests.integration.test_watch import RawWatch, kv_events
+
+KEY = generate_key()
+FLAGS = ["--encrypt", KEY, "--no-discovery"]
+NEW = Build.next_release()
+# How long each wait of a step may take: a restart is a graceful leave (at
+# most leave_timeout_s, 5 s), a start, and a join that every member hears of.
+STEP_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def old() -> Build:
+    return releases.previous_build()
+
+
+def report(line: str) -> None:
+    """A line for the run's summary (conftest.py) and for `-s`."""
+    print(line)
+    releases.NOTICES.append(line)
+
+
+def counters(agent: AgentProcess) -> dict[str, int]:
+    try:
+        return dict(agent.api.get("/v1/self")["counters"])
+    except ApiError:
+        return {}
+
+
+def version_drops(agents: Iterable[AgentProcess]) -> dict[str, int]:
+    """Sealed packets each agent dropped for their version (`dropped_version`;
+    an agent that has no such counter has dropped none)."""
+    return {a.name: counters(a).get("dropped_version", 0) for a in agents}
+
+
+def controller_agreed(agents: list[AgentProcess]) -> tuple[str, int]:
+    """Wait until every agent names one controller with one epoch, and that
+    controller alone says it is controller; (name, epoch)."""
+    seen: dict[str, tuple[str, int]] = {}
+
+    def agreed() -> bool:
+        answers = []
+        for agent in agents:
+            status, body = api_request(agent, "GET", "/v1/controller")
+            if status != 200:
+                return False
+            answers.append(body)
+        named = {(c["controller"], c["epoch"]) for c in answers}
+        selves = [a.name for a, c in zip(agents, answers) if c["is_self"]]
+        if len(named) != 1 or None in next(iter(named)) or selves != [next(iter(named))[0]]:
+            return False
+        seen["it"] = next(iter(named))
+        return True
+
+    poll_until(agreed, STEP_TIMEOUT_S, interval_s=0.1)
+    return seen["it"]
+
+
+def event_handler(out: Path) -> list[str]:
+    """Each agent's handler of the user event `upgrade` logs the id it ran for."""
+    command = f'echo "$SHOAL_EVENT_ID" >> {out}/"$SHOAL_SELF_NAME.log"'
+    return ["--event-handler", f"user:upgrade={command}"]
+
+
+def handled(out: Path, agent: AgentProcess) -> list[str]:
+    path = out / f"{agent.name}.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def kv_value(agent: AgentProcess, key: str) -> str | None:
+    try:
+        status, body = api_request(agent, "GET", f"/v1/kv/{key}", timeout_s=5)
+    except OSError:
+        return None
+    return body.get("value") if status == 200 else None
+
+
+def everywhere(agents: list[AgentProcess], key: str, value: str) -> None:
+    """Wait until every agent reads `value` under `key`."""
+    for agent in agents:
+        poll_until(lambda a=agent: kv_value(a, key) == value, STEP_TIMEOUT_S)
+
+
+def test_the_releases_file_names_the_newest_release_that_is_not_this_commit() -> None:
+    """RELEASES parses (comments, blank lines), the release before HEAD is the
+    newest other line, and a malformed line is an error naming its number."""
+    a, b, c = "a" * 40, "b" * 40, "c" * 40
+    text = f"# header\n\nv0.1.0 {a}  # provisional\nv0.3.0 {c}\nv0.2.0 {b}\n"
+    listed = releases.parse_releases(text)
+    assert [r.name for r in listed] == ["v0.1.0", "v0.3.0", "v0.2.0"]
+    assert releases.previous_release(listed, head=c).name == "v0.2.0"
+    assert releases.previous_release(listed, head="d" * 40).name == "v0.3.0"
+    assert releases.previous_release(listed[:1], head=a) is None
+    twice = f"{text}v0.2.0 {a}"
+    for bad in (f"0.1.0 {a}", f"v0.1 {a}", "v0.1.0 c1e93aa", f"v0.1.0 {a} extra", twice):
+        with pytest.raises(ValueError, match="RELEASES line"):
+            releases.parse_releases(bad)
+    assert releases.parse_releases((releases.REPO / "RELEASES").read_text())
+
+
+def test_five_agents_of_two_releases_agree_on_members_controller_keys_watches_and_events(
+    agents: AgentCluster, tmp_path: Path, old: Build
+) -> None:
+    """Three old and two new agents, encrypted, in one cluster: all see all
+    alive, one controller under one epoch, a key written on either release is
+    read on the other, a watch on one release sees writes made on the other,
+    and a user event fired on either reaches the handlers of all five."""
+    out = tmp_path / "events"
+    out.mkdir()
+    builds = [old, NEW, old, NEW, old]
+    started = [agents.add(f"mixed-{i}", extra=[*FLAGS, *event_handler(out)], build=b)
+               for i, b in enumerate(builds)]  # fmt: skip
+    names = [a.name for a in started]
+    agents.wait_all_see(names, "alive", started, timeout_s=STEP_TIMEOUT_S)
+    controller, epoch = controller_agreed(started)
+    report(f"mixed: {old.name} x3 + {NEW.name} x2: controller {controller} "
+           f"({builds[names.index(controller)].name}), epoch {epoch}")  # fmt: skip
+    first_old, first_new = started[0], started[1]
+
+    for writer, reader, value in ((first_old, first_new, "from-old"),
+                                  (first_new, first_old, "from-new")):  # fmt: skip
+        watch = RawWatch(reader, "topics=kv&prefix=mixed/")
+        assert watch.next()["type"] == "hello"
+        status, _ = api_request(writer, "PUT", f"/v1/kv/mixed/{value}", value.encode())
+        assert status == 200
+        (seen,) = kv_events(watch, 1)
+        watch.close()
+        assert (seen["key"], seen["type"], seen["value"]) == (f"mixed/{value}", "put", value)
+        everywhere(started, f"mixed/{value}", value)
+
+    sent = []
+    for origin in (first_old, first_new):
+        status, answer = api_request(origin, "POST", "/v1/event/upgrade", origin.name.encode())
+        assert status == 200
+        sent.append(answer["id"])
+    for agent in started:
+        poll_until(lambda a=agent: sorted(handled(out, a)) == sorted(sent), STEP_TIMEOUT_S)
+
+    assert controller_agreed(started) == (controller, epoch)
+    assert version_drops(started) == dict.fromkeys(names, 0)
+    detail = first_old.members().get(first_new.name, {})
+    shown = {k: v for k, v in detail.items() if "version" in k or "range" in k}
+    report(f"mixed: what an old agent shows of a new one's version: {shown or 'nothing'}")
+
+
+# --- the rolling upgrade -------------------------------------------------------------
+
+
+@dataclass
+class Writes:
+    """What a writer was told: a write is acknowledged (200), failed (the
+    agent refused, or no connection was made: nothing was written), or
+    unknown (sent, then no answer: it may or may not have been written)."""
+
+    acked: dict[str, str] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+    failed: int = 0
+
+
+class Writer(threading.Thread):
+    """Writes keys round-robin through every agent's API until stopped."""
+
+    def __init__(self, agents: list[AgentProcess], pace_s: float = 0.02) -> None:
+        super().__init__(name="kv-writer", daemon=True)
+        self.agents = agents
+        self.pace_s = pace_s
+        self.writes = Writes()
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.stopped.is_set():
+                agent = self.agents[n % len(self.agents)]
+                key, value = f"load/{n:07d}", f"{n}@{agent.name}"
+                outcome = self._put(agent, key, value)
+                if outcome == "acked":
+                    self.writes.acked[key] = value
+                elif outcome == "unknown":
+                    self.writes.unknown[key] = value
+                else:
+                    self.writes.failed += 1
+                n += 1
+                self.stopped.wait(self.pace_s)  # the load's pace, not a wait for a condition
+        except BaseException as exc:  # noqa: BLE001 - reported by the test, not lost in a thread
+            self.error = exc
+
+    @staticmethod
+    def _put(agent: AgentProcess, key: str, value: str) -> str:
+        conn = http.client.HTTPConnection(agent.ip, 7947, timeout=3)
+        try:
+            conn.connect()
+        except OSError:
+            conn.close()
+            return "failed"  # never reached the agent
+        try:
+            conn.request("PUT", f"/v1/kv/{key}", body=value.encode())
+            status = conn.getresponse().status
+        except (OSError, http.client.HTTPException):
+            return "unknown"
+        finally:
+            conn.close()
+        return "acked" if status == 200 else "failed"
+
+    def stop(self) -> Writes:
+        self.stopped.set()
+        self.join(10)
+        assert self.error is None, f"the writer failed: {self.error!r}"
+        return self.writes
+
+
+class Application:
+    """A program beside one agent: it holds a session with a key under it,
+    registers an ephemeral key, and writes for the controller under its epoch
+    (docs/client.md). When its agent restarts, the session ends: it opens a
+    new one and writes its keys again, as a real program must."""
+
+    def __init__(self, agent: AgentProcess) -> None:
+        self.agent = agent
+        self.client = Client(f"{agent.ip}:7947", timeout=5)
+        self.generation = 0
+        self.losses = 0
+        self.register()
+
+    def register(self) -> None:
+        self.generation += 1
+        self.session = self.client.session(ttl=4, name="app")
+        self.session.put("app/session", self.value)
+        self.client.kv.put("app/ephemeral", self.value, ephemeral=True)
+
+    @property
+    def value(self) -> str:
+        return f"generation {self.generation}"
+
+    def after_step(self, restarted: AgentProcess) -> None:
+        """Register again if the restart was of this program's agent (its
+        session must then be lost); otherwise the session must hold."""
+        if restarted is self.agent:
+            assert self.session.wait_lost(timeout=STEP_TIMEOUT_S), "its agent restarted"
+            self.losses += 1
+            self.register()
+        assert not self.session.lost, f"session lost: {self.session.reason}"
+
+    def write_fenced(self, epoch: int) -> None:
+        self.client.kv.put("app/assignment", f"epoch {epoch}", fence=epoch)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def history_rows(agents: list[AgentProcess], event: str) -> list[dict[str, Any]]:
+    rows = []
+    for agent in agents:
+        rows += [r for r in read_history(agent.data_dir / "history") if r["event"] == event]
+    return rows
+
+
+@dataclass
+class Step:
+    agent: str
+    build: str
+    seconds: float
+    controller: str
+    epoch: int
+    suspected: int
+
+
+def seen_by_all(agents: list[AgentProcess], restarted: AgentProcess) -> bool:
+    """Every agent lists every agent alive, and the restarted one at the
+    incarnation it has now (not its previous run's)."""
+    try:
+        incarnation = restarted.api.get("/v1/self")["incarnation"]
+    except (ApiError, KeyError):
+        return False
+    for agent in agents:
+        seen = agent.members()
+        if any(seen.get(a.name, {}).get("status") != "alive" for a in agents):
+            return False
+        if seen[restarted.name].get("incarnation") != incarnation:
+            return False
+    return True
+
+
+def roll(agents: list[AgentProcess], to: Build, app: Application, restarted: set[str],
+         on_step: Callable[[AgentProcess], None]) -> list[Step]:  # fmt: skip
+    """Restart every agent on `to`, one at a time, the controller last,
+    checking after each step what the test promises; `restarted` collects
+    the names of the agents restarted so far (the histories keep what
+    earlier rolls saw)."""
+    steps: list[Step] = []
+    left = list(agents)
+    while left:
+        controller, epoch = controller_agreed(agents)
+        agent = next((a for a in left if a.name != controller), left[0])
+        left.remove(agent)
+        restarted.add(agent.name)
+        drops = version_drops(agents)  # its counters end with its process
+        elected_before = len(history_rows(agents, "controller-elected"))
+        started = time.monotonic()
+        assert agent.restart_on(to) == 0, "a graceful stop exits 0"
+        poll_until(lambda: seen_by_all(agents, agent), STEP_TIMEOUT_S, interval_s=0.1)
+        seconds = time.monotonic() - started
+        new_controller, new_epoch = controller_agreed(agents)
+        app.after_step(agent)
+        on_step(agent)
+
+        elected = history_rows(agents, "controller-elected")[elected_before:]
+        if agent.name == controller:
+            assert new_controller != controller and new_epoch <= epoch + 1, (epoch, new_epoch)
+            assert len({r["epoch"] for r in elected}) <= 1, elected
+        else:
+            assert (new_controller, new_epoch) == (controller, epoch), "a follower's restart"
+            assert elected == [], elected
+        failed = {r["node"] for r in history_rows(agents, "member-failed")}
+        assert failed <= restarted, f"reported failed without restarting: {failed - restarted}"
+        assert drops == dict.fromkeys(drops, 0), f"sealed packets dropped for version: {drops}"
+        assert version_drops(agents) == dict.fromkeys(drops, 0)
+        suspected = len(history_rows(agents, "member-suspected"))
+        steps.append(Step(agent.name, to.name, seconds, new_controller, new_epoch, suspected))
+    return steps
+
+
+def lower_feature_level(agent: AgentProcess) -> None:
+    """The runbook's step before a downgrade: `shoal features --cap 1`, so
+    that the cluster uses nothing the older release cannot read.
+
+    TODO(lead, issue 43): run the command on `agent` once it exists, e.g.
+    `shoal_cli("features", "--cap", "1", "--api", f"{agent.ip}:7947")`, and
+    wait until every agent reports the lowered level. Until then a no-op:
+    the two builds share one protocol.
+    """
+
+
+def all_acknowledged_everywhere(agents: list[AgentProcess], writes: Writes) -> dict[str, int]:
+    """Wait until every agent holds every acknowledged write; how many of the
+    unknown writes each agent holds."""
+    found: dict[str, int] = {}
+    for agent in agents:
+        def holds(a: AgentProcess = agent) -> bool:
+            items = {kv.key: kv.text for kv in Client(f"{a.ip}:7947", timeout=10).kv.list("load/")}
+            missing = [k for k, v in writes.acked.items() if items.get(k) != v]
+            found[a.name] = sum(items.get(k) == v for k, v in writes.unknown.items())
+            return not missing
+
+        poll_until(holds, STEP_TIMEOUT_S, interval_s=0.5)
+    return found
+
+
+def print_roll(title: str, steps: list[Step], writes: Writes, found: dict[str, int]) -> None:
+    report(f"{title}: {len(steps)} steps, {sum(s.seconds for s in steps):.1f} s in all")
+    for s in steps:
+        report(f"  {s.agent:>10} -> {s.build}: {s.seconds:5.2f} s, controller {s.controller} "
+               f"epoch {s.epoch}, suspicions so far {s.suspected}")  # fmt: skip
+    low, high = min(found.values(), default=0), max(found.values(), default=0)
+    report(f"  writes: {len(writes.acked)} acknowledged (all found on every agent), "
+           f"{len(writes.unknown)} unknown ({low}-{high} of them found per agent), "
+           f"{writes.failed} failed")  # fmt: skip
+
+
+def test_a_rolling_upgrade_and_downgrade_under_load_loses_no_acknowledged_write(
+    agents: AgentCluster, old: Build
+) -> None:
+    """Five old agents, encrypted, under a writer on every agent and an
+    application holding a session and an ephemeral and a fenced key; each
+    agent restarted on the new build in turn, the controller last, then back:
+    after each step one controller, the epoch raised only when the controller
+    restarted and then once, nobody reported failed but the one restarting, no
+    sealed packet dropped for its version; at the end every acknowledged write
+    on every agent, and the application's keys on every agent."""
+    started = [agents.add(f"roll-{i}", extra=FLAGS, build=old) for i in range(5)]
+    agents.wait_all_see([a.name for a in started], "alive", started, timeout_s=STEP_TIMEOUT_S)
+    controller, epoch = controller_agreed(started)
+    beside = next(a for a in started if a.name != controller)
+    app = Application(beside)
+    app.write_fenced(epoch)
+    report(f"roll: 5 x {old.name}, controller {controller} epoch {epoch}; the application "
+           f"beside {beside.name}")  # fmt: skip
+
+    def app_keys_everywhere(_: AgentProcess) -> None:
+        _, now_epoch = controller_agreed(started)
+        app.write_fenced(now_epoch)
+        everywhere(started, "app/session", app.value)
+        everywhere(started, "app/ephemeral", app.value)
+        everywhere(started, "app/assignment", f"epoch {now_epoch}")
+
+    restarted: set[str] = set()
+    for title, to in (("upgrade", NEW), ("downgrade", old)):
+        if to is old:
+            lower_feature_level(started[0])
+        writer = Writer(started)
+        writer.start()
+        steps = roll(started, to, app, restarted, app_keys_everywhere)
+        writes = writer.stop()
+        found = all_acknowledged_everywhere(started, writes)
+        print_roll(title, steps, writes, found)
+        assert writes.acked, "the writer got no write acknowledged"
+        controller_steps = [s for s in steps if s.epoch != epoch]
+        assert len({s.epoch for s in controller_steps}) <= 1, "one controller restart, one epoch"
+        epoch = steps[-1].epoch
+
+    stale = api_request(beside, "PUT", f"/v1/kv/app/assignment?fence={epoch - 1}", b"late")
+    assert stale[0] == 409, "a write under a deposed epoch is refused"
+    assert app.losses == 2, "the session ended only when its own agent restarted"
+    app.close()
