@@ -133,6 +133,9 @@ class LeaseElection:
         self.controller = Controller(name, config, self.out, self.counters, self.campaign,
                                      self.ranking, self.notices, self.following, self)  # fmt: skip
         self._view_changed_at, self._leaving = 0.0, False
+        # The feature level this node announces when it controls; the node
+        # that composes the cores decides it (node/composition.py).
+        self.feature_level = 1
         self._wake_at: float | None = None
         self.handlers = self._handlers()
 

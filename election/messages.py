@@ -21,6 +21,7 @@ import msgspec
 from shoal.election.voters import VoterConfig
 from shoal.kernel import codec
 from shoal.kernel.codec import MAX_NAME_CHARS, DecodeError, counter, u64
+from shoal.kernel.versions import MAX_FEATURE_LEVEL
 
 MAX_VOTERS = 64
 REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER = range(4)
@@ -65,13 +66,16 @@ class LeaseRelease(msgspec.Struct, frozen=True):
 
 class ControllerNotice(msgspec.Struct, frozen=True):
     """`holder` controls with `epoch` for about `remaining_ms` more, as of
-    its lease request `seq` (notices of one tenure only grow in `seq`)."""
+    its lease request `seq` (notices of one tenure only grow in `seq`);
+    `level` is the cluster's feature level the controller decided
+    (kernel/versions.py)."""
 
     epoch: int
     holder: str
     seq: int
     remaining_ms: int
     config: VoterConfig
+    level: int = 1
 
 
 class PreVote(msgspec.Struct, frozen=True):
@@ -139,8 +143,8 @@ def _encode(msg: Any) -> list[Any] | None:
             return [22, seq, voter, reason, granted, holder, remaining, _enc_config(config)]
         case LeaseRelease(epoch, holder):
             return [23, epoch, holder]
-        case ControllerNotice(epoch, holder, seq, remaining, config):
-            return [24, epoch, holder, seq, remaining, _enc_config(config)]
+        case ControllerNotice(epoch, holder, seq, remaining, config, level):
+            return [24, epoch, holder, seq, remaining, _enc_config(config), level]
         case PreVote(seq, epoch, candidate, config):
             return [25, seq, epoch, candidate, _enc_config(config)]
         case PreVoteGrant(seq, epoch, voter):
@@ -148,6 +152,12 @@ def _encode(msg: Any) -> list[Any] | None:
         case NoticeQuery(epoch):
             return [27, epoch]
     return None
+
+
+def _level(v: object) -> int:
+    if type(v) is not int or not 1 <= v <= MAX_FEATURE_LEVEL:
+        raise DecodeError("absurd", "feature level")
+    return v
 
 
 def _reason(v: object) -> int:
@@ -163,8 +173,9 @@ codec.register(22, 8, lambda f: LeaseReject(u64(f[1]), _name(f[2]), _reason(f[3]
                                             _name(f[5], empty=True), u64(f[6]),
                                             _opt_config(f[7])), _encode)  # fmt: skip
 codec.register(23, 3, lambda f: LeaseRelease(counter(f[1]), _name(f[2])), _encode)
-codec.register(24, 6, lambda f: ControllerNotice(counter(f[1]), _name(f[2]), u64(f[3]),
-                                                 u64(f[4]), _config(f[5])), _encode)  # fmt: skip
+codec.register(24, 7, lambda f: ControllerNotice(counter(f[1]), _name(f[2]), u64(f[3]),
+                                                 u64(f[4]), _config(f[5]), _level(f[6])),
+               _encode)  # fmt: skip
 codec.register(25, 5, lambda f: PreVote(u64(f[1]), counter(f[2]), _name(f[3]),
                                         _config(f[4])), _encode)  # fmt: skip
 codec.register(26, 4, lambda f: PreVoteGrant(u64(f[1]), counter(f[2]), _name(f[3])), _encode)

@@ -23,8 +23,9 @@ from shoal.election.config import LeaseConfig
 from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import EMPTY, Address, Output, Tags
+from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
 from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.kernel.outbox import Outbox
 from shoal.membership.events import (
     MemberDied,
     MemberJoined,
@@ -36,6 +37,9 @@ from shoal.membership.member import Member, MemberState, MemberView, NodeIdentit
 from shoal.membership.messages import Alive
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
+from shoal.node import nextrelease
+from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
+from shoal.node.nextrelease import LEVEL_PROBE_FEATURE, LevelProbe
 from shoal.storage.antientropy import AntiEntropy
 from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
@@ -55,6 +59,9 @@ _RETURNS = (MemberJoined, MemberRefuted, MemberUpdated)
 # How often the controller deletes the ephemeral keys of failed and left
 # members for good (every replica already hides them; see storage/store.py).
 _EPHEMERAL_SWEEP_S = 2.0
+# How often the feature level is decided (controller) or read from the last
+# notice (members): it moves once per upgrade, never in a hurry.
+_LEVEL_EVERY_S = 1.0
 
 
 class ShoalNode:
@@ -117,6 +124,16 @@ class ShoalNode:
         self._routes.update(self.election.handlers)
         self._claims = self.swim.claims
         self._cores = (self.swim, self.sync, self.election)
+        # The node's own output: feature-level events and the next-release
+        # stand-in's message (node/features.py, node/nextrelease.py).
+        self.out = Outbox()
+        self._rng = random.Random(rng.getrandbits(64))  # drawn last: the cores' streams stay
+        self.features = FeatureLevel(ident.versions)
+        self._level_at = -math.inf  # when the feature level is next looked at
+        self.level_probes_received = 0
+        self._probes = ident.versions.features >= LEVEL_PROBE_FEATURE and nextrelease.enabled()
+        if self._probes:
+            self._routes[LevelProbe] = self._on_level_probe
 
     @property
     def name(self) -> str:
@@ -183,6 +200,9 @@ class ShoalNode:
         self._check_view(now)
         self.election.tick(now)
         self.known_epoch()  # remember the epoch while the lease or the notice lasts
+        if now >= self._level_at:
+            self._level_at = now + _LEVEL_EVERY_S
+            self._due_feature_level(now)
         if now >= self._sweep_at:
             self._sweep_at = now + _EPHEMERAL_SWEEP_S
             if self.election.is_controller and not self.swim.leaving:
@@ -209,6 +229,14 @@ class ShoalNode:
         # identity test per core, on a path the simulator takes per message.
         a, b, c = self.swim.drain(), self.sync.drain(), self.election.drain()
         self._swim_events_seen = 0  # swim's event list was emptied by its drain
+        if self.out:
+            own = self.out.drain()
+            outs = [out for out in (a, b, c, own) if out is not EMPTY]
+            return Output(
+                tuple(p for o in outs for p in o.persist),
+                tuple(s for o in outs for s in o.send),
+                tuple(e for o in outs for e in o.events),
+            )
         if b is EMPTY and c is EMPTY:
             return a
         if a is EMPTY and c is EMPTY:
@@ -230,6 +258,43 @@ class ShoalNode:
     def unreachable(self, addr: Address, now: float) -> None:
         """Nothing listens at `addr` (ICMP port unreachable); see SwimNode."""
         self.swim.unreachable(addr, now)
+
+    # -- the feature level (node/features.py) ---------------------------------
+
+    @property
+    def feature_level(self) -> int:
+        """The cluster's feature level as this node knows it (0: not yet
+        announced by any controller)."""
+        return self.features.known
+
+    def held_back_by(self) -> list[str]:
+        """The live members (this node included) that support a lower
+        feature level than the highest any live member supports: the ones an
+        upgrade is waiting for."""
+        live = [m for m in self.swim.table.members.values()
+                if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
+        top = max(m.ident.versions.features for m in live)
+        return sorted(m.ident.name for m in live if m.ident.versions.features < top)
+
+    def _due_feature_level(self, now: float) -> None:
+        election = self.election
+        if election.is_controller:
+            record = self.sync.replica.get(FEATURE_CAP_KEY)
+            cap = parse_cap(None if record is None else record.value)
+            live = [m.ident.versions for m in self.swim.table.members.values()
+                    if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
+            election.feature_level = self.features.decide(live, cap)
+            level = election.feature_level
+        else:
+            level = election.following.level
+        self.features.learn(level, self.out.events)
+        if self._probes and self.features.known >= LEVEL_PROBE_FEATURE:
+            peers = self._sample_peers(self._rng, 1)
+            for addr in peers:
+                self.out.send(Send(addr, (LevelProbe(self.features.known, self.name),)))
+
+    def _on_level_probe(self, msg: LevelProbe, sender: Address, now: float) -> None:
+        self.level_probes_received += 1
 
     def _check_view(self, now: float) -> None:
         version = self.swim.table.version
@@ -397,6 +462,7 @@ class ShoalNode:
         out.update({f"sync_{k}": v for k, v in self.sync.counters.as_dict().items()})
         out.update({f"store_{k}": v for k, v in self.sync.replica.counters.as_dict().items()})
         out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
+        out["node_level_probes_received"] = self.level_probes_received
         return out
 
     def _view(self) -> Iterator[ViewMember]:
