@@ -27,7 +27,7 @@ from shoal.kernel.errors import ApiError
 from shoal.storage.history import read_history
 from tests.conftest import poll_until
 from tests.integration import releases
-from tests.integration.agents import AgentCluster, AgentProcess, Build, api_request
+from tests.integration.agents import AgentCluster, AgentProcess, Build, api_request, shoal_cli
 from tests.integration.test_watch import RawWatch, kv_events
 
 KEY = generate_key()
@@ -380,15 +380,38 @@ class Roll:
                     new_epoch, suspected)  # fmt: skip
 
 
-def lower_feature_level(agent: AgentProcess) -> None:
-    """The runbook's step before a downgrade: `shoal features --cap 1`, so
-    that the cluster uses nothing the older release cannot read.
+def supported_level(agent: AgentProcess) -> int | None:
+    """The highest feature level `agent`'s build supports (None: a build
+    from before feature levels)."""
+    versions = agent.api.get("/v1/self").get("versions") or {}
+    level = versions.get("features")
+    return level if isinstance(level, int) else None
 
-    TODO(lead, issue 43): run the command on `agent` once it exists, e.g.
-    `shoal_cli("features", "--cap", "1", "--api", f"{agent.ip}:7947")`, and
-    wait until every agent reports the lowered level. Until then a no-op:
-    the two builds share one protocol.
-    """
+
+def feature_levels(agents: list[AgentProcess]) -> set[int | None]:
+    return {a.api.get("/v1/self").get("feature_level") for a in agents}
+
+
+def lower_feature_level(agents: list[AgentProcess], level: int | None) -> None:
+    """The runbook's step before a downgrade (docs/operations.md, "Rolling
+    back"): `shoal features --cap LEVEL` on one agent, then wait until every
+    agent runs at that level. A release from before feature levels (None)
+    has nothing to lower."""
+    if level is None:
+        return
+    done = shoal_cli("features", "--cap", str(level), "--api", f"{agents[0].ip}:7947")
+    assert done.returncode == 0, done.stdout + done.stderr
+    poll_until(lambda: feature_levels(agents) == {level}, STEP_TIMEOUT_S, interval_s=0.1)
+
+
+def lift_feature_cap(agents: list[AgentProcess], level: int | None) -> None:
+    """After the rollback: `shoal features --uncap`; the level stays the old
+    release's, the highest every member supports."""
+    if level is None:
+        return
+    done = shoal_cli("features", "--uncap", "--api", f"{agents[0].ip}:7947")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert feature_levels(agents) == {level}
 
 
 def all_acknowledged_everywhere(agents: list[AgentProcess], writes: Writes) -> dict[str, int]:
@@ -444,10 +467,13 @@ def test_a_rolling_upgrade_and_downgrade_under_load_loses_no_acknowledged_write(
         everywhere(started, "app/assignment", f"epoch {now_epoch}")
 
     app_keys_everywhere(beside)
+    old_level = supported_level(started[0])
     rolling = Roll(started, app, app_keys_everywhere)
     for title, to in (("upgrade", NEW), ("downgrade", old)):
         if to is old:
-            lower_feature_level(started[0])
+            report(f"feature level after the upgrade: {feature_levels(started)}; capped at "
+                   f"{old_level} before the downgrade")  # fmt: skip
+            lower_feature_level(started, old_level)
         writer = Writer(started)
         writer.start()
         steps = rolling.to(to)
@@ -455,6 +481,7 @@ def test_a_rolling_upgrade_and_downgrade_under_load_loses_no_acknowledged_write(
         found = all_acknowledged_everywhere(started, writes)
         print_roll(title, steps, writes, found)
         assert writes.acked, "the writer got no write acknowledged"
+    lift_feature_cap(started, old_level)
     drops = rolling.drops + drops_by_reason(started)
     report(f"packets dropped over both rolls, by reason: {dict(drops) or 'none'}")
 
