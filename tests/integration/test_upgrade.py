@@ -297,6 +297,8 @@ class Step:
     controller: str
     epoch: int
     suspected: int  # member-suspected rows in all histories so far
+    level: int | None  # the cluster's feature level every agent runs at after it
+    level_s: float  # from back to that level on every agent
 
 
 def seen_by_all(agents: list[AgentProcess], restarted: AgentProcess) -> bool:
@@ -334,18 +336,22 @@ class Roll:
     restarted: set[str] = field(default_factory=set)  # by any roll so far
     drops: Counter[str] = field(default_factory=Counter)  # of processes that ended
 
-    def to(self, build: Build) -> list[Step]:
-        """Restart every agent on `build`, the controller last."""
+    def to(self, build: Build, level: int | None, cap: int | None = None) -> list[Step]:
+        """Restart every agent on `build`, the controller last. The cluster's
+        feature level must stay `level` while the roll goes on, and be what
+        `build` supports (at most `cap`) after its last step; None: a build
+        from before feature levels, nothing to check."""
         steps: list[Step] = []
         left = list(self.agents)
         while left:
             controller, _ = controller_agreed(self.agents)
             agent = next((a for a in left if a.name != controller), left[0])
             left.remove(agent)
-            steps.append(self.restart(agent, build))
+            steps.append(self.restart(agent, build, level if left else cap, last=not left))
         return steps
 
-    def restart(self, agent: AgentProcess, build: Build) -> Step:
+    def restart(self, agent: AgentProcess, build: Build, level: int | None,
+                last: bool = False) -> Step:  # fmt: skip
         agents = self.agents
         controller, epoch = controller_agreed(agents)
         elected_before = {r["epoch"] for r in history_rows(agents, "controller-elected")}
@@ -364,6 +370,12 @@ class Roll:
         new_controller, new_epoch = controller_agreed(agents)
         self.app.after_step(agent)
         self.on_step(agent)
+        if last:  # every agent runs `build` now: the level it supports, at most a cap
+            supported = supported_level(agent)
+            level = supported if level is None or supported is None else min(level, supported)
+        if level is not None and None not in feature_levels(agents):
+            poll_until(lambda: feature_levels(agents) == {level}, STEP_TIMEOUT_S, 0.1)
+        level_s = time.monotonic() - back
 
         elected = {r["epoch"] for r in history_rows(agents, "controller-elected")}
         if agent.name == controller:
@@ -377,7 +389,7 @@ class Roll:
         assert_no_version_drops(agents)
         suspected = len(history_rows(agents, "member-suspected"))
         return Step(agent.name, build.name, stopped - started, back - stopped, new_controller,
-                    new_epoch, suspected)  # fmt: skip
+                    new_epoch, suspected, level, level_s)  # fmt: skip
 
 
 def supported_level(agent: AgentProcess) -> int | None:
@@ -434,7 +446,9 @@ def print_roll(title: str, steps: list[Step], writes: Writes, found: dict[str, i
     report(f"{title}: {len(steps)} restarts in {took:.1f} s")
     for s in steps:
         report(f"  {s.agent} -> {s.build}: stop {s.stop_s:.2f} s, back {s.back_s:.2f} s; "
-               f"controller {s.controller}, epoch {s.epoch}; suspicions {s.suspected}")  # fmt: skip
+               f"controller {s.controller}, epoch {s.epoch}; feature level {s.level} "
+               f"(+{s.level_s:.2f} s); "
+               f"suspicions {s.suspected}")  # fmt: skip
     low, high = min(found.values(), default=0), max(found.values(), default=0)
     report(f"  writes: {len(writes.acked)} acknowledged, all found on every agent; "
            f"{len(writes.unknown)} unknown, {low}-{high} of them found per agent; "
@@ -470,13 +484,13 @@ def test_a_rolling_upgrade_and_downgrade_under_load_loses_no_acknowledged_write(
     old_level = supported_level(started[0])
     rolling = Roll(started, app, app_keys_everywhere)
     for title, to in (("upgrade", NEW), ("downgrade", old)):
+        cap = None
         if to is old:
-            report(f"feature level after the upgrade: {feature_levels(started)}; capped at "
-                   f"{old_level} before the downgrade")  # fmt: skip
+            cap = old_level
             lower_feature_level(started, old_level)
         writer = Writer(started)
         writer.start()
-        steps = rolling.to(to)
+        steps = rolling.to(to, old_level, cap)
         writes = writer.stop()
         found = all_acknowledged_everywhere(started, writes)
         print_roll(title, steps, writes, found)
