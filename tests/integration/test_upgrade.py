@@ -368,14 +368,14 @@ class Roll:
         poll_until(lambda: seen_by_all(agents, agent), STEP_TIMEOUT_S, interval_s=0.1)
         back = time.monotonic()
         new_controller, new_epoch = controller_agreed(agents)
-        self.app.after_step(agent)
-        self.on_step(agent)
         if last:  # every agent runs `build` now: the level it supports, at most a cap
             supported = supported_level(agent)
             level = supported if level is None or supported is None else min(level, supported)
         if level is not None and None not in feature_levels(agents):
             poll_until(lambda: feature_levels(agents) == {level}, STEP_TIMEOUT_S, 0.1)
         level_s = time.monotonic() - back
+        self.app.after_step(agent)
+        self.on_step(agent)
 
         elected = {r["epoch"] for r in history_rows(agents, "controller-elected")}
         if agent.name == controller:
