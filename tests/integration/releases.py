@@ -11,8 +11,9 @@ When there is no earlier release, or its commit is not in this clone (a
 shallow clone), the working tree itself stands in for the previous release:
 `previous_build()` says so in `Build.fallback`, and the summary of the test
 run prints it (conftest.py), so a run that did not test against a real
-release never looks like one that did. A commit missing from a full clone is
-an error in RELEASES, and fails.
+release never looks like one that did; with SHOAL_RELEASE_REQUIRED=1 (a CI
+that fetches the whole history) the stand-in is an error instead. A commit
+missing from a full clone is an error in RELEASES, and fails.
 
 The cache: $SHOAL_RELEASE_CACHE, else $XDG_CACHE_HOME/shoal-releases, else
 ~/.cache/shoal-releases; one directory per commit (its worktree, with the
@@ -196,6 +197,8 @@ def build_release(release: Release, cache: Path) -> Path:
 
 
 def _fallback(why: str) -> Build:
+    if os.environ.get("SHOAL_RELEASE_REQUIRED") == "1":
+        raise RuntimeError(f"SHOAL_RELEASE_REQUIRED=1 and no previous release to build: {why}")
     message = (f"NO PREVIOUS RELEASE TESTED: {why}; the working tree stands in for the "
                f"previous release (the new build differs only by {NEXT_RELEASE_ENV})")  # fmt: skip
     NOTICES.append(message)
