@@ -56,11 +56,18 @@ def counters(agent: AgentProcess) -> dict[str, int]:
         return {}
 
 
-def assert_no_version_drops(agents: Iterable[AgentProcess]) -> None:
-    """No agent dropped a sealed packet for its version (`dropped_version`;
-    an agent without that counter has dropped none)."""
-    drops = {a.name: counters(a).get("dropped_version", 0) for a in agents}
-    assert set(drops.values()) == {0}, f"sealed packets dropped for their version: {drops}"
+# What an agent counts when it drops a sealed packet for its version, or
+# refuses a peer for its versions (first contact, gossip, push-pull); an agent
+# without one of these counters (an older build) has counted nothing there.
+VERSION_REFUSALS = ("dropped_version", "contact_refused_version", "swim_ignored_incompatible",
+                    "swim_refused_push_pulls")  # fmt: skip
+
+
+def assert_no_version_refusals(agents: Iterable[AgentProcess]) -> None:
+    """No agent dropped a packet or refused a peer for its version."""
+    counted = {a.name: {k: v for k, v in counters(a).items() if k in VERSION_REFUSALS and v}
+               for a in agents}  # fmt: skip
+    assert not any(counted.values()), f"dropped or refused for versions: {counted}"
 
 
 def controller_agreed(agents: list[AgentProcess]) -> tuple[str, int]:
@@ -167,7 +174,7 @@ def test_five_agents_of_two_releases_agree_on_members_controller_keys_watches_an
         poll_until(lambda a=agent: sorted(handled(out, a)) == sorted(sent), STEP_TIMEOUT_S)
 
     assert controller_agreed(started) == (controller, epoch)
-    assert_no_version_drops(started)
+    assert_no_version_refusals(started)
     detail = first_old.members().get(first_new.name, {})
     shown = {k: v for k, v in detail.items() if "version" in k or "range" in k}
     report(f"mixed: what an old agent shows of a new one's version: {shown or 'nothing'}")
@@ -355,7 +362,7 @@ class Roll:
         agents = self.agents
         controller, epoch = controller_agreed(agents)
         elected_before = {r["epoch"] for r in history_rows(agents, "controller-elected")}
-        assert_no_version_drops(agents)
+        assert_no_version_refusals(agents)
         self.drops += drops_by_reason([agent])  # its counters end with its process
         self.restarted.add(agent.name)
         # It joins the others when it comes back (the first agent joined none).
@@ -386,7 +393,7 @@ class Roll:
             assert elected == elected_before, "no election for a follower's restart"
         failed = {r["node"] for r in history_rows(agents, "member-failed")}
         assert failed <= self.restarted, f"reported failed: {failed - self.restarted}"
-        assert_no_version_drops(agents)
+        assert_no_version_refusals(agents)
         suspected = len(history_rows(agents, "member-suspected"))
         return Step(agent.name, build.name, stopped - started, back - stopped, new_controller,
                     new_epoch, suspected, level, level_s)  # fmt: skip
@@ -402,6 +409,18 @@ def supported_level(agent: AgentProcess) -> int | None:
 
 def feature_levels(agents: list[AgentProcess]) -> set[int | None]:
     return {a.api.get("/v1/self").get("feature_level") for a in agents}
+
+
+def new_messages_everywhere(agents: list[AgentProcess]) -> float | None:
+    """Wait until every agent has received the stand-in's new message type
+    (`node_level_probes_received`), sent once the cluster's level allows it;
+    how long that took (None: builds without the stand-in)."""
+    if not all("node_level_probes_received" in counters(a) for a in agents):
+        return None
+    started = time.monotonic()
+    poll_until(lambda: all(counters(a)["node_level_probes_received"] > 0 for a in agents),
+               STEP_TIMEOUT_S, interval_s=0.2)  # fmt: skip
+    return time.monotonic() - started
 
 
 def lower_feature_level(agents: list[AgentProcess], level: int | None) -> None:
@@ -495,6 +514,10 @@ def test_a_rolling_upgrade_and_downgrade_under_load_loses_no_acknowledged_write(
         found = all_acknowledged_everywhere(started, writes)
         print_roll(title, steps, writes, found)
         assert writes.acked, "the writer got no write acknowledged"
+        if to is NEW and steps[-1].level != old_level:
+            took = new_messages_everywhere(started)
+            shown = "(no such counter)" if took is None else f"{took:.1f} s after the last step"
+            report(f"  the new message type reached every agent: {shown}")
     lift_feature_cap(started, old_level)
     drops = rolling.drops + drops_by_reason(started)
     report(f"packets dropped over both rolls, by reason: {dict(drops) or 'none'}")
