@@ -49,7 +49,7 @@ class Build:
     (tests/integration/releases.py).
     """
 
-    name: str
+    name: str = "working tree"
     python: str = sys.executable
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
