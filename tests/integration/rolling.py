@@ -304,13 +304,16 @@ class Roll:
         self.app.after_step(agent)
         self.on_step(agent)
 
-        elected = {r["epoch"] for r in history_rows(agents, "controller-elected")}
+        def elected() -> set[int]:
+            return {r["epoch"] for r in history_rows(agents, "controller-elected")}
+
         if agent.name == controller:
             assert new_controller != controller and new_epoch == epoch + 1, (epoch, new_epoch)
-            assert elected - elected_before == {new_epoch}, "the epoch rose once"
+            poll_until(lambda: new_epoch in elected(), STEP_TIMEOUT_S)  # the log's writer thread
+            assert elected() - elected_before == {new_epoch}, "the epoch rose once"
         else:
             assert (new_controller, new_epoch) == (controller, epoch), "a follower's restart"
-            assert elected == elected_before, "no election for a follower's restart"
+            assert elected() == elected_before, "no election for a follower's restart"
         failed = {r["node"] for r in history_rows(agents, "member-failed")}
         assert failed <= self.restarted, f"reported failed: {failed - self.restarted}"
         assert_no_version_refusals(agents)
