@@ -4,7 +4,7 @@ that bring an older directory forward.
 FORMAT is a small JSON file an operator or a tool reads without RocksDB::
 
     {"format": 1, "cluster": "prod", "node_id": "<32 hex digits>",
-     "written_by": "shoal 0.1.0"}
+     "written_by": "shoal 0.2.0"}
 
 `format` is the one field every version keeps. A directory without the file
 is format 0 (every build before the record existed). A build reads the
