@@ -44,6 +44,7 @@ from shoal.sim.elections import (
     SwarmRun,
     _crash_before_fsync,
     _fsync_latency,
+    attack,
     random_fault,
 )
 from shoal.sim.network import LinkProfile
@@ -81,6 +82,7 @@ class MetaRun:
     faults: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     committed_entries: int = 0
+    replays: int = 0  # copies of traffic the replayer delivered
 
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
@@ -190,12 +192,17 @@ class _Clients:
 
 def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
              clients: int = 6, keys: int = 3) -> MetaRun:  # fmt: skip
-    """One seeded run of the swarm (module docstring)."""
+    """One seeded run of the swarm (module docstring). One run in four
+    has clocks far outside the drift bound (rates of 0.4x to 1.6x: leases
+    may then overlap, which the log must not depend on), one in three a
+    replayer copying traffic (sim/attacker.py)."""
     rng = random.Random(seed)
     lease = LeaseConfig()
     n = rng.choice([3, 5, 5])
     loss = rng.choice([0.0, 0.02, 0.1])
-    drift = lease.drift_ratio_max * 0.95
+    wild = rng.random() < 0.25
+    replay_rate = 20.0 if rng.random() < 0.33 else 0.0
+    drift = min(0.6, lease.drift_ratio_max * (30 if wild else 0.95))
     clocks = [NodeClock(rng.uniform(0, 100), rng.uniform(-drift, drift)) for _ in range(n)]
     disk_rng = random.Random(seed * 7_919 + 11)
     fsync_s = disk_rng.choice([0.0, 0.002, 0.02])
@@ -205,6 +212,9 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
                          clocks=clocks, lease_config=lease, bootstrap_expect=n,
                          fsync=_fsync_latency(fsync_s), meta=MetaConfig())  # fmt: skip
     run = MetaRun(seed, n, loss, fsync_s)
+    if wild:
+        run.faults.append(f"clock rates up to {drift:+.0%}")
+    attackers = attack(cluster, replay_rate)
     for i in range(n):
         cluster.start(i, rng.uniform(0.0, 1.0), [0] if i else [])
     cluster.run_until(6.0)  # formed, voters settled, a controller
@@ -220,7 +230,7 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     if fsync_s > 0:
         _crash_before_fsync(cluster, disk_rng.uniform(7.0, heal_at_s - 4.0), heal_at_s - 2.0,
                             disk_rng.uniform(0.05, 1.0), down, faults)  # fmt: skip
-    run.faults = faults.faults
+    run.faults += faults.faults
 
     def heal_all() -> None:
         cluster.net.heal()
@@ -236,6 +246,7 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
             if call.kind == "get":
                 call.return_at = cluster.now
     _check_logs(cluster, run)
+    run.replays = sum(a.replayed for a in attackers)
     return run
 
 
