@@ -127,7 +127,8 @@ class MetaLog:
     def __init__(self, name: str, me: Address, config: MetaConfig, rng: random.Random,
                  entries: tuple[Entry, ...], *, leading_epoch: Callable[[], int | None],
                  highest_epoch: Callable[[], int], saw_epoch: Callable[[int], None],
-                 voters: Callable[[], tuple[str, ...]], controller: Callable[[], str | None],
+                 voters: Callable[[], tuple[tuple[str, ...], ...]],
+                 controller: Callable[[], str | None],
                  addr_of: Callable[[str], Address | None]) -> None:  # fmt: skip
         """Args:
         name: this node's name; me: its address (its own durable appends
@@ -137,7 +138,11 @@ class MetaLog:
         leading_epoch: the epoch of the lease this node holds, or None.
         highest_epoch: the highest epoch this node knows or has granted.
         saw_epoch: tell the election an epoch exists (an accepted append's).
-        voters: the voter names; controller: the controller known, if any.
+        voters: the voter sets whose majorities a commit (and a read's
+            confirmation) needs: the configuration, and while a voter change
+            is in flight the one before it too (joint majorities, so that no
+            change, however it ends, can elect a controller without an
+            entry committed here); controller: the controller known, if any.
         addr_of: a member's address.
         """
         self.name, self.me, self.config, self.rng = name, me, config, rng
@@ -250,6 +255,12 @@ class MetaLog:
         self.out.send(Send(addr, (ReadRequest(self.name, rid, key),)))
         return rid
 
+    def ready(self) -> bool:
+        """Whether the voters may change: this node, leading, has committed
+        an entry of its own epoch (or does not lead the log: nothing of the
+        log is at stake). Ongaro's fix to the single-server change bug."""
+        return self.epoch is None or self.commit >= self._noop_index
+
     def leadership(self, now: float) -> None:
         """Lead the log while holding the lease, of that epoch; stop when not."""
         epoch = self._leading_epoch()
@@ -264,8 +275,7 @@ class MetaLog:
 
     def _become_leader(self, epoch: int, now: float) -> None:
         self.epoch = epoch
-        last = self.log.last_index
-        self._next = {v: last + 1 for v in self._voters() if v != self.name}
+        self._next = {}
         self._match = {}
         self._read_acked = {}
         self._append(NoOp(), None, now)
@@ -299,6 +309,7 @@ class MetaLog:
         assert self.epoch is not None
         self._heartbeat_at = now + self.config.heartbeat_s
         self._send_due = False
+        self._follow_voters()
         log = self.log
         for voter, nxt in self._next.items():
             entries = log.since(nxt, MAX_ENTRIES_PER_APPEND)
@@ -314,6 +325,20 @@ class MetaLog:
             self.out.send(Send(addr, (msg,)))
             if entries:
                 self._next[voter] = entries[-1].index + 1  # pipelined
+
+    def _follow_voters(self) -> None:
+        """Replicate to every voter of every set: a new one from the end
+        (it backs up from there), a removed one no more."""
+        wanted = {v for voters in self._voters() for v in voters if v != self.name}
+        if wanted != self._next.keys():
+            last = self.log.last_index
+            self._next = {v: self._next.get(v, last + 1) for v in sorted(wanted)}
+
+    def _quorum(self, has: Callable[[str], bool]) -> bool:
+        """Whether the voters for whom `has` holds are a majority of every set."""
+        sets = self._voters()
+        return bool(sets) and all(
+            sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets)
 
     def _on_ack(self, msg: AppendAck, sender: Address, now: float) -> None:
         if self.epoch is None or msg.epoch != self.epoch:
@@ -334,11 +359,13 @@ class MetaLog:
 
     def _advance_commit(self, now: float) -> None:
         assert self.epoch is not None
-        voters = self._voters()
-        if not voters:
+        sets = self._voters()
+        if not sets:
             return
-        held = sorted((self._match.get(v, 0) for v in voters), reverse=True)
-        n = held[0 if MetaLog.mutation == "commit_alone" else len(voters) // 2]
+        n = self.log.last_index
+        for voters in sets:
+            held = sorted((self._match.get(v, 0) for v in voters), reverse=True)
+            n = min(n, held[0 if MetaLog.mutation == "commit_alone" else len(voters) // 2])
         if n > self.commit and self.log.epoch_at(n) == self.epoch:
             self.commit = n
             self._apply(now)
@@ -400,14 +427,16 @@ class MetaLog:
     def _serve_reads(self) -> None:
         if not self._reads:
             return
-        voters = self._voters()
-        need = len(voters) // 2 + 1
         kept = []
+        acked = self._read_acked
+        me = self.name
         for read in self._reads:
             seq, index, origin, rid, key = read
-            acked = sum(1 for v in voters
-                        if v == self.name or self._read_acked.get(v, 0) >= seq)  # fmt: skip
-            if acked >= need and self.state.revision >= index:
+
+            def confirmed(voter: str, seq: int = seq) -> bool:
+                return voter == me or acked.get(voter, 0) >= seq
+
+            if self.state.revision >= index and self._quorum(confirmed):
                 self._answer_read(origin, rid, key)
             else:
                 kept.append(read)
