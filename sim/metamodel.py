@@ -46,13 +46,18 @@ What happens to the bound:
   the unknown revision to R. A timed-out CAS that cannot match changes
   nothing. A conflict pins the revision to the one it reports, which must
   be at least the bound and differ from R;
-- another timed-out write raises the bound by one.
+- another timed-out write over a revision not known keeps the bound where
+  it is, though its revision is at least one more: a relaxation, so that
+  the search, which may try runs of timed-out writes in many orders, finds
+  them ending in the same state (its cache then prunes them). An
+  acknowledged revision is still checked exactly against what was known.
 
 Every branch keeps only necessary conditions, so the relaxation stays
 sound. A delete of an absent key creates no revision for it (etcd's delete
 of a missing key deletes nothing), so its `Written` revision is not
-checked. The version is carried for transactions' compares; reads do not
-return it.
+checked. The state holds no version: no output reports one, and two
+orders that differ only in it must meet in the search's cache (a
+transaction's compare on the version would bring it back).
 
 Transactions are not modelled yet: a transaction over several keys is not a
 single-object operation, so Herlihy & Wing's locality does not cover it and
@@ -64,6 +69,8 @@ per-key effects as separate operations only if it wants that weaker check.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -71,9 +78,13 @@ from dataclasses import dataclass
 from shoal.sim.linearizability import CheckResult, Operation, check
 
 Value = str | bytes
-# (value or None when absent, mod revision or its lower bound, exact, version)
-MetaState = tuple[Value | None, int, bool, int]
-ABSENT: MetaState = (None, 0, True, 0)
+# (value or None when absent, mod revision or its lower bound, exact)
+MetaState = tuple[Value | None, int, bool]
+ABSENT: MetaState = (None, 0, True)
+# The value `prepare` gives a timed-out put that no read returned: which one
+# it was cannot matter, and timed-out puts that differ only in it are
+# interchangeable in the search.
+UNREAD = "\x00a value no read returned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +192,11 @@ class MetaModel:
 
     def describe_state(self, state: MetaState) -> str:
         """`'v' at revision 7`, `absent`, `'v' at an unknown revision >= 8`."""
-        value, mod_revision, exact, version = state
+        value, mod_revision, exact = state
         if value is None:
             return "absent"
         at = f"revision {mod_revision}" if exact else f"an unknown revision >= {mod_revision}"
-        return f"{value!r} at {at} (version {version})"
+        return f"{value!r} at {at}"
 
 
 def _read(state: MetaState, output: object | None) -> MetaState | None:
@@ -194,15 +205,15 @@ def _read(state: MetaState, output: object | None) -> MetaState | None:
         return state
     if not isinstance(output, Read):
         return None
-    value, mod_revision, exact, version = state
+    value, mod_revision, exact = state
     if output.value != value:
         return None
     if value is None:
         return state if output.mod_revision == 0 else None
     if output.mod_revision == mod_revision:
-        return state if exact else (value, mod_revision, True, version)
+        return state if exact else (value, mod_revision, True)
     if not exact and output.mod_revision > mod_revision:
-        return (value, output.mod_revision, True, version)
+        return (value, output.mod_revision, True)
     return None
 
 
@@ -212,7 +223,7 @@ def _seen_revision(state: MetaState, cas: int | None) -> int | None:
     For an unknown revision that is a value it may have: the bound, or the
     cas it is pinned to.
     """
-    value, mod_revision, exact, _ = state
+    value, mod_revision, exact = state
     if cas is None:
         return mod_revision
     if value is None:
@@ -230,31 +241,24 @@ def _write(
     if output is None:
         if seen is None:
             return state
-        return _applied(state, new_value, seen + 1, exact=False)
+        # Over a revision not known, the bound stays (see the module docstring).
+        return (new_value, seen if cas is None and not state[2] else seen + 1, False)
     if isinstance(output, Conflict):
         return _conflict(state, cas, output.mod_revision)
     if not isinstance(output, Written) or seen is None or output.revision <= seen:
         return None
-    return _applied(state, new_value, output.revision, exact=True)
-
-
-def _applied(state: MetaState, new_value: Value | None, revision: int, exact: bool) -> MetaState:
-    """The state after a write took effect at `revision` (or a revision at least that)."""
-    if new_value is None:
-        return (None, revision, exact, 0)
-    version = 1 if state[0] is None else state[3] + 1
-    return (new_value, revision, exact, version)
+    return (new_value, output.revision, True)
 
 
 def _conflict(state: MetaState, cas: int | None, reported: int) -> MetaState | None:
     """A CAS refused: legal iff the key's revision is `reported` and differs from cas."""
-    value, mod_revision, exact, version = state
+    value, mod_revision, exact = state
     if cas is None or cas == reported:
         return None
     if value is None:
         return state if reported == 0 else None
     if reported == mod_revision or (not exact and reported > mod_revision):
-        return (value, reported, True, version)
+        return (value, reported, True)
     return None
 
 
@@ -264,15 +268,21 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
     - An operation that certainly did not take effect (`NotApplied`), and a
       timed-out read, constrain nothing: dropped.
     - A timed-out put whose value no read of its key returned is dropped,
-      when no revision seen on the key is unexplained. Every revision a read
-      or a conflict reports, and every cas, must be 0, a revision a
-      `Written` returned, or one a read returned beside the value of a
-      timed-out put. If the put took effect, nobody saw it: no read returned
-      its value, and its revision, different from every other on the key,
-      was never reported nor used as a cas; the next write that took effect
-      on the key was unconditional (a cas would have had to name it), and
-      the timed-out writes in between that did nothing can move to the end.
-      So the history without it is linearizable if the one with it is.
+      when no revision it could have had was seen after its call. A
+      revision seen (reported by a read or a conflict, or named by a cas)
+      is explained if it is 0, one a put's `Written` returned, or one a
+      read returned beside the value of a timed-out put; the put could have
+      had an unexplained one if it was seen by an operation that had not
+      returned before the put's call, and is above every revision
+      acknowledged to a put that returned before that call. If the put
+      took effect, nobody saw it: no read returned its value, and its
+      revision, different from every other on the key, was never reported
+      nor used as a cas; the next write that took effect on the key was
+      unconditional (a cas would have had to name it), and the timed-out
+      writes in between that did nothing can move to the end. So the
+      history without it is linearizable if the one with it is (reads do
+      not return the version it changed).
+    - A timed-out put kept that no read saw gets the value `UNREAD`.
     - A timed-out put whose value (written by no other put of the key) a
       read returned took effect before that read returned: its return is
       set to the earliest such return (etcd's robustness tests do both).
@@ -295,37 +305,64 @@ def _prepare_key(ops: list[Operation], indices: list[int]) -> dict[int, Operatio
     read_at: dict[Value, float] = {}  # a value -> the earliest return of a read of it
     read_revisions: dict[Value, set[int]] = {}  # a value -> the revisions read with it
     writers: dict[Value, int] = {}  # a value -> how many puts wrote it
-    explained, observed = {0}, set[int]()
+    explained = {0}
+    observed: dict[int, float] = {}  # a revision -> the latest return of an op that saw it
     for op in ops:
+        ended_at = math.inf if op.return_at is None else op.return_at
         if isinstance(op.input, Put):
             writers[op.input.value] = writers.get(op.input.value, 0) + 1
         if isinstance(op.input, Put | Delete) and op.input.cas is not None:
-            observed.add(op.input.cas)
+            observed[op.input.cas] = max(observed.get(op.input.cas, ended_at), ended_at)
         match op.output:
-            case Written(revision):
-                explained.add(revision)
-            case Conflict(mod_revision):
-                observed.add(mod_revision)
-            case Read(value, mod_revision) if value is not None and op.return_at is not None:
-                observed.add(mod_revision)
-                read_revisions.setdefault(value, set()).add(mod_revision)
-                read_at[value] = min(read_at.get(value, math.inf), op.return_at)
+            case Written(revision) if isinstance(op.input, Put):
+                explained.add(revision)  # a delete's is never a mod revision
+            case Conflict(revision) | Read(_, revision):
+                observed[revision] = max(observed.get(revision, ended_at), ended_at)
+        if isinstance(op.output, Read) and op.output.value is not None:
+            read_revisions.setdefault(op.output.value, set()).add(op.output.mod_revision)
+            read_at[op.output.value] = min(read_at.get(op.output.value, math.inf), ended_at)
     for op in ops:
         if op.output is None and isinstance(op.input, Put):
             explained |= read_revisions.get(op.input.value, set())
-    unseen = observed <= explained
+    unexplained = [(r, at) for r, at in observed.items() if r not in explained]
+    floor_at = _floors(ops)
     kept = {}
     for index, op in zip(indices, ops, strict=True):
         if isinstance(op.output, NotApplied) or (op.output is None and isinstance(op.input, Get)):
             continue
         if op.output is None and isinstance(op.input, Put):
             seen_at = read_at.get(op.input.value)
-            if seen_at is None and unseen:
+            floor = floor_at(op.call_at)
+            if seen_at is None and all(r <= floor or at < op.call_at for r, at in unexplained):
                 continue
+            if seen_at is None:
+                op = Operation(
+                    op.client, op.call_at, None, Put(op.input.key, UNREAD, op.input.cas), None
+                )
             if seen_at is not None and writers[op.input.value] == 1:
                 op = Operation(op.client, op.call_at, max(seen_at, op.call_at), op.input, None)
         kept[index] = op
     return kept
+
+
+def _floors(ops: list[Operation]) -> Callable[[float], int]:
+    """The highest revision acknowledged to a write that returned before a given instant.
+
+    A write called after that has a higher revision, if it took effect.
+    """
+    written = sorted(
+        (op.return_at, op.output.revision)
+        for op in ops
+        if isinstance(op.output, Written) and op.return_at is not None and isinstance(op.input, Put)
+    )
+    ends = [at for at, _ in written]
+    highest = list(itertools.accumulate((r for _, r in written), max))
+
+    def floor_at(at: float) -> int:
+        i = bisect.bisect_left(ends, at)  # strictly before `at`: closed intervals
+        return highest[i - 1] if i else 0
+
+    return floor_at
 
 
 def check_meta(
