@@ -302,47 +302,62 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
 
 def _prepare_key(ops: list[Operation], indices: list[int]) -> dict[int, Operation]:
     """`prepare` for one key's operations (at these positions in the history)."""
-    read_at: dict[Value, float] = {}  # a value -> the earliest return of a read of it
-    read_revisions: dict[Value, set[int]] = {}  # a value -> the revisions read with it
-    writers: dict[Value, int] = {}  # a value -> how many puts wrote it
-    explained = {0}
-    observed: dict[int, float] = {}  # a revision -> the latest return of an op that saw it
-    for op in ops:
-        ended_at = math.inf if op.return_at is None else op.return_at
-        if isinstance(op.input, Put):
-            writers[op.input.value] = writers.get(op.input.value, 0) + 1
-        if isinstance(op.input, Put | Delete) and op.input.cas is not None:
-            observed[op.input.cas] = max(observed.get(op.input.cas, ended_at), ended_at)
-        match op.output:
-            case Written(revision) if isinstance(op.input, Put):
-                explained.add(revision)  # a delete's is never a mod revision
-            case Conflict(revision) | Read(_, revision):
-                observed[revision] = max(observed.get(revision, ended_at), ended_at)
-        if isinstance(op.output, Read) and op.output.value is not None:
-            read_revisions.setdefault(op.output.value, set()).add(op.output.mod_revision)
-            read_at[op.output.value] = min(read_at.get(op.output.value, math.inf), ended_at)
-    for op in ops:
-        if op.output is None and isinstance(op.input, Put):
-            explained |= read_revisions.get(op.input.value, set())
-    unexplained = [(r, at) for r, at in observed.items() if r not in explained]
-    floor_at = _floors(ops)
+    facts = _KeyFacts(ops)
     kept = {}
     for index, op in zip(indices, ops, strict=True):
-        if isinstance(op.output, NotApplied) or (op.output is None and isinstance(op.input, Get)):
-            continue
-        if op.output is None and isinstance(op.input, Put):
-            seen_at = read_at.get(op.input.value)
-            floor = floor_at(op.call_at)
-            if seen_at is None and all(r <= floor or at < op.call_at for r, at in unexplained):
-                continue
-            if seen_at is None:
-                op = Operation(
-                    op.client, op.call_at, None, Put(op.input.key, UNREAD, op.input.cas), None
-                )
-            if seen_at is not None and writers[op.input.value] == 1:
-                op = Operation(op.client, op.call_at, max(seen_at, op.call_at), op.input, None)
-        kept[index] = op
+        settled = facts.settle(op)
+        if settled is not None:
+            kept[index] = settled
     return kept
+
+
+class _KeyFacts:
+    """What one key's history says about its timed-out puts."""
+
+    def __init__(self, ops: list[Operation]) -> None:
+        self.read_at: dict[Value, float] = {}  # a value -> the earliest return of a read of it
+        read_revisions: dict[Value, set[int]] = {}  # a value -> the revisions read with it
+        self.writers: dict[Value, int] = {}  # a value -> how many puts wrote it
+        explained = {0}
+        observed: dict[int, float] = {}  # a revision -> the latest return of an op that saw it
+        for op in ops:
+            ended_at = math.inf if op.return_at is None else op.return_at
+            if isinstance(op.input, Put):
+                self.writers[op.input.value] = self.writers.get(op.input.value, 0) + 1
+            if isinstance(op.input, Put | Delete) and op.input.cas is not None:
+                observed[op.input.cas] = max(observed.get(op.input.cas, ended_at), ended_at)
+            match op.output:
+                case Written(revision) if isinstance(op.input, Put):
+                    explained.add(revision)  # a delete's is never a mod revision
+                case Conflict(revision) | Read(_, revision):
+                    observed[revision] = max(observed.get(revision, ended_at), ended_at)
+            if isinstance(op.output, Read) and op.output.value is not None:
+                value = op.output.value
+                read_revisions.setdefault(value, set()).add(op.output.mod_revision)
+                self.read_at[value] = min(self.read_at.get(value, math.inf), ended_at)
+        for op in ops:
+            if op.output is None and isinstance(op.input, Put):
+                explained |= read_revisions.get(op.input.value, set())
+        self.unexplained = [(r, at) for r, at in observed.items() if r not in explained]
+        self.floor_at = _floors(ops)
+
+    def settle(self, op: Operation) -> Operation | None:
+        """The operation as checked, or None if it cannot matter."""
+        if isinstance(op.output, NotApplied) or (op.output is None and isinstance(op.input, Get)):
+            return None
+        if op.output is not None or not isinstance(op.input, Put):
+            return op
+        seen_at = self.read_at.get(op.input.value)
+        if seen_at is None:
+            floor = self.floor_at(op.call_at)
+            if all(r <= floor or at < op.call_at for r, at in self.unexplained):
+                return None
+            return Operation(
+                op.client, op.call_at, None, Put(op.input.key, UNREAD, op.input.cas), None
+            )
+        if self.writers[op.input.value] == 1:
+            return Operation(op.client, op.call_at, max(seen_at, op.call_at), op.input, None)
+        return op
 
 
 def _floors(ops: list[Operation]) -> Callable[[float], int]:
