@@ -73,7 +73,7 @@ from shoal.metalog.messages import (
     ReadRequest,
     ReadResult,
 )
-from shoal.metalog.state import Applied, MetaOp, MetaState, NoOp
+from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp
 
 
 class MetaConfig(msgspec.Struct, frozen=True):
@@ -167,8 +167,10 @@ class MetaLog:
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._now = 0.0  # the latest time an input came with (drain has none)
-        # Origin state: what this node asked, and until when it waits.
-        self._next_id = 0
+        # Origin state: what this node asked, and until when it waits. Ids
+        # start at random, so a restarted node's are not its last run's
+        # (the state machine skips a proposal id it applied before).
+        self._next_id = rng.getrandbits(48)
         self._asked: dict[int, float] = {}  # pid -> deadline
         self._reading: dict[int, float] = {}  # rid -> deadline
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
@@ -296,7 +298,8 @@ class MetaLog:
     def _append(self, op: MetaOp, asked: tuple[str, int] | None, now: float) -> None:
         assert self.epoch is not None
         index = self.log.last_index + 1
-        self.log.append(Entry(self.epoch, index, op))
+        origin, pid = asked if asked is not None else ("", 0)
+        self.log.append(Entry(self.epoch, index, op, origin, pid))
         self.counters.appended += 1
         if asked is not None:
             self._pending[index] = asked
@@ -378,10 +381,11 @@ class MetaLog:
         state, log = self.state, self.log
         while state.revision < self.commit:
             index = state.revision + 1
-            result = state.apply(index, log.entries[index - 1].op)
+            entry = log.entries[index - 1]
+            result = state.apply(index, entry.op, entry.origin, entry.pid)
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
-            if asked is not None:
+            if asked is not None and not isinstance(result, Duplicate):
                 if isinstance(result, Applied):
                     self._answer(*asked, OUTCOME_COMMITTED, result.revision)
                 else:

@@ -24,11 +24,16 @@ MAX_ENTRIES_PER_APPEND = 1024
 
 
 class Entry(msgspec.Struct, frozen=True, gc=False):
-    """One log entry: appended by the controller of `epoch` at `index`."""
+    """One log entry: appended by the controller of `epoch` at `index`;
+    (`origin`, `pid`) name the proposal, so that a copy of it appended
+    again (a duplicated datagram, a retry reaching a new controller) is
+    applied once (Raft thesis §6.3; the state machine skips the copy)."""
 
     epoch: int
     index: int
     op: MetaOp
+    origin: str = ""
+    pid: int = 0
 
 
 class Append(msgspec.Struct, frozen=True):
@@ -148,9 +153,10 @@ def _entries(v: object) -> tuple[Entry, ...]:
         raise DecodeError("shape", "bad entries")
     out = []
     for e in v:
-        if type(e) is not list or len(e) != 3:
+        if type(e) is not list or len(e) != 5:
             raise DecodeError("shape", "bad entry")
-        out.append(Entry(counter(e[0]), u64(e[1]), _op(e[2])))
+        origin = e[3] if e[3] == "" else name(e[3])
+        out.append(Entry(counter(e[0]), u64(e[1]), _op(e[2]), origin, u64(e[4])))
     return tuple(out)
 
 
@@ -164,7 +170,8 @@ def _encode(msg: Any) -> list[Any] | None:
     match msg:
         case Append(epoch, leader, prev_index, prev_epoch, entries, commit, read_seq):
             return [70, epoch, leader, prev_index, prev_epoch,
-                    [[e.epoch, e.index, _enc_op(e.op)] for e in entries], commit, read_seq]
+                    [[e.epoch, e.index, _enc_op(e.op), e.origin, e.pid] for e in entries],
+                    commit, read_seq]
         case AppendAck(epoch, follower, ok, match_index, read_seq):
             return [71, epoch, follower, ok, match_index, read_seq]
         case Propose(origin, pid, op):

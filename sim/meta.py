@@ -12,8 +12,9 @@ success or a failure.
 
 What must hold, checked after the run:
 
-- **Linearizability** of the client histories (sim/linearizability.py,
-  when given a checker; the history is kept either way).
+- **Linearizability** of the client histories: `history()` turns the calls
+  into the checker's operations (sim/metamodel.py, sim/linearizability.py:
+  Wing & Gong with Lowe's cache, per key), `linearizable()` checks them.
 - **State machine safety**: no two nodes ever applied different entries
   at one index (every node's applied prefix is a prefix of the longest).
 - **No acknowledged write lost**: every write a client saw committed at
@@ -49,6 +50,8 @@ from shoal.sim.elections import (
     attack,
     random_fault,
 )
+from shoal.sim.linearizability import CheckResult, Operation
+from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written, check_meta
 from shoal.sim.network import LinkProfile
 
 # Every fault of the election's swarm, leaves included: a leave removes the
@@ -90,6 +93,35 @@ class MetaRun:
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
         return sum(1 for c in self.calls if c.outcome == outcome)
+
+    def history(self) -> list[Operation]:
+        """The calls as the checker's operations: a read not served (it
+        changed nothing) is left out; an unknown write has no return."""
+        ops = []
+        for c in self.calls:
+            key = c.key.decode()
+            if c.kind == "get":
+                if c.outcome == "ok":
+                    value = None if c.read_value is None else c.read_value.decode()
+                    ops.append(Operation(c.client, c.call_at, c.return_at, Get(key),
+                                         Read(value, c.read_mod_revision)))  # fmt: skip
+                continue
+            call: Put | Delete = (Put(key, (c.value or b"").decode(), c.cas) if c.kind == "put"
+                                  else Delete(key, c.cas))  # fmt: skip
+            output: Written | Conflict | NotApplied | None = None
+            if c.outcome == "ok":
+                output = Written(c.revision)
+            elif c.outcome == "conflict":
+                output = Conflict(c.revision)
+            elif c.outcome == "not_applied":
+                output = NotApplied()
+            ops.append(Operation(c.client, c.call_at, None if output is None else c.return_at,
+                                 call, output))  # fmt: skip
+        return ops
+
+    def linearizable(self, max_steps: int = 2_000_000) -> CheckResult:
+        """The checker's verdict on this run's history."""
+        return check_meta(self.history(), max_steps=max_steps)
 
 
 class _Clients:
