@@ -18,7 +18,8 @@ never a recursive resolver (RA is never set). Multi-record answers come in
 random order; over UDP an answer is cut to what fits (512 bytes, or the
 query's EDNS0 size up to 4096; and `udp_answer_limit`) with TC set, and the
 client asks again over TCP for all of it. A packet that does not parse as
-a query is dropped without an answer (`Verdict.MALFORMED`).
+a query is dropped without an answer (`Verdict.MALFORMED`). A reply is
+built once per question while the view stays the same (`SHUFFLES`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import enum
 import random
 
+import msgspec
 from dnslib import (  # type: ignore[import-untyped]
     EDNS0,
     OPCODE,
@@ -47,6 +49,12 @@ from shoal.daemon.dns.view import ClusterView, Target
 UDP_BYTES = 512  # RFC 1035, without EDNS0
 UDP_MAX_BYTES = 4096
 TCP_MAX_BYTES = 65_535
+# Replies are built once per question and view, and kept: a query then costs
+# its parse and a lookup (bench/dns.py). A multi-record answer is kept in up
+# to SHUFFLES random orders, one picked per query; the whole cache goes when
+# the view changes or it holds CACHE_KEYS questions (random names).
+SHUFFLES = 8
+CACHE_KEYS = 4096
 _CLASSES = (1, 255)  # IN and ANY (CHAOS's version.bind is refused)
 
 
@@ -59,6 +67,15 @@ class Verdict(enum.Enum):
     REFUSED = "refused"
     MALFORMED = "malformed"
     NOTIMP = "notimp"
+
+
+class Built(msgspec.Struct, frozen=True):
+    """One packed reply, kept for the next query of the same question."""
+
+    data: bytes
+    verdict: Verdict
+    cut: bool  # TC set
+    several: bool  # more than one answer record: kept in SHUFFLES orders
 
 
 class Zone:
@@ -74,6 +91,8 @@ class Zone:
         self.rng = rng
         self.domain = cfg.domain
         self._suffix = "." + cfg.domain
+        self._cache: dict[tuple[object, ...], list[Built]] = {}
+        self._cached_view: ClusterView | None = None
         self._soa = RR(cfg.domain, QTYPE.SOA, ttl=0,
                        rdata=SOA(f"ns.{cfg.domain}", f"hostmaster.{cfg.domain}",
                                  (1, 3600, 600, 86400, 0)))  # fmt: skip
@@ -88,20 +107,40 @@ class Zone:
         header = query.header
         if header.qr or len(query.questions) != 1:
             return None, Verdict.MALFORMED, False  # an answer sent to us, or no single question
-        reply = DNSRecord(DNSHeader(id=header.id, qr=1, rd=header.rd, ra=0, opcode=header.opcode),
-                          q=query.q)  # fmt: skip
         edns = next((rr for rr in query.ar if rr.rtype == QTYPE.OPT), None)
-        if edns is not None:
-            reply.add_ar(EDNS0(udp_len=UDP_MAX_BYTES))
-        if header.opcode != OPCODE.QUERY:
-            reply.header.rcode = RCODE.NOTIMP
-            return reply.pack(), Verdict.NOTIMP, False
-        verdict = self._resolve(query.q, view, reply)
         limit = TCP_MAX_BYTES
         if udp:
             limit = UDP_BYTES if edns is None else max(UDP_BYTES, min(edns.rclass, UDP_MAX_BYTES))
+        q = query.q
+        # The question as asked (resolvers randomise the case of names and
+        # check the echo), and all that shapes the reply but its id.
+        key = (str(q.qname), q.qtype, q.qclass, header.opcode, header.rd, edns is not None, limit)
+        if view is not self._cached_view or len(self._cache) >= CACHE_KEYS:
+            self._cache.clear()
+            self._cached_view = view
+        built = self._cache.get(key)
+        if built is None or (built[0].several and len(built) < SHUFFLES):
+            reply = self._build(query, edns is not None, view, limit, udp)
+            self._cache.setdefault(key, []).append(reply)
+        else:
+            reply = built[0] if len(built) == 1 else self.rng.choice(built)
+        return packet[:2] + reply.data[2:], reply.verdict, reply.cut
+
+    def _build(self, query: DNSRecord, edns: bool, view: ClusterView, limit: int,
+               udp: bool) -> Built:  # fmt: skip
+        """The reply to a parsed single-question query."""
+        header = query.header
+        reply = DNSRecord(DNSHeader(id=header.id, qr=1, rd=header.rd, ra=0, opcode=header.opcode),
+                          q=query.q)  # fmt: skip
+        if edns:
+            reply.add_ar(EDNS0(udp_len=UDP_MAX_BYTES))
+        if header.opcode != OPCODE.QUERY:
+            reply.header.rcode = RCODE.NOTIMP
+            return Built(reply.pack(), Verdict.NOTIMP, False, False)
+        verdict = self._resolve(query.q, view, reply)
+        several = len(reply.rr) > 1
         data, cut = self._fit(reply, limit, self.cfg.udp_answer_limit if udp else 0)
-        return data, verdict, cut
+        return Built(data, verdict, cut, several)
 
     def _resolve(self, question: DNSQuestion, view: ClusterView, reply: DNSRecord) -> Verdict:
         """Fill `reply` for `question`; its verdict."""

@@ -208,3 +208,26 @@ def test_other_opcodes_are_not_implemented():
     q.header.opcode = 2  # STATUS
     reply, verdict, _ = ask("", packet=q.pack())
     assert verdict is Verdict.NOTIMP and reply.header.rcode == RCODE.NOTIMP
+
+
+def test_a_repeated_question_gets_its_own_id_and_its_own_spelling_back():
+    """Replies are kept per question; each still carries the asker's id and case (0x20)."""
+    zone = Zone(DnsConfig(), random.Random(1))
+    view = build_view(MEMBERS, None, None, DnsConfig())
+    for i, name in enumerate(["web-1.node.shoal", "WeB-1.NoDe.sHoAl", "web-1.node.shoal"]):
+        q = DNSRecord.question(name)
+        q.header.id = 1000 + i
+        reply = DNSRecord.parse(zone.answer(q.pack(), view, True)[0])
+        assert reply.header.id == 1000 + i and str(reply.q.qname) == name + "."
+        assert addresses(reply) == ["10.0.0.1"]
+
+
+def test_a_new_view_is_answered_at_once():
+    """A member that fails is NXDOMAIN at the next query, whatever was answered before."""
+    zone = Zone(DnsConfig(), random.Random(1))
+    q = DNSRecord.question("web-1.node.shoal").pack()
+    before = build_view(MEMBERS, None, None, DnsConfig())
+    assert zone.answer(q, before, True)[1] is Verdict.ANSWERED
+    failed = (member("web-1", "10.0.0.1", DEAD), *MEMBERS[1:])
+    after = build_view(failed, None, None, DnsConfig())
+    assert zone.answer(q, after, True)[1] is Verdict.NXDOMAIN
