@@ -116,7 +116,9 @@ class DnsServer:
         now = self.agent.loop_time()
         if self._view is None or key != self._view_key or now - self._view_at > VIEW_MAX_AGE_S:
             node = self.agent.status().node
-            self._view = build_view(node.members, node.controller, node.epoch, self.cfg)
+            view = build_view(node.members, node.controller, node.epoch, self.cfg)
+            if view != self._view:  # the same one kept: the zone keeps its built replies
+                self._view = view
             self._view_key, self._view_at = key, now
         return self._view
 
