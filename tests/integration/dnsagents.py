@@ -14,14 +14,14 @@ _STATUS = re.compile(r"status: (\w+)")
 _FLAGS = re.compile(r";; flags: ([a-z ]+);")
 
 
-def add_dns_agent(agents: AgentCluster, name: str, tags: list[str] = (),
-                  dns: str = "", extra: list[str] = ()) -> AgentProcess:  # fmt: skip
+def add_dns_agent(agents: AgentCluster, name: str, tags: list[str] = (), dns: str = "",
+                  extra: list[str] = (), after: str = "") -> AgentProcess:  # fmt: skip
     """Start an agent whose `[dns]` listens on its own address, port 8600;
-    `dns` adds lines to the table."""
+    `dns` adds lines to the table, `after` more TOML after it."""
     join = [agents.agents[0].gossip] if agents.agents else []
     agent = AgentProcess(name, agents.root, join, [])
     conf = agents.root / f"{name}.toml"
-    conf.write_text(f'[dns]\nbind = "{agent.ip}:{DNS_PORT}"\n{dns}\n')
+    conf.write_text(f'[dns]\nbind = "{agent.ip}:{DNS_PORT}"\n{dns}\n{after}\n')
     agent.extra = ["--config", str(conf), "--bootstrap-expect", "3", "--no-discovery",
                    *(f"--tag={t}" for t in tags), *extra]  # fmt: skip
     agents.agents.append(agent)

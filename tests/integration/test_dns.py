@@ -9,7 +9,7 @@ import pytest
 from dnslib import DNSRecord
 
 from tests.conftest import poll_until, require_program
-from tests.integration.agents import next_ip, shoal_cli
+from tests.integration.agents import api_request, next_ip, shoal_cli
 from tests.integration.dnsagents import DNS_PORT, add_dns_agent, dig, wait_formed
 
 
@@ -56,6 +56,21 @@ def test_a_long_answer_has_tc_over_udp_and_comes_whole_over_tcp(three):
     assert dig(b2, "all.tier.tag.shoal", "A", "+tcp").data() == retried.data()
     counters = b2.api.get("/v1/self")["counters"]
     assert counters["dns_truncated"] >= 2
+
+
+def test_a_member_whose_check_is_critical_leaves_tag_answers_until_it_passes(agents, three):
+    """Health from the member's own checks, gossiped: a critical one is not
+    handed out for its role; its own name still resolves (as in Consul)."""
+    (web, b1, b2), _, _ = three
+    check = '[[checks]]\nid = "app"\nkind = "ttl"\nttl_s = 60\n'  # a new check is critical
+    b3 = add_dns_agent(agents, "broker-3", ["role=broker"], after=check)
+    poll_until(lambda: web.members().get("broker-3", {}).get("health") == "critical", 20)
+    assert dig(web, "broker.role.tag.shoal").data() == sorted([b1.ip, b2.ip])
+    assert dig(web, "broker-3.node.shoal").data() == [b3.ip]
+    status, _ = api_request(b3, "PUT", "/v1/check/app/pass", b"")
+    assert status == 200
+    everyone = sorted([b1.ip, b2.ip, b3.ip])
+    poll_until(lambda: dig(web, "broker.role.tag.shoal").data() == everyone, 10)
 
 
 def test_a_killed_member_is_nxdomain_within_the_detection_time_plus_1_s(three):
