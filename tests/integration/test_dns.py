@@ -56,6 +56,17 @@ def test_a_long_answer_has_tc_over_udp_and_comes_whole_over_tcp(three):
     assert dig(b2, "all.tier.tag.shoal", "A", "+tcp").data() == retried.data()
     counters = b2.api.get("/v1/self")["counters"]
     assert counters["dns_truncated"] >= 2
+    # Two queries written at once on one connection: two answers, in order (RFC 7766).
+    queries = [DNSRecord.question(n) for n in ("web-1.node.shoal", "all.tier.tag.shoal")]
+    for i, q in enumerate(queries):
+        q.header.id = 7000 + i
+    with socket.create_connection((b2.ip, DNS_PORT), timeout=5) as tcp:
+        tcp.sendall(b"".join(len(p).to_bytes(2, "big") + p for p in (q.pack() for q in queries)))
+        stream = tcp.makefile("rb")
+        replies = [DNSRecord.parse(stream.read(int.from_bytes(stream.read(2), "big")))
+                   for _ in queries]  # fmt: skip
+    assert [r.header.id for r in replies] == [7000, 7001]
+    assert [len(r.rr) for r in replies] == [1, 3]
 
 
 def test_a_member_whose_check_is_critical_leaves_tag_answers_until_it_passes(agents, three):
