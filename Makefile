@@ -11,10 +11,11 @@ PYTHON  ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c \
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
-# command:Debian package, for what the LAN tests run (dig and prometheus: the
-# DNS interface's and service discovery's tests; prometheus's postinst starts
-# its service only where systemd runs: docs/operations.md, "Prometheus").
-TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver zsh:zsh dig:dnsutils prometheus:prometheus
+# command:Debian package, for what the LAN tests run (dig, dnsmasq and
+# prometheus: the DNS interface's and service discovery's tests; dnsmasq-base
+# has no service; prometheus's postinst starts its service only where systemd
+# runs: docs/operations.md, "Prometheus").
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver zsh:zsh dig:dnsutils dnsmasq:dnsmasq-base prometheus:prometheus
 SHOAL   := $(VENV)/bin/shoal
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed

@@ -3,6 +3,7 @@
 import os
 import random
 import socket
+import subprocess
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from dnslib import DNSRecord
 
 from tests.conftest import poll_until, require_program
 from tests.integration.agents import api_request, next_ip, shoal_cli
-from tests.integration.dnsagents import DNS_PORT, add_dns_agent, dig, wait_formed
+from tests.integration.dnsagents import DNS_PORT, Dig, add_dns_agent, dig, wait_formed
 
 
 @pytest.fixture
@@ -178,3 +179,38 @@ def test_a_taken_dns_port_is_one_line_and_exit_2(tmp_path):
     error = f"shoal: dns.bind: cannot listen on {ip}:{DNS_PORT}: Address already in use"
     assert out.stderr.splitlines()[-1] == error
     assert "agent started" not in out.stderr
+
+
+def _free_udp_port(ip: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def test_dnsmasq_forwards_the_domain_as_docs_operations_says(agents, tmp_path):
+    """The dnsmasq lines of docs/operations.md put *.shoal in front of every program."""
+    require_program("dig", "dnsutils")
+    dnsmasq = require_program("dnsmasq", "dnsmasq-base")
+    web = add_dns_agent(agents, "web-1", ["role=web"])
+    poll_until(lambda: web.members().get("web-1", {}).get("status") == "alive", 20)
+    port = _free_udp_port("127.0.0.1")
+    conf = tmp_path / "dnsmasq.conf"  # the documented two lines, then the test's own
+    conf.write_text(f"server=/shoal/{web.ip}#{DNS_PORT}\nno-negcache\n"
+                    f"port={port}\nlisten-address=127.0.0.1\nbind-interfaces\nno-resolv\n"
+                    "no-hosts\n")  # fmt: skip
+    proc = subprocess.Popen([dnsmasq, "--keep-in-foreground", f"--conf-file={conf}",
+                             "--pid-file", "--log-facility=-"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        def through(name: str) -> Dig:
+            out = subprocess.run(["dig", "@127.0.0.1", "-p", str(port), name, "+tries=1",
+                                  "+time=2"], capture_output=True, text=True, timeout=20)
+            return Dig(out.stdout)
+
+        answer = poll_until(lambda: (d := through("web-1.node.shoal")).data() and d, 10)
+        assert answer.data() == [web.ip]
+        assert through("nobody.node.shoal").status == "NXDOMAIN"
+        assert through("web.role.tag.shoal").data() == [web.ip]
+    finally:
+        proc.kill()
+        proc.wait(10)
