@@ -7,7 +7,7 @@ client. A value travels as `value_base64` and arrives here as bytes.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -31,6 +31,10 @@ class Member(msgspec.Struct, frozen=True, kw_only=True):
     # The worst of the member's health checks: passing, warning or critical
     # (None where the agent does not say: in watch events).
     health: str | None = None
+    # What it understands: {"envelope": [min, max], "membership": ...,
+    # "election": ..., "sync": ..., "features": N} (docs/operations.md, "An
+    # upgrade"); None from an agent older than versions on the wire.
+    versions: dict[str, Any] | None = None
 
 
 class MemberListing(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,13 +152,14 @@ class MemberEvent(msgspec.Struct, frozen=True, kw_only=True):
     previous: str | None = None
     at_ms: int = 0
     resync: bool = False
+    versions: dict[str, Any] | None = None  # what the member understands (see Member)
 
     @property
     def member(self) -> Member:
         """The member as this event leaves it."""
         return Member(name=self.name, node_id=self.node_id, address=self.address,
                       status=self.status, incarnation=self.incarnation, tags=self.tags,
-                      health=self.health)  # fmt: skip
+                      health=self.health, versions=self.versions)  # fmt: skip
 
 
 class ControllerEvent(msgspec.Struct, frozen=True, kw_only=True):

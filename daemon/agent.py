@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from shoal import native
+from shoal import __version__, native
 from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.disk.commit import GroupCommit, slowed
@@ -55,11 +55,14 @@ from shoal.daemon.publisher import Publisher
 from shoal.daemon.systemd import Notifier
 from shoal.daemon.userevents import UserEvents
 from shoal.kernel.contract import Address, Output, Tags
-from shoal.kernel.errors import ConfigError
+from shoal.kernel.errors import ConfigError, VersionError
 from shoal.kernel.sealing import KeyCommand, KeyReply
+from shoal.kernel.versions import NEXT_RELEASE_STANDIN, THIS_BUILD, TWO_AHEAD_STANDIN, Versions
 from shoal.membership.events import JoinCompleted
 from shoal.membership.member import MemberState, MemberView, NodeIdentity, make_tags
+from shoal.node import nextrelease
 from shoal.node.composition import ShoalNode
+from shoal.node.features import FeatureLevelUnsupported
 from shoal.node.history import JOINED, Observer, member_row
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
@@ -115,7 +118,7 @@ class Agent:
         self._stop = asyncio.Event()
         # A setting found bad after start (discovery's interfaces): the
         # agent leaves, and `run` raises it for the one-line exit 2.
-        self._failure: ConfigError | None = None
+        self._failure: ConfigError | VersionError | None = None
         self._clock_off = False  # last seen: clock further than store.max_offset_ms
         self._started_as: tuple[str, Address, str]  # node id, advertised address, why
 
@@ -178,10 +181,11 @@ class Agent:
         """Open the disk and the sockets, start the node, send the join."""
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
         preload_discovery(cfg)  # imports while the database opens
-        self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
+        self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth, cfg.cluster)
         stored = self.data_dir.load_identity()
         self.run_number = self.data_dir.next_run()
-        self.wire, swim_cfg = open_wire(cfg, stored.node_id, self.run_number)
+        versions = build_versions()
+        self.wire, swim_cfg = open_wire(cfg, stored.node_id, self.run_number, versions)
         engine = self.data_dir.engine
         self.commits = GroupCommit(self._loop, slowed(engine.sync, cfg.faults.fsync_delay_s))
         observer = Observer(cfg.cluster, cfg.node_name, stored.node_id.hex())
@@ -200,7 +204,7 @@ class Agent:
         self.liveness = Liveness(self._loop, lambda: getattr(self, "node", None), self.flush)
         self.liveness.configure_checks(cfg.checks)  # every check starts critical
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise,
-                             self.liveness.with_health(tags))  # fmt: skip
+                             self.liveness.with_health(tags), versions)  # fmt: skip
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
@@ -251,7 +255,18 @@ class Agent:
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
                                    self.notifier, self._join_completed,
                                    str(self.run_number))  # fmt: skip
+        self.publisher.on_feature_unsupported = self._feature_unsupported
 
+    def _feature_unsupported(self, event: FeatureLevelUnsupported) -> None:
+        """The controller announced a feature level above this build's: stop
+        rather than misread what the others now send."""
+        self._failure = VersionError(
+            f"the cluster runs feature level {event.level}, above this build's "
+            f"{event.supported} (shoal {__version__}): this agent stops rather than misread "
+            "the others; run a newer release here, or before a downgrade lower the level "
+            f"with `shoal features --cap {event.supported}` on a current agent "
+            "(docs/operations.md, 'An upgrade')")
+        self._stop.set()
     def request_stop(self) -> None:
         """Ask the agent to leave and exit (as SIGTERM does)."""
         self._stop.set()
@@ -552,3 +567,15 @@ class Agent:
 def vars_of(obj: Any) -> dict[str, Any]:
     """The fields of a struct as a dict (for log lines)."""
     return {name: getattr(obj, name) for name in obj.__struct_fields__}
+
+
+def build_versions() -> Versions:
+    """What this agent announces it understands: this build's versions, or,
+    with `SHOAL_TEST_NEXT_RELEASE=1` (tests only: docs/operations.md), the
+    stand-in for the next release and its one new message (node/nextrelease.py);
+    with `=2`, a stand-in two releases ahead, which this build refuses."""
+    which = os.environ.get("SHOAL_TEST_NEXT_RELEASE", "")
+    if which in ("1", "2"):
+        nextrelease.enable()
+        return NEXT_RELEASE_STANDIN if which == "1" else TWO_AHEAD_STANDIN
+    return THIS_BUILD

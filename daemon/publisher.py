@@ -36,6 +36,7 @@ from shoal.election.events import (
 )
 from shoal.membership.events import JoinCompleted, event_fields
 from shoal.node.composition import ShoalNode
+from shoal.node.features import FeatureLevelChanged, FeatureLevelUnsupported, feature_fields
 from shoal.node.history import Observer, history_row
 from shoal.node.status import summary
 from shoal.storage.history import HistoryWriter
@@ -67,12 +68,17 @@ class Publisher:
         # Takes each user-event record (daemon/userevents.py), set by the agent.
         self.user_events: Callable[[Record], None] | None = None
         self._status = ""
+        # Told of a feature level above this build's (the agent stops).
+        self.on_feature_unsupported: Callable[[FeatureLevelUnsupported], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def publish(self, event: Any) -> None:
         """Publish one event (see the module docstring)."""
         if isinstance(event, SyncCompleted):
             _log_sync(event)
+            return
+        if isinstance(event, FeatureLevelChanged | FeatureLevelUnsupported):
+            self._publish_feature(event)
             return
         if isinstance(event, ELECTION_EVENTS):
             record = election_fields(event)
@@ -98,6 +104,21 @@ class Publisher:
             self.changes.append(topic, record, _same)
             if topic == "members" and isinstance(record.get("tags"), dict):
                 self._note_health(cfg, record)
+
+    def _publish_feature(self, event: FeatureLevelChanged | FeatureLevelUnsupported) -> None:
+        """A feature-level change: logged, streamed to watchers; a level this
+        build cannot follow stops the agent (`on_feature_unsupported`)."""
+        record = feature_fields(event)
+        kind = str(record.pop("type"))
+        if isinstance(event, FeatureLevelUnsupported):
+            log.error(kind, **record)
+            if self.on_feature_unsupported is not None:
+                self.on_feature_unsupported(event)
+        else:
+            log.info(kind, **record)
+        record["type"] = kind
+        record["at_ms"] = int(time.time() * 1000)
+        self.watchers.offer(record)
 
     def _note_health(self, cfg: AgentConfig, record: dict[str, Any]) -> None:
         """Publish `member-health-changed` when a member's health tag

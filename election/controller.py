@@ -60,6 +60,7 @@ class ControllerHost(Protocol):
     """What the controller role asks of the rest of the node (`LeaseElection`)."""
 
     voters: VoterConfig | None  # the configuration this node has adopted
+    feature_level: int  # the cluster's feature level, as the node decided it
 
     def next_epoch(self) -> int:
         """An epoch above every epoch this node has seen or granted."""
@@ -209,4 +210,4 @@ class Controller:
         assert self.lease_epoch is not None and voters is not None
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
         return ControllerNotice(self.lease_epoch, self.name, self.campaign.seq, remaining_ms,
-                                voters)  # fmt: skip
+                                voters, self._host.feature_level)  # fmt: skip

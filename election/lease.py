@@ -133,6 +133,14 @@ class LeaseElection:
         self.controller = Controller(name, config, self.out, self.counters, self.campaign,
                                      self.ranking, self.notices, self.following, self)  # fmt: skip
         self._view_changed_at, self._leaving = 0.0, False
+        # The feature level this node announces when it controls; the node
+        # that composes the cores decides it (node/composition.py).
+        self.feature_level = 1
+        # This node's metadata log's last entry (epoch, index), for the
+        # voter's up-to-date check and the campaign's requests; set by the
+        # node that composes the cores (metalog/).
+        self.log_position: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()
 

@@ -150,6 +150,7 @@ class KnownController:
         self._asks_left = 0
         self._send_to = send_to
         self._last_notice = (0, 0)  # (epoch, seq) of the newest notice accepted
+        self.level = 0  # the feature level of the newest notice accepted (0: none yet)
         self._liveness_of = liveness_of
         self._host = host
 
@@ -171,6 +172,7 @@ class KnownController:
             self.counters.stale_messages += 1
             return
         self._last_notice = (msg.epoch, msg.seq)
+        self.level = msg.level
         if not adopted:
             host.superseded(msg.epoch, now)  # (before `set`: stepping down clears it)
         self.set((msg.holder, msg.epoch), msg.epoch)

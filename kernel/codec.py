@@ -28,10 +28,19 @@ from typing import Any, Final
 
 import cbor2
 
+from shoal.kernel import versions as _versions
 from shoal.kernel.contract import Address, Tags
 from shoal.kernel.hashes import sha256
 
-PROTOCOL_VERSION = 1
+# The envelope layouts this build reads (kernel/versions.py): byte 0 of
+# every datagram and frame body, inside the sealed packet's authenticated
+# data. It writes PROTOCOL_VERSION, the only layout so far.
+ENVELOPE_MIN, ENVELOPE_MAX = _versions.THIS_BUILD.envelope
+PROTOCOL_VERSION = ENVELOPE_MAX
+# A message type an older reader may skip without harm takes a tag from
+# here up (an "ignorable" bit, as Kafka's tagged fields): an unknown tag at
+# or above it is skipped, an unknown one below it drops the packet.
+IGNORABLE_TAG_MIN = 128
 HEADER_BYTES = 6
 FRAME_PREFIX_BYTES = 4
 FLAG_ENCRYPTED = 0x01
@@ -125,6 +134,15 @@ def tags(v: object) -> Tags:
     return tuple(sorted(out))
 
 
+def versions(v: object) -> _versions.Versions:
+    """What a peer says it understands; a zero, inverted or absurd range is
+    refused ("absurd"), never merged."""
+    try:
+        return _versions.from_wire(v)
+    except _versions.InvalidVersions as exc:
+        raise DecodeError("absurd", f"versions: {exc}") from None
+
+
 def node_id(v: object) -> bytes:
     if type(v) is not bytes or len(v) != NODE_ID_BYTES:
         raise DecodeError("shape", "expected a 16-byte node id")
@@ -179,6 +197,8 @@ def _decode_message(item: object) -> Any:
         raise DecodeError("shape", "message is not [tag, ...]")
     entry = _DECODERS.get(item[0])
     if entry is None:
+        if item[0] >= IGNORABLE_TAG_MIN:
+            return None  # a newer agent's message we may skip
         raise DecodeError("unknown_type", str(item[0]))
     arity, decode = entry
     if len(item) != arity:
@@ -207,7 +227,7 @@ def split_header(data: bytes, tag: bytes) -> tuple[int, bytes]:
     """
     if len(data) < HEADER_BYTES + 1:
         raise DecodeError("truncated")
-    if data[0] != PROTOCOL_VERSION:
+    if not ENVELOPE_MIN <= data[0] <= ENVELOPE_MAX:
         raise DecodeError("version", str(data[0]))
     if data[2:HEADER_BYTES] != tag:
         raise DecodeError("cluster")
@@ -226,7 +246,12 @@ def decode_payload(payload: bytes) -> list[Any]:
         raise DecodeError("cbor", type(exc).__name__) from None
     if type(items) is not list or not items or len(items) > MAX_MESSAGES_PER_DATAGRAM:
         raise DecodeError("shape", "payload is not a list of messages")
-    return [_decode_message(item) for item in items]
+    messages = [_decode_message(item) for item in items]
+    if None in messages:  # skipped: ignorable types this build does not know
+        messages = [m for m in messages if m is not None]
+        if not messages:
+            raise DecodeError("ignorable", "only message types this build may skip")
+    return messages
 
 
 def decode_datagram(data: bytes, tag: bytes) -> list[Any]:

@@ -4,6 +4,7 @@
     ├── ConfigError            a setting is wrong: names it; exit 2
     ├── DataDirError           the data directory is unusable or in use; exit 2
     ├── ApiError               an agent's API could not be reached or said no; exit 1
+    ├── VersionError           the cluster needs a newer build than this one; exit 3
     ├── WriteRefused           a write this agent cannot stamp rightly (its clock); API 503
     └── FenceRefused           a write under a deposed controller's epoch; API 409
 
@@ -30,6 +31,13 @@ class DataDirError(ShoalError):
     """The data directory cannot be created, read, written, or is locked."""
 
     exit_code = 2
+
+
+class VersionError(ShoalError):
+    """The cluster runs a feature level this build does not support: the
+    agent stops rather than misread what the others send (kernel/versions.py)."""
+
+    exit_code = 3
 
 
 class ApiError(ShoalError):

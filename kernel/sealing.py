@@ -52,6 +52,7 @@ import msgspec
 from shoal.kernel import codec
 from shoal.kernel.codec import FLAG_ENCRYPTED, HEADER_BYTES, DecodeError, boolean, text, u64
 from shoal.kernel.hashes import blake2b
+from shoal.kernel.versions import THIS_BUILD, Versions
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -311,28 +312,33 @@ def next_run(stored: int, now_us: int) -> int:
 class Hello(msgspec.Struct, frozen=True):
     """Unbound: "I am the envelope's sender in its run; tell me yours".
     `ref` is echoed in the `Welcome`, so the answer is matched to the
-    address the hello went to."""
+    address the hello went to; `versions` is what the sender understands
+    (kernel/versions.py): a receiver that cannot talk with it answers
+    nothing, and says so in its log."""
 
     ref: int
+    versions: Versions = THIS_BUILD
 
 
 class Welcome(msgspec.Struct, frozen=True):
-    """Bound to the hello's sender: the envelope tells our run."""
+    """Bound to the hello's sender: the envelope tells our run, `versions`
+    what we understand."""
 
     ref: int
+    versions: Versions = THIS_BUILD
 
 
 def _encode_contact(msg: Any) -> list[Any] | None:
     match msg:
-        case Hello(ref):
-            return [62, ref]
-        case Welcome(ref):
-            return [63, ref]
+        case Hello(ref, versions):
+            return [62, ref, versions.to_wire()]
+        case Welcome(ref, versions):
+            return [63, ref, versions.to_wire()]
     return None
 
 
-codec.register(62, 2, lambda f: Hello(u64(f[1])), _encode_contact)
-codec.register(63, 2, lambda f: Welcome(u64(f[1])), _encode_contact)
+codec.register(62, 3, lambda f: Hello(u64(f[1]), codec.versions(f[2])), _encode_contact)
+codec.register(63, 3, lambda f: Welcome(u64(f[1]), codec.versions(f[2])), _encode_contact)
 
 
 # -- keyring commands across the cluster (type tags 60-61) --------------------

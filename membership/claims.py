@@ -26,6 +26,7 @@ from __future__ import annotations
 from shoal.kernel.contract import Address, PersistIncarnation, Send
 from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
+from shoal.kernel.versions import Versions, incompatible
 from shoal.membership.awareness import LocalHealth
 from shoal.membership.counters import SwimCounters
 from shoal.membership.events import (
@@ -33,6 +34,7 @@ from shoal.membership.events import (
     MemberJoined,
     MemberLeft,
     MemberReaped,
+    MemberRefused,
     MemberRefuted,
     MemberSuspected,
     MemberUpdated,
@@ -109,6 +111,7 @@ class Claims:
         self.dead = IndexedSet()  # dead (not left) members, for reconnects
         self._corrected: set[tuple[Address, str]] = set()  # this probe round
         self._conflicts: set[tuple[str, bytes]] = set()
+        self._refused: set[tuple[str, Versions]] = set()
         # Old-news alive claims not yet added to counters.ignored_stale
         # (SwimNode.counters adds them): a native int here, where the struct's
         # attribute cost a read and a write per claim, 17.8 M at 1,000
@@ -152,7 +155,9 @@ class Claims:
                 return
         result = self._table.apply_alive(node, incarnation, now)
         if isinstance(result, Ignored):
-            if result is Ignored.NAME_CONFLICT:
+            if result is Ignored.INCOMPATIBLE:
+                self.refuse(node, incarnation, now)
+            elif result is Ignored.NAME_CONFLICT:
                 known = self._table.get(name)
                 assert known is not None
                 self._report_conflict(known.ident.node_id, node)
@@ -324,6 +329,24 @@ class Claims:
     def new_round(self) -> None:
         """A probe round begins: every pair may be corrected once again."""
         self._corrected.clear()
+
+    def refuse(self, node: NodeIdentity, incarnation: int, now: float) -> None:
+        """`node` announces versions we cannot talk with: report it once,
+        and if we hold it live under an older identity (it restarted on an
+        incompatible build), declare it dead at the new incarnation, so that
+        it stops counting toward a quorum here."""
+        mine = self._table.versions
+        key = (node.name, node.versions)
+        if key not in self._refused and len(self._refused) < _MAX_CONFLICT_REPORTS:
+            self._refused.add(key)
+            protocols = incompatible(mine, node.versions)
+            self._events.append(MemberRefused(node.name, node.addr, node.versions, mine,
+                                              tuple(protocols)))  # fmt: skip
+        known = self._members.get(node.name)
+        if (known is not None and known.ident.node_id == node.node_id
+                and known.state in (ALIVE, SUSPECT)
+                and incarnation > known.incarnation):  # fmt: skip
+            self.on_dead(Dead(incarnation, node.name, self._name), LOCAL, now)
 
     def _report_conflict(self, known_id: bytes, claim: NodeIdentity) -> None:
         key = (claim.name, claim.node_id)

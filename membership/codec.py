@@ -22,6 +22,7 @@ from shoal.kernel.codec import (
     register,
     tags,
     u64,
+    versions,
 )
 from shoal.membership.member import MemberState, NodeIdentity
 from shoal.membership.messages import (
@@ -39,8 +40,9 @@ from shoal.membership.messages import (
 from shoal.membership.vivaldi import Coordinate
 
 
-def _identity(name_: object, id_: object, addr: object, tags_: object) -> NodeIdentity:
-    return NodeIdentity(name(name_), node_id(id_), address(addr), tags(tags_))
+def _identity(name_: object, id_: object, addr: object, tags_: object,
+              versions_: object) -> NodeIdentity:  # fmt: skip
+    return NodeIdentity(name(name_), node_id(id_), address(addr), tags(tags_), versions(versions_))
 
 
 def _state(v: object) -> MemberState:
@@ -50,9 +52,9 @@ def _state(v: object) -> MemberState:
 
 
 def _record(v: object) -> MemberRecord:
-    if type(v) is not list or len(v) != 6:
+    if type(v) is not list or len(v) != 7:
         raise DecodeError("shape", "bad member record")
-    return MemberRecord(_identity(v[0], v[1], v[2], v[3]), counter(v[4]), _state(v[5]))
+    return MemberRecord(_identity(v[0], v[1], v[2], v[3], v[6]), counter(v[4]), _state(v[5]))
 
 
 def _records(v: object) -> tuple[MemberRecord, ...]:
@@ -95,6 +97,12 @@ def _enc_coordinate(c: Coordinate) -> bytes:
 
 
 def _enc_identity(n: NodeIdentity) -> list[Any]:
+    return [n.name, n.node_id, list(n.addr), dict(n.tags), n.versions.to_wire()]
+
+
+def _enc_row(n: NodeIdentity) -> list[Any]:
+    # A push-pull row keeps the alive fields' order and puts the versions
+    # last, after the incarnation and state.
     return [n.name, n.node_id, list(n.addr), dict(n.tags)]
 
 
@@ -119,7 +127,8 @@ def _encode_fields(msg: Any) -> list[Any] | None:
         case Leave(inc, node):
             return [8, inc, node]
         case PushPull(source, join, reply, members):
-            recs = [[*_enc_identity(r.ident), r.incarnation, int(r.state)] for r in members]
+            recs = [[*_enc_row(r.ident), r.incarnation, int(r.state), r.ident.versions.to_wire()]
+                    for r in members]  # fmt: skip
             return [9, source, join, reply, recs]
     return None
 
@@ -132,7 +141,8 @@ register(3, 3, lambda f: Ack(u64(f[1]), u64(f[2])), _encode_fields)
 # keeps its bytes and both are decoded (mixed versions: probing.py).
 register(10, 4, lambda f: Ack(u64(f[1]), u64(f[2]), _coordinate(f[3])), _encode_fields)
 register(4, 2, lambda f: Nack(u64(f[1])), _encode_fields)
-register(5, 6, lambda f: Alive(counter(f[1]), _identity(f[2], f[3], f[4], f[5])), _encode_fields)
+register(5, 7, lambda f: Alive(counter(f[1]), _identity(f[2], f[3], f[4], f[5], f[6])),
+         _encode_fields)  # fmt: skip
 register(6, 4, lambda f: Suspect(counter(f[1]), name(f[2]), name(f[3])), _encode_fields)
 register(7, 4, lambda f: Dead(counter(f[1]), name(f[2]), name(f[3])), _encode_fields)
 register(8, 3, lambda f: Leave(counter(f[1]), name(f[2])), _encode_fields)

@@ -32,6 +32,8 @@ class SwimCounters(Counters):
     ignored_name_conflict: int = 0
     ignored_ghost: int = 0
     ignored_already: int = 0
+    ignored_incompatible: int = 0  # claims about members we cannot talk with (versions)
+    refused_push_pulls: int = 0  # whole exchanges refused: the sender's versions
     misdirected_pings: int = 0
     late_acks: int = 0
     corrections_sent: int = 0  # our newer Alive, to a sender of a stale Suspect/Dead

@@ -62,7 +62,7 @@ _import_zeroconf()
 from zeroconf import IPVersion, ServiceStateChange  # noqa: E402
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf  # noqa: E402
 
-from shoal.kernel.codec import PROTOCOL_VERSION  # noqa: E402
+from shoal.kernel.codec import ENVELOPE_MAX, ENVELOPE_MIN, PROTOCOL_VERSION  # noqa: E402
 from shoal.kernel.contract import Address  # noqa: E402
 
 SERVICE_TYPE = "_shoal._udp.local."
@@ -100,6 +100,19 @@ class IgnoredPeer(msgspec.Struct, frozen=True):
 Found = Callable[[DiscoveredPeer | IgnoredPeer], None]
 
 
+
+def _envelope_overlaps(txt: dict[str, str]) -> bool:
+    """Whether a peer's envelope versions (TXT `vsn`, "min-max"; an agent
+    without it reads only its `proto`) overlap ours (kernel/versions.py).
+    The other protocols are checked when it first talks."""
+    raw = txt.get("vsn") or f"{txt.get('proto', '')}-{txt.get('proto', '')}"
+    lo_s, _, hi_s = raw.partition("-")
+    try:
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        return False
+    return lo <= hi and lo <= ENVELOPE_MAX and ENVELOPE_MIN <= hi
+
 def parse_advertisement(
     properties: dict[bytes, bytes | None], addresses: list[str], own_id: str, cluster: str,
     sealing: Sealing = PLAIN,
@@ -120,8 +133,9 @@ def parse_advertisement(
         return IgnoredPeer(name, "ourselves")
     if txt.get("cluster") != cluster:
         return IgnoredPeer(name, f"another cluster ({txt.get('cluster', '?')!r})")
-    if txt.get("proto") != str(PROTOCOL_VERSION):
-        return IgnoredPeer(name, f"protocol version {txt.get('proto', '?')}")
+    if not _envelope_overlaps(txt):
+        return IgnoredPeer(name, f"envelope versions {txt.get('vsn', txt.get('proto', '?'))}, "
+                           f"this agent reads {ENVELOPE_MIN}-{ENVELOPE_MAX}")  # fmt: skip
     peer_needs_key = txt.get("enc") == "1"
     if peer_needs_key and not sealing.has_key:
         return IgnoredPeer(name, "encryption: it needs the cluster key and this agent has "
@@ -189,6 +203,7 @@ class Discovery:
     def _service_info(self) -> AsyncServiceInfo:
         props = {"cluster": self.cluster, "node": self.name, "id": self.node_id,
                  "port": str(self.advertise[1]), "proto": str(PROTOCOL_VERSION),
+                 "vsn": f"{ENVELOPE_MIN}-{ENVELOPE_MAX}",
                  "enc": "1" if self.sealing.needs_key else "0"}  # fmt: skip
         label = service_label(self.name, self.node_id)
         return AsyncServiceInfo(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from shoal.kernel.contract import Address
+from shoal.kernel.versions import Versions
 from shoal.membership.member import MemberView
 
 
@@ -67,6 +68,19 @@ class NameConflicted(msgspec.Struct, frozen=True):
     claimed_addr: Address
 
 
+class MemberRefused(msgspec.Struct, frozen=True):
+    """A member announced versions this node cannot talk with (no overlap
+    in `protocols`): it is not merged, never counts toward a quorum and
+    never holds the lease (kernel/versions.py). Reported once per member
+    and versions."""
+
+    name: str
+    addr: Address
+    theirs: Versions
+    mine: Versions
+    protocols: tuple[str, ...]
+
+
 class JoinCompleted(msgspec.Struct, frozen=True):
     """A join attempt through `addr` finished; `ok` if the peer answered."""
 
@@ -83,6 +97,7 @@ SwimEvent = (
     | MemberLeft
     | MemberReaped
     | NameConflicted
+    | MemberRefused
     | JoinCompleted
 )
 
@@ -96,6 +111,7 @@ _TYPE_NAMES: dict[type, str] = {
     MemberLeft: "member-left",
     MemberReaped: "member-reaped",
     NameConflicted: "name-conflict",
+    MemberRefused: "member-refused",
     JoinCompleted: "join-completed",
 }
 
@@ -119,6 +135,14 @@ def event_fields(event: object) -> dict[str, object]:
             known_id=event.known_id.hex(),
             claimed_id=event.claimed_id.hex(),
             address=f"{event.claimed_addr[0]}:{event.claimed_addr[1]}",
+        )
+    elif isinstance(event, MemberRefused):
+        out.update(
+            name=event.name,
+            address=f"{event.addr[0]}:{event.addr[1]}",
+            theirs=event.theirs.describe(),
+            mine=event.mine.describe(),
+            protocols=list(event.protocols),
         )
     elif isinstance(event, JoinCompleted):
         out.update(address=f"{event.addr[0]}:{event.addr[1]}", ok=event.ok)

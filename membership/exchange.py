@@ -33,6 +33,7 @@ import random
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
+from shoal.kernel.versions import incompatible
 from shoal.membership.claims import LOCAL, Claims
 from shoal.membership.counters import SwimCounters
 from shoal.membership.events import JoinCompleted
@@ -85,6 +86,7 @@ class Exchange:
         self._alive = claims.alive
         self._on_leave = claims.on_leave
         self._on_suspect = claims.on_suspect
+        self._refuse = claims.refuse
         self._joining: set[Address] = set()
         self._seeds: list[Address] = []
         self._rejoin_armed = False
@@ -152,6 +154,8 @@ class Exchange:
 
     def on_push_pull(self, msg: PushPull, sender: Address, now: float) -> None:
         """Merge a peer's table; answer a request with ours."""
+        if self._refused(msg, sender, now):
+            return
         members, me = self._table.members, self._local.ident.name
         stale = 0
         alive = ALIVE  # a local: compiled, a global is a dict lookup per use
@@ -180,6 +184,29 @@ class Exchange:
             if self._announce_join:
                 self._announce_join = False
                 self._announce_alive(msg.source)
+
+    def _refused(self, msg: PushPull, sender: Address, now: float) -> bool:
+        """Whether the sender announces versions we cannot talk with: then
+        nothing of its table is merged (memberlist refuses the whole
+        exchange the same way), and a request is answered with our own row
+        only, so that the sender learns why and says so in its log."""
+        mine = self._table.versions
+        source = msg.source
+        for rec in msg.members:
+            if rec.ident.name == source:
+                theirs = rec.ident.versions
+                if theirs is mine or not incompatible(mine, theirs):
+                    return False
+                self._counters.refused_push_pulls += 1
+                self._refuse(rec.ident, rec.incarnation, now)
+                if not msg.reply:
+                    me = PushPull(self._local.ident.name, False, True, (self._table.me,))
+                    self._send.append(Send(sender, (me,), Channel.STREAM))
+                if sender in self._joining:
+                    self._joining.discard(sender)
+                    self._events.append(JoinCompleted(sender, False))
+                return True
+        return False
 
     def _announce_alive(self, seed: str) -> None:
         """Tell the members a join just taught us that we are alive, directly.

@@ -14,6 +14,7 @@ import msgspec
 
 from shoal.kernel.contract import Address
 from shoal.kernel.contract import Tags as Tags  # re-exported: importers use member.Tags
+from shoal.kernel.versions import THIS_BUILD, Versions
 
 
 def make_tags(tags: dict[str, str] | Tags | None) -> Tags:
@@ -43,13 +44,16 @@ class NodeIdentity(msgspec.Struct, frozen=True):
 
     The id survives restarts (it lives in the data directory), so a node that
     comes back with a new address is recognised as itself, and another machine
-    that takes the same name is recognised as someone else.
+    that takes the same name is recognised as someone else. `versions` is
+    what it understands (kernel/versions.py): announced with it, so a peer
+    it cannot talk with is refused before it is merged.
     """
 
     name: str
     node_id: bytes
     addr: Address
     tags: Tags = ()
+    versions: Versions = THIS_BUILD
 
     @property
     def id_hex(self) -> str:
@@ -66,6 +70,7 @@ class MemberView(msgspec.Struct, frozen=True):
     tags: Tags
     incarnation: int
     state: MemberState
+    versions: Versions = THIS_BUILD
 
     def to_json(self) -> dict[str, object]:
         """The member as the JSON object of `shoal members --json`."""
@@ -76,6 +81,7 @@ class MemberView(msgspec.Struct, frozen=True):
             "status": self.state.label,
             "incarnation": self.incarnation,
             "tags": dict(self.tags),
+            "versions": self.versions.to_json(),
         }
 
 
@@ -105,7 +111,8 @@ class Member(msgspec.Struct, frozen=True, gc=False):
     def view(self) -> MemberView:
         """A frozen snapshot of this row."""
         i = self.ident
-        return MemberView(i.name, i.node_id, i.addr, i.tags, self.incarnation, self.state)
+        return MemberView(i.name, i.node_id, i.addr, i.tags, self.incarnation, self.state,
+                          i.versions)  # fmt: skip
 
 
 class LocalState:

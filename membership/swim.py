@@ -279,7 +279,8 @@ class SwimNode:
     def set_tags(self, tags: Tags, now: float) -> None:
         """Change this node's tags and tell the cluster."""
         local = self.local
-        local.ident = NodeIdentity(local.ident.name, local.ident.node_id, local.ident.addr, tags)
+        old = local.ident
+        local.ident = NodeIdentity(old.name, old.node_id, old.addr, tags, old.versions)
         self.claims.bump_incarnation(local.incarnation, now)
 
     def members(self) -> list[MemberView]:

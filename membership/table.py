@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from shoal.kernel.contract import Address
+from shoal.kernel.versions import incompatible
 from shoal.membership.member import Member, MemberState, NodeIdentity
 
 ALIVE, SUSPECT, DEAD, LEFT = (
@@ -85,6 +86,7 @@ class Ignored(enum.Enum):
     NAME_CONFLICT = "name_conflict"
     GHOST = "ghost"
     ALREADY = "already"
+    INCOMPATIBLE = "incompatible"  # versions that do not overlap ours
 
 
 def _sample(
@@ -215,6 +217,7 @@ class MemberTable:
         # when the view changed, without subscribing to events.
         self.version = 0
         self.members[self.self_name] = Member(self_ident, incarnation, ALIVE)
+        self.versions = self_ident.versions
 
     # -- reading -------------------------------------------------------------
 
@@ -260,6 +263,8 @@ class MemberTable:
 
     def apply_alive(self, ident: NodeIdentity, inc: int, now: float) -> Transition | Ignored:
         """Apply `Alive(inc, ident)` about another member."""
+        if ident.versions is not self.versions and incompatible(self.versions, ident.versions):
+            return Ignored.INCOMPATIBLE  # memberlist's verifyProtocol: never merged
         m = self.members.get(ident.name)
         if m is None:
             tomb = self._tombstones.get(ident.name)

@@ -23,8 +23,9 @@ from shoal.election.config import LeaseConfig
 from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import EMPTY, Address, Output, Tags
+from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
 from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.kernel.outbox import Outbox
 from shoal.membership.events import (
     MemberDied,
     MemberJoined,
@@ -36,6 +37,12 @@ from shoal.membership.member import Member, MemberState, MemberView, NodeIdentit
 from shoal.membership.messages import Alive
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
+from shoal.metalog.core import MetaConfig, MetaLog
+from shoal.metalog.messages import Entry
+from shoal.metalog.state import MetaOp
+from shoal.node import nextrelease
+from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
+from shoal.node.nextrelease import LEVEL_PROBE_FEATURE, LevelProbe
 from shoal.storage.antientropy import AntiEntropy
 from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
@@ -55,6 +62,9 @@ _RETURNS = (MemberJoined, MemberRefuted, MemberUpdated)
 # How often the controller deletes the ephemeral keys of failed and left
 # members for good (every replica already hides them; see storage/store.py).
 _EPHEMERAL_SWEEP_S = 2.0
+# How often the feature level is decided (controller) or read from the last
+# notice (members): it moves once per upgrade, never in a hurry.
+_LEVEL_EVERY_S = 1.0
 
 
 class ShoalNode:
@@ -72,6 +82,8 @@ class ShoalNode:
         lease_config: LeaseConfig | None = None,
         election_state: tuple[int, VoterConfig | None] = (0, None),
         bootstrap_expect: int = 3,
+        meta: MetaConfig | None = None,
+        meta_log: tuple[Entry, ...] = (),
     ) -> None:
         """Compose the cores for one node.
 
@@ -90,6 +102,9 @@ class ShoalNode:
                 persisted by a previous run.
             bootstrap_expect: eligible members to wait for before the
                 first voter configuration is formed.
+            meta: run the metadata log (metalog/) with this timing; None:
+                not (the agent turns it on through the feature level).
+            meta_log: the metadata log's entries a previous run left durable.
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
         cfg = sync_config or SyncConfig()
@@ -117,6 +132,19 @@ class ShoalNode:
         self._routes.update(self.election.handlers)
         self._claims = self.swim.claims
         self._cores = (self.swim, self.sync, self.election)
+        # The node's own output: feature-level events and the next-release
+        # stand-in's message (node/features.py, node/nextrelease.py).
+        self.out = Outbox()
+        self._rng = random.Random(rng.getrandbits(64))  # drawn last: the cores' streams stay
+        self.features = FeatureLevel(ident.versions)
+        self._level_at = -math.inf  # when the feature level is next looked at
+        self.level_probes_received = 0
+        self._probes = ident.versions.features >= LEVEL_PROBE_FEATURE and nextrelease.enabled()
+        if self._probes:
+            self._routes[LevelProbe] = self._on_level_probe
+        self.meta: MetaLog | None = None
+        if meta is not None:
+            self.meta = self._compose_meta(meta, meta_log, random.Random(rng.getrandbits(64)))
 
     @property
     def name(self) -> str:
@@ -149,6 +177,8 @@ class ShoalNode:
         """Route one decoded message to the core it belongs to."""
         self._routes[type(message)](message, sender, now)
         self._check_view(now)
+        if self.meta is not None:
+            self.meta.leadership(now)
 
     def understands(self, messages: Any) -> bool:
         """Whether every one of `messages` is one a core takes (a reply to a
@@ -172,6 +202,8 @@ class ShoalNode:
                 routes[type(message)](message, sender, now)
         if self.swim.table.version != self._view_version:
             self._check_view(now)
+        if self.meta is not None:
+            self.meta.leadership(now)
 
     def tick(self, now: float) -> None:
         """Run whatever is due in any core."""
@@ -182,7 +214,12 @@ class ShoalNode:
         self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
+        if self.meta is not None:
+            self.meta.tick(now)
         self.known_epoch()  # remember the epoch while the lease or the notice lasts
+        if now >= self._level_at:
+            self._level_at = now + _LEVEL_EVERY_S
+            self._due_feature_level(now)
         if now >= self._sweep_at:
             self._sweep_at = now + _EPHEMERAL_SWEEP_S
             if self.election.is_controller and not self.swim.leaving:
@@ -200,6 +237,10 @@ class ShoalNode:
         d = self.election.next_deadline()
         if d is not None and (best is None or d < best):
             best = d
+        if self.meta is not None:
+            d = self.meta.next_deadline()
+            if d is not None and (best is None or d < best):
+                best = d
         return best
 
     def drain(self) -> Output:
@@ -209,6 +250,17 @@ class ShoalNode:
         # identity test per core, on a path the simulator takes per message.
         a, b, c = self.swim.drain(), self.sync.drain(), self.election.drain()
         self._swim_events_seen = 0  # swim's event list was emptied by its drain
+        if self.out or self.meta is not None:
+            own = self.out.drain() if self.out else EMPTY
+            d = self.meta.drain() if self.meta is not None else EMPTY
+            outs = [out for out in (a, b, c, own, d) if out is not EMPTY]
+            if not outs:
+                return EMPTY
+            return Output(
+                tuple(p for o in outs for p in o.persist),
+                tuple(s for o in outs for s in o.send),
+                tuple(e for o in outs for e in o.events),
+            )
         if b is EMPTY and c is EMPTY:
             return a
         if a is EMPTY and c is EMPTY:
@@ -230,6 +282,79 @@ class ShoalNode:
     def unreachable(self, addr: Address, now: float) -> None:
         """Nothing listens at `addr` (ICMP port unreachable); see SwimNode."""
         self.swim.unreachable(addr, now)
+
+    # -- the metadata log (metalog/) ---------------------------------------------
+
+    def _compose_meta(self, config: MetaConfig, entries: tuple[Entry, ...],
+                      rng: random.Random) -> MetaLog:  # fmt: skip
+        election = self.election
+
+        def highest_epoch() -> int:
+            return max(election.epoch_known, election.granted_epoch)
+
+        def voters() -> tuple[str, ...]:
+            return election.voters.voters if election.voters is not None else ()
+
+        def controller() -> str | None:
+            known = election.known
+            return known[0] if known is not None else None
+
+        meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
+                       leading_epoch=lambda: election.lease_epoch, highest_epoch=highest_epoch,
+                       saw_epoch=election.saw_epoch, voters=voters, controller=controller,
+                       addr_of=self._addr_of)  # fmt: skip
+        election.log_position = meta.log.last
+        self._routes.update(meta.handlers)
+        return meta
+
+    def meta_propose(self, op: MetaOp, now: float) -> int:
+        """Write `op` to the metadata log through the controller; a
+        `ProposalDone` event with its id follows."""
+        assert self.meta is not None
+        return self.meta.propose(op, now)
+
+    def meta_read(self, key: bytes, now: float) -> int:
+        """Read `key` linearizably through the controller; a `ReadDone`
+        event with its id follows."""
+        assert self.meta is not None
+        return self.meta.read(key, now)
+
+    # -- the feature level (node/features.py) ---------------------------------
+
+    @property
+    def feature_level(self) -> int:
+        """The cluster's feature level as this node knows it (0: not yet
+        announced by any controller)."""
+        return self.features.known
+
+    def held_back_by(self) -> list[str]:
+        """The live members (this node included) that support a lower
+        feature level than the highest any live member supports: the ones an
+        upgrade is waiting for."""
+        live = [m for m in self.swim.table.members.values()
+                if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
+        top = max(m.ident.versions.features for m in live)
+        return sorted(m.ident.name for m in live if m.ident.versions.features < top)
+
+    def _due_feature_level(self, now: float) -> None:
+        election = self.election
+        if election.is_controller:
+            record = self.sync.replica.get(FEATURE_CAP_KEY)
+            cap = parse_cap(None if record is None else record.value)
+            live = [m.ident.versions for m in self.swim.table.members.values()
+                    if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
+            election.feature_level = self.features.decide(live, cap)
+            level = election.feature_level
+        else:
+            level = election.following.level
+        self.features.learn(level, self.out.events)
+        if self._probes and self.features.known >= LEVEL_PROBE_FEATURE:
+            peers = self._sample_peers(self._rng, 1)
+            for addr in peers:
+                self.out.send(Send(addr, (LevelProbe(self.features.known, self.name),)))
+
+    def _on_level_probe(self, msg: LevelProbe, sender: Address, now: float) -> None:
+        self.level_probes_received += 1
 
     def _check_view(self, now: float) -> None:
         version = self.swim.table.version
@@ -397,6 +522,7 @@ class ShoalNode:
         out.update({f"sync_{k}": v for k, v in self.sync.counters.as_dict().items()})
         out.update({f"store_{k}": v for k, v in self.sync.replica.counters.as_dict().items()})
         out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
+        out["node_level_probes_received"] = self.level_probes_received
         return out
 
     def _view(self) -> Iterator[ViewMember]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import msgspec
 
-from shoal.membership.member import MemberView
+from shoal.kernel.versions import cluster_speaks
+from shoal.membership.member import MemberState, MemberView
 from shoal.node.composition import ShoalNode
 
 
@@ -42,6 +43,9 @@ class NodeStatus(msgspec.Struct, frozen=True):
     voters_version: int  # ... and its version (0: none formed yet)
     records: int  # replicated records held, tombstones too
     counters: dict[str, int]  # every core's counters, prefixed by core
+    feature_level: int = 0  # the cluster's, as the controller announced it (0: not yet)
+    held_back_by: tuple[str, ...] = ()  # live members below the highest supported level
+    speaks: tuple[int, ...] = ()  # per protocol (kernel/versions.PROTOCOLS): what all live speak
 
 
 def summary(node: ShoalNode) -> NodeSummary:
@@ -62,9 +66,10 @@ def status(node: ShoalNode, now: float = 0.0) -> NodeStatus:
         # successor's it may have heard of: `is_self` with an epoch is a
         # fencing token, and two claimants must never share one (issue 28).
         known = (swim.table.me.name, lease_epoch)
+    members = tuple(node.members())
     return NodeStatus(
         me=swim.table.me.view(),
-        members=tuple(node.members()),
+        members=members,
         live_peers=len(swim.table.live),
         leaving=swim.leaving,
         health_score=swim.health.score,
@@ -77,4 +82,8 @@ def status(node: ShoalNode, now: float = 0.0) -> NodeStatus:
         voters_version=voters.version if voters else 0,
         records=node.sync.replica.tree.count,
         counters=node.counters(),
+        feature_level=node.feature_level,
+        held_back_by=tuple(node.held_back_by()),
+        speaks=cluster_speaks(swim.ident.versions, (
+            m.versions for m in members if m.state in (MemberState.ALIVE, MemberState.SUSPECT))),
     )

@@ -44,6 +44,7 @@ import time
 from functools import partial
 from typing import Any
 
+from shoal import __version__
 from shoal.daemon.api import coordinates, events, history, liveness, sd
 from shoal.daemon.api.answers import Handler, HttpError, Raw, Request, Result
 from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
@@ -51,8 +52,10 @@ from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
+from shoal.daemon.disk.dataformat import FORMAT_VERSION
 from shoal.daemon.health import HEALTH_TAG, PASSING
 from shoal.kernel.errors import ConfigError
+from shoal.kernel.versions import PROTOCOLS
 from shoal.membership.member import MemberState
 from shoal.storage.records import MAX_VALUE_BYTES
 
@@ -167,7 +170,6 @@ class ApiServer:
 
     def root(self, request: Request) -> Result:
         """What answers here (for a browser or `curl` pointed at the port)."""
-        from shoal import __version__
         from shoal.native import describe
 
         paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>"})
@@ -224,11 +226,16 @@ class ApiServer:
         node = status.node
         me: dict[str, Any] = node.me.to_json()
         me["cluster"] = self.agent.config.cluster
+        me["data_format"] = FORMAT_VERSION  # the data directory's, migrated at start
         me["health_score"] = node.health_score
         me["clock_offset_ms"] = node.clock_offset_ms
         me["watchers"] = status.watchers
         me["history_written"] = status.history_written
         me["counters"] = {**node.counters, **status.counters}
+        me["release"] = __version__
+        me["feature_level"] = node.feature_level
+        me["held_back_by"] = list(node.held_back_by)
+        me["speaks"] = dict(zip(PROTOCOLS, node.speaks, strict=True))
         if status.fault_drops is not None:
             me["counters"]["fault_injected_drops"] = status.fault_drops
         return 200, me

@@ -104,6 +104,8 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
                          help="nearest to NODE first, by network coordinates (docs/coordinates.md)")
     members.add_argument("--healthy", action="store_true",
                          help="only members whose checks all pass (--health passing)")
+    members.add_argument("--detailed", action="store_true",
+                         help="add each member's protocol versions (min-max) and feature level")
 
     tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")
     _api_arg(tags)
@@ -113,6 +115,15 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="this agent: node, cluster, controller, counters")
     _api_arg(info)
     info.add_argument("--json", action="store_true", help="print JSON")
+
+    features = sub.add_parser("features", help="the cluster's feature level, and the operator's "
+                              "cap on it (lower it before a downgrade: docs/operations.md)")
+    _api_arg(features)
+    cap = features.add_mutually_exclusive_group()
+    cap.add_argument("--cap", type=int, metavar="LEVEL",
+                     help="never run above LEVEL (written to the store: every controller obeys)")
+    cap.add_argument("--uncap", action="store_true", help="remove the cap")
+    features.add_argument("--json", action="store_true", help="print JSON")
 
     join = sub.add_parser("join", help="ask an agent to join through addresses")
     _api_arg(join)

@@ -5,20 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 
-def format_members(members: list[dict[str, Any]]) -> str:
-    """Members as the table `shoal members` prints (like `serf members`)."""
+def format_members(members: list[dict[str, Any]], detailed: bool = False) -> str:
+    """Members as the table `shoal members` prints (like `serf members`);
+    `detailed` adds each member's protocol ranges and feature level (as
+    `serf members -detailed` shows its protocol versions)."""
     rows = [
         (
             m["name"],
             m["address"],
             m["status"],
             str(m["incarnation"]),
+            *((_versions(m.get("versions")),) if detailed else ()),
             ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())),
         )  # fmt: skip
         for m in sorted(members, key=lambda m: m["name"])
     ]
-    header = ("Name", "Address", "Status", "Inc", "Tags")
+    header = ("Name", "Address", "Status", "Inc", *(("Versions",) if detailed else ()), "Tags")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]
     )
+
+
+def _versions(v: Any) -> str:
+    """`env 1-1 mem 1-2 el 1-1 sync 1-1 feat 2`: short, one column."""
+    if not isinstance(v, dict):
+        return "?"
+    short = {"envelope": "env", "membership": "mem", "election": "el", "sync": "sync"}
+    parts = [f"{short.get(k, k)} {r[0]}-{r[1]}" for k, r in v.items() if isinstance(r, list)]
+    return " ".join(parts) + f" feat {v.get('features', '?')}"

@@ -15,10 +15,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import msgspec
 
-from shoal.client import Client, ShoalError
+from shoal.client import Client, NotFound, ShoalError
 from shoal.kernel.errors import ApiError, ConfigError
 
 STATUSES = ("alive", "suspect", "dead", "left")
@@ -80,7 +81,7 @@ def _dispatch(client: Client, args: argparse.Namespace) -> int:
                 events.query_command)(client, args)  # fmt: skip
     handler = {"members": _members, "info": _info, "tags": _tags, "join": _join,
                "controller": _controller, "force-leave": _force_leave, "leave": _leave,
-               "monitor": _monitor, "rtt": _rtt}[command]  # fmt: skip
+               "monitor": _monitor, "rtt": _rtt, "features": _features}[command]  # fmt: skip
     return handler(client, args)
 
 
@@ -177,18 +178,62 @@ def _info(client: Client, args: argparse.Namespace) -> int:
                           "hot_path": root.get("hot_path")}, indent=2))  # fmt: skip
         return 0
     print("agent:")
-    for key in ("name", "node_id", "cluster", "address", "status", "incarnation"):
+    for key in ("name", "node_id", "cluster", "address", "status", "incarnation", "data_format"):
         print(f"  {key} = {me.get(key)}")
     print(f"  version = {root['version']}")
     print(f"  hot_path = {root.get('hot_path')}")
     print(f"  clock_offset_ms = {me.get('clock_offset_ms')}")
     print(f"  health_score = {me.get('health_score')}")
+    print("versions:")
+    print(f"  understands = {_ranges(me.get('versions'))}")
+    print(f"  cluster_speaks = {me.get('speaks')}")
+    print(f"  feature_level = {me.get('feature_level')}")
+    print(f"  held_back_by = {', '.join(me.get('held_back_by') or []) or '(nobody)'}")
     print("controller:")
     for key in ("controller", "epoch", "is_self", "voters"):
         print(f"  {key} = {ctl.get(key)}")
     print("counters:")
     for key, value in sorted(me["counters"].items()):
         print(f"  {key} = {value}")
+    return 0
+
+
+def _ranges(versions: Any) -> str:
+    """`envelope 1-1 membership 1-2 ... features 2`, or `?` from an older agent."""
+    if not isinstance(versions, dict):
+        return "?"
+    parts = [f"{k} {v[0]}-{v[1]}" for k, v in versions.items() if isinstance(v, list)]
+    return " ".join(parts) + f" features {versions.get('features', '?')}"
+
+
+_CAP_KEY = "shoal/features/cap"  # node/features.py
+
+
+def _features(client: Client, args: argparse.Namespace) -> int:
+    """`shoal features [--cap N | --uncap]`: the level, who holds it back, the cap."""
+    if args.cap is not None:
+        if not 1 <= args.cap <= 65535:
+            raise ConfigError(f"--cap: expected a feature level from 1 to 65535, got {args.cap}")
+        client.kv.put(_CAP_KEY, str(args.cap).encode())
+    elif args.uncap:
+        client.kv.delete(_CAP_KEY)
+    me = client.request("GET", "/v1/self")
+    try:
+        cap: str | None = client.kv.get(_CAP_KEY).value.decode(errors="replace")
+    except NotFound:
+        cap = None
+    report = {"feature_level": me.get("feature_level"), "supported": me["versions"]["features"],
+              "held_back_by": me.get("held_back_by", []), "cap": cap}  # fmt: skip
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    level = report["feature_level"] or "not announced yet (no controller)"
+    print(f"feature level: {level} (this agent supports up to {report['supported']})")
+    print(f"held back by: {', '.join(report['held_back_by']) or '(nobody)'}")
+    print(f"cap: {cap or '(none)'}")
+    if args.cap is not None:
+        print(f"The controller announces at most {args.cap} within a second; check with "
+              "`shoal features` on every agent before a downgrade.")
     return 0
 
 
@@ -232,5 +277,5 @@ def _members(client: Client, args: argparse.Namespace) -> int:
         return 0
     from shoal.daemon.cli.format import format_members
 
-    print(format_members(members))
+    print(format_members(members, detailed=args.detailed))
     return 0

@@ -12,6 +12,13 @@ its own (it restarted) says hello back, so the sender learns the new run.
 Nothing here changes a core's state: a replayed `Hello` earns one small
 `Welcome`, bound to the run the hello claims (useless to anyone but that
 run), and can teach only a run newer than the one known.
+
+Both carry what their sender understands (kernel/versions.py): a hello or
+welcome from a peer whose versions do not overlap ours is refused — nothing
+held is released to it — counted (`contact_refused_version`) and logged
+once per peer and versions, naming both. A refused hello is still welcomed,
+so that the other side learns our versions and refuses us in turn, saying
+why, rather than waiting for an answer.
 """
 
 from __future__ import annotations
@@ -21,9 +28,14 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 
+import structlog
+
 from shoal.daemon.network.wire import Received, Wire
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.sealing import UNBOUND, Hello, Welcome
+from shoal.kernel.versions import Versions, incompatible
+
+log = structlog.get_logger("shoal")
 
 HELLO_RETRY_S = 0.5  # a hello unanswered this long is sent again
 HELD_FOR_S = 3.0  # what waited longer for its hello is dropped, not sent late
@@ -62,6 +74,7 @@ class FirstContact:
         self._refs: dict[int, Address] = {}
         self._replied_at: dict[Address, float] = {}
         self._next_ref = itertools.count(1)
+        self._refused: set[tuple[Address, Versions]] = set()
 
     def to(self, addr: Address) -> bytes | None:
         """The binding for a packet to `addr`, or None until a hello is answered."""
@@ -150,10 +163,16 @@ class FirstContact:
         messages = received.messages
         first = messages[0] if messages else None
         if type(first) is Hello:
+            # Welcomed even when refused: the welcome tells our versions, so
+            # the refused peer says why in its log instead of "no answer".
+            refused = self._refuse(first.versions, addr)
             self._welcome(first.ref, envelope.sender, addr)
-            self._release(addr)
+            if not refused:
+                self._release(addr)
             return True
         if type(first) is Welcome and len(messages) == 1:
+            if self._refuse(first.versions, addr):
+                return True
             hello_to = self._refs.pop(first.ref, None)
             if hello_to is not None and hello_to != addr:
                 tags[hello_to] = envelope.sender  # answered from another address
@@ -162,6 +181,22 @@ class FirstContact:
             return True
         self._release(addr)
         return False
+
+    def _refuse(self, theirs: Versions, addr: Address) -> bool:
+        """Whether a peer that says it understands `theirs` is refused."""
+        mine = self._wire.versions
+        protocols = incompatible(mine, theirs)
+        if not protocols:
+            return False
+        self._counters["contact_refused_version"] += 1
+        key = (addr, theirs)
+        if key not in self._refused and len(self._refused) < MAX_ADDRESSES:
+            self._refused.add(key)
+            log.warning("member-refused", address=f"{addr[0]}:{addr[1]}",
+                        protocols=protocols, theirs=theirs.describe(), mine=mine.describe(),
+                        why="no common version: upgrade one release at a time "
+                            "(docs/operations.md, 'An upgrade')")  # fmt: skip
+        return True
 
     def misdirected(self, addr: Address) -> None:
         """A packet from `addr` was bound to an earlier run of ours (or to
@@ -188,12 +223,12 @@ class FirstContact:
             self._refs.clear()
         self._refs[ref] = addr
         self._counters["hellos_out"] += 1
-        self._send_datagram(self._wire.datagram([Hello(ref)]), addr)
+        self._send_datagram(self._wire.datagram([Hello(ref, self._wire.versions)]), addr)
 
     def _welcome(self, ref: int, sender: bytes, addr: Address) -> None:
         to = self._wire.sessions.binding_of(sender)
         assert to is not None  # the hello was just accepted: its run is known
-        self._send_datagram(self._wire.datagram([Welcome(ref)], to), addr)
+        self._send_datagram(self._wire.datagram([Welcome(ref, self._wire.versions)], to), addr)
 
     def _release(self, addr: Address) -> None:
         pending = self._pending.get(addr)

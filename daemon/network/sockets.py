@@ -28,6 +28,7 @@ from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.sealing import OVERHEAD_BYTES, KeyCommand, KeyReply
+from shoal.kernel.versions import THIS_BUILD, Versions
 from shoal.membership.messages import PushPull
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.transport import (
@@ -176,13 +177,14 @@ class Network:
         self._receive(messages, addr)
 
 
-def open_wire(cfg: AgentConfig, node_id: bytes, run: int) -> tuple[Wire, SwimConfig]:
+def open_wire(cfg: AgentConfig, node_id: bytes, run: int,
+              versions: Versions = THIS_BUILD) -> tuple[Wire, SwimConfig]:  # fmt: skip
     """The wire of node `node_id` in `run`, with the keyring (if any) loaded;
     the SWIM config with the MTU budget left after sealing."""
     enc = cfg.encryption
     ring = load_keyring(enc, cfg.data_dir, cfg.cluster)
     wire = Wire(cfg.cluster, ring, node_id=node_id, run=run, verify_incoming=enc.verify_incoming,
-                verify_outgoing=enc.verify_outgoing)  # fmt: skip
+                verify_outgoing=enc.verify_outgoing, versions=versions)  # fmt: skip
     if ring is None:
         log.warning("encryption is off: anyone on this network can join and gossip "
                     "(see docs/security.md)")  # fmt: skip

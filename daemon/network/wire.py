@@ -26,6 +26,7 @@ import msgspec
 
 from shoal.kernel import codec
 from shoal.kernel.sealing import NONCE_BYTES, UNBOUND, Envelope, Hello, Keyring, Sessions
+from shoal.kernel.versions import THIS_BUILD, Versions
 
 
 class Received(msgspec.Struct, frozen=True):
@@ -50,11 +51,14 @@ class Wire:
         run: this node's run number (`DataDir.next_run`).
         verify_incoming: refuse plaintext packets (with a keyring).
         verify_outgoing: seal what we send (with a keyring).
+        versions: what this build understands, told in first contact.
     """
 
     def __init__(self, cluster: str, keyring: Keyring | None, *, node_id: bytes, run: int,
-                 verify_incoming: bool = True, verify_outgoing: bool = True) -> None:  # fmt: skip
+                 verify_incoming: bool = True, verify_outgoing: bool = True,
+                 versions: Versions = THIS_BUILD) -> None:  # fmt: skip
         self.tag = codec.cluster_tag(cluster)
+        self.versions = versions
         self.keyring = keyring
         self.verify_incoming = verify_incoming
         self.verify_outgoing = verify_outgoing

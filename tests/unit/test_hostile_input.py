@@ -84,7 +84,9 @@ def test_garbage_sealed_under_the_right_key_is_still_refused(payload):
         (b"\x81\x5b" + struct.pack(">Q", 2**63), "cbor"),  # a byte string of 8 EiB
         (b"\x81\x9b" + struct.pack(">Q", 2**40), "cbor"),  # an array of 10^12 items
         (b"\x9f" * 5000, "cbor"),  # unterminated indefinite arrays
-        (cbor2.dumps([[5, 2**63, "n", b"i" * 16, ["10.0.0.1", 1], {}]]), "absurd"),
+        (cbor2.dumps([[5, 2**63, "n", b"i" * 16, ["10.0.0.1", 1], {}, [1] * 9]]), "absurd"),
+        # an inverted version range (kernel/versions.py)
+        (cbor2.dumps([[5, 1, "n", b"i" * 16, ["10.0.0.1", 1], {}, [2, 1] * 4 + [1]]]), "absurd"),
         (cbor2.dumps([[6, 2**64 - 1, "n", "m"]]), "absurd"),
         (cbor2.dumps([[20, 1, 2**64 - 1, "a", None]]), "absurd"),
         (cbor2.dumps([[9, "n", True, False, [None] * 10]]), "shape"),
