@@ -174,6 +174,14 @@ class Cluster:
     def connect(self, ip: str) -> Client:
         raise NotImplementedError
 
+    def _leader(self) -> int:
+        """1 + the index of the member that leads now, 0 while none does."""
+        raise NotImplementedError
+
+    def find_leader(self, timeout_s: float = 30) -> None:
+        """Which member leads (it may have changed under load): the one-client phases use it."""
+        self.leader = wait_for("a leader", self._leader, self.members, timeout_s) - 1
+
     def client(self, member: int | None) -> Client:
         """A new connection to `member`, or to the leader when it is None."""
         return self.connect(self.members.ips[self.leader if member is None else member])
@@ -271,8 +279,7 @@ class Shoal(Cluster):
             for other in ips:
                 args += ["--join", f"{other}:7946"] if other != ip else []
             self.members.spawn(args, root / f"shoal-{i}.log", cwd=self.tree, env=self.env)
-        name = wait_for("a controller", self._controller, self.members, 60)
-        self.leader = int(name.rsplit("-", 1)[1])
+        self.find_leader(60)
         for ip in ips:  # each agent takes writes (forwarding them) before the clock starts
             probe = ShoalClient(ip)
             try:
@@ -280,13 +287,17 @@ class Shoal(Cluster):
             finally:
                 probe.close()
 
-    def _controller(self) -> str | None:
+    def _leader(self) -> int:
         names = set()
         for ip in self.members.ips:
-            status, doc = Http(ip, 7947).call("GET", "/v1/controller")
+            http = Http(ip, 7947)
+            try:
+                status, doc = http.call("GET", "/v1/controller")
+            finally:
+                http.close()
             names.add(doc.get("controller") if status == 200 else None)
         (only,) = names if len(names) == 1 else (None,)
-        return only
+        return int(only.rsplit("-", 1)[1]) + 1 if only else 0  # agents are meta-<i>
 
     def _probe(self, probe: ShoalClient) -> bool:
         status, _ = probe.http.call("PUT", "/v1/meta/bench/probe", b"x")
@@ -357,7 +368,7 @@ class Etcd(Cluster):
                  "--initial-cluster", cluster, "--initial-cluster-state", "new",
                  "--initial-cluster-token", f"shoal-bench-{os.getpid()}"],
                 root / f"etcd-{i}.log")  # fmt: skip
-        self.leader = wait_for("a leader", self._leader, self.members, 60) - 1
+        self.find_leader(60)
 
     def _leader(self) -> int:
         for i, ip in enumerate(self.members.ips):
@@ -452,7 +463,7 @@ class ZooKeeper(Cluster):
                  f"/etc/zookeeper/conf:{ZK_JAR}",
                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
                 root / f"zk-{i}.log")  # fmt: skip
-        self.leader = wait_for("a leader", self._leader, self.members, 90) - 1
+        self.find_leader(90)
 
     def _leader(self) -> int:
         for i, ip in enumerate(self.members.ips):
@@ -494,6 +505,8 @@ def drive(system: Cluster, op: Op, clients: int, seconds: float, *,
     spread over the members), calling `op` back to back, or paced to `rate`
     operations per second in all, until `seconds` have passed (or each has
     called it `ops` times)."""
+    if leader:
+        system.find_leader()
     conns = [system.client(None if leader else w % 3) for w in range(clients)]
     run = Run(seconds)
     lock = threading.Lock()
@@ -619,7 +632,7 @@ def steady_disk(system: Cluster, fill: Op, seconds: float, rate: float,
 
 
 def report(name: str, label: str, run: Run) -> None:
-    errors = f", {run.errors} errors (first: {run.first_error})" if run.errors else ""
+    errors = f", {run.errors} errors (first: {run.first_error[:160]})" if run.errors else ""
     if not run.lat:
         print(f"  {name:<10} {label:<24} no operation succeeded{errors}", flush=True)
         return
