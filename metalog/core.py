@@ -128,7 +128,7 @@ class MetaLog:
                  entries: tuple[Entry, ...], *, leading_epoch: Callable[[], int | None],
                  highest_epoch: Callable[[], int], saw_epoch: Callable[[int], None],
                  voters: Callable[[], tuple[tuple[str, ...], ...]],
-                 controller: Callable[[], str | None],
+                 controller: Callable[[], tuple[str, int] | None],
                  addr_of: Callable[[str], Address | None]) -> None:  # fmt: skip
         """Args:
         name: this node's name; me: its address (its own durable appends
@@ -231,14 +231,14 @@ class MetaLog:
         if self.epoch is not None:
             self._append(op, (self.name, pid), now)
             return pid
-        controller = self._controller()
-        addr = None if controller is None else self._addr_of(controller)
-        if addr is None or controller == self.name:
+        known = self._controller()
+        addr = None if known is None else self._addr_of(known[0])
+        if known is None or addr is None or known[0] == self.name:
             self.counters.proposals_not_applied += 1
             self.out.event(ProposalDone(pid, OUTCOME_NOT_APPLIED, 0))
             return pid
         self._asked[pid] = now + self.config.answer_timeout_s
-        self.out.send(Send(addr, (Propose(self.name, pid, op),)))
+        self.out.send(Send(addr, (Propose(self.name, pid, op, known[1]),)))
         return pid
 
     def read(self, key: bytes, now: float) -> int:
@@ -248,9 +248,9 @@ class MetaLog:
         if self.epoch is not None:
             self._start_read(self.name, rid, key, now)
             return rid
-        controller = self._controller()
-        addr = None if controller is None else self._addr_of(controller)
-        if addr is None or controller == self.name:
+        known = self._controller()
+        addr = None if known is None else self._addr_of(known[0])
+        if known is None or addr is None or known[0] == self.name:
             self.out.event(ReadDone(rid, False, None, 0, 0))
             return rid
         self._reading[rid] = now + self.config.answer_timeout_s
@@ -402,7 +402,11 @@ class MetaLog:
             self.out.send(Send(addr, (ProposeResult(pid, outcome, revision),)))
 
     def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
-        if self.epoch is None:
+        # Only the leader of the epoch the proposal was sent to appends it: a
+        # copy of it (a duplicated or replayed datagram) reaching this node
+        # once it leads a later epoch is refused too, so "not applied" is
+        # final (the origin may have been told so already).
+        if self.epoch is None or msg.epoch != self.epoch:
             self.counters.proposals_not_applied += 1
             self.out.send(Send(sender, (ProposeResult(msg.pid, OUTCOME_NOT_APPLIED, 0),)))
             return

@@ -63,11 +63,13 @@ class AppendAck(msgspec.Struct, frozen=True):
 
 
 class Propose(msgspec.Struct, frozen=True):
-    """An agent forwards a client's write to the controller."""
+    """An agent forwards a client's write to the controller of `epoch`;
+    only the leader of that epoch appends it (so a refusal is final)."""
 
     origin: str
     pid: int
     op: MetaOp
+    epoch: int
 
 
 OUTCOME_COMMITTED = 0  # applied: `revision`
@@ -174,8 +176,8 @@ def _encode(msg: Any) -> list[Any] | None:
                     commit, read_seq]
         case AppendAck(epoch, follower, ok, match_index, read_seq):
             return [71, epoch, follower, ok, match_index, read_seq]
-        case Propose(origin, pid, op):
-            return [72, origin, pid, _enc_op(op)]
+        case Propose(origin, pid, op, epoch):
+            return [72, origin, pid, _enc_op(op), epoch]
         case ProposeResult(pid, outcome, revision):
             return [73, pid, outcome, revision]
         case ReadRequest(origin, rid, key):
@@ -193,7 +195,8 @@ codec.register(70, 8, lambda f: Append(counter(f[1]), name(f[2]), u64(f[3]), cou
                                        _entries(f[5]), u64(f[6]), u64(f[7])), _encode)  # fmt: skip
 codec.register(71, 6, lambda f: AppendAck(counter(f[1]), name(f[2]), boolean(f[3]), u64(f[4]),
                                           u64(f[5])), _encode)  # fmt: skip
-codec.register(72, 4, lambda f: Propose(name(f[1]), u64(f[2]), _op(f[3])), _encode)
+codec.register(72, 5, lambda f: Propose(name(f[1]), u64(f[2]), _op(f[3]), counter(f[4])),
+               _encode)  # fmt: skip
 codec.register(73, 4, lambda f: ProposeResult(u64(f[1]), _outcome(f[2]), u64(f[3])), _encode)
 codec.register(74, 4, lambda f: ReadRequest(name(f[1]), u64(f[2]), _key(f[3])), _encode)
 codec.register(75, 6, lambda f: ReadResult(u64(f[1]), boolean(f[2]), _opt_value(f[3]),

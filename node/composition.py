@@ -299,9 +299,8 @@ class ShoalNode:
                 sets += (before.voters,)  # a change in flight: both majorities
             return sets
 
-        def controller() -> str | None:
-            known = election.known
-            return known[0] if known is not None else None
+        def controller() -> tuple[str, int] | None:
+            return election.known
 
         meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
                        leading_epoch=lambda: election.lease_epoch, highest_epoch=highest_epoch,
