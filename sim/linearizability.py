@@ -47,7 +47,7 @@ to the end of a linearization, where it changes nothing anyone saw
   fails with more of them taken and the same state and the same operations
   that return; the cache prunes those (Lowe's cache, widened).
 
-The model may help further: `metamodel.prepare` drops the timed-out writes
+The model may help further: `metahistory.prepare` drops the timed-out writes
 no one could have seen and ends the seen ones at the read that saw them.
 
 Partitions. The model splits each operation into per-partition parts
