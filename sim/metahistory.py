@@ -157,8 +157,9 @@ def check_meta(
 ) -> CheckResult:
     """Check a metadata history: `prepare`, then `linearizability.check` with `MetaModel`.
 
-    The operations in the result are the prepared ones: a timed-out put a
-    read saw returns at that read's return.
+    The operations in the result are the prepared ones (a timed-out put a
+    read saw returns at that read's return), and the explanation's `#n`
+    counts positions in the prepared history.
     """
     problems = check_revisions(history)
     if problems:
