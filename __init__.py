@@ -7,7 +7,7 @@ draws the layers and says where each behaviour lives.
 
 from shoal import native as _native
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["__version__"]
 
 # Before any other module of shoal loads: the compiled modules, or their

@@ -164,7 +164,7 @@ class Agent:
         """Open the disk and the sockets, start the node, send the join."""
         advertise, why = choose_advertise(cfg.bind, cfg.advertise)
         preload_discovery(cfg)  # imports while the database opens
-        self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth)
+        self.data_dir = DataDir(cfg.data_dir, cfg.store.tree_depth, cfg.cluster)
         stored = self.data_dir.load_identity()
         self.run_number = self.data_dir.next_run()
         versions = build_versions()

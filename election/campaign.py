@@ -61,6 +61,10 @@ SendFn = Callable[[str, object], None]
 """Send one message to a member by name (after every write made so far)."""
 
 
+def _no_log() -> tuple[int, int]:
+    return (0, 0)
+
+
 class Request(msgspec.Struct):
     """One request for a lease, and what its voters answered."""
 
@@ -89,11 +93,12 @@ class Request(msgspec.Struct):
             self.old is None or self.old.has_quorum(granted)
         )
 
-    def message(self, candidate: str) -> LeaseRequest | PreVote:
-        """The request as sent."""
+    def message(self, candidate: str, log: tuple[int, int] = (0, 0)) -> LeaseRequest | PreVote:
+        """The request as sent; `log` is the candidate's last log entry
+        (epoch, index), for the voters' up-to-date check."""
         if self.pre:
-            return PreVote(self.seq, self.epoch, candidate, self.config)
-        return LeaseRequest(self.seq, self.epoch, candidate, self.config)
+            return PreVote(self.seq, self.epoch, candidate, self.config, *log)
+        return LeaseRequest(self.seq, self.epoch, candidate, self.config, *log)
 
 
 class Campaign:
@@ -120,6 +125,9 @@ class Campaign:
         # voter whose copy was lost is asked again (see `resend_late`).
         self.late: Request | None = None
         self._send_to = send_to
+        # The last entry of this node's metadata log, (epoch, index), put in
+        # every request (set by the node that composes the cores).
+        self.log_position: Callable[[], tuple[int, int]] = _no_log
         self._liveness_of = liveness_of
 
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
@@ -136,7 +144,7 @@ class Campaign:
         req = Request(self.seq, epoch, config, old, now, now + timeout, renewal,
                       now + timeout * _RESEND_AFTER, pre=pre)  # fmt: skip
         self.request = req
-        msg = req.message(self.name)
+        msg = req.message(self.name, self.log_position())
         for voter in req.targets():
             if voter == self.name:
                 ask_self(msg)
@@ -227,7 +235,7 @@ class Campaign:
     def resend_due(self, req: Request, now: float) -> None:
         """Ask again the voters of `req` whose time has come: once, all that
         have not answered; and each held voter whose grant has just ended."""
-        msg = req.message(self.name)
+        msg = req.message(self.name, self.log_position())
         if now >= req.resend_at:
             req.resend_at = float("inf")
             for voter in req.targets():
@@ -266,7 +274,7 @@ class Campaign:
             if self._liveness_of is not None and self._gone(voter):
                 continue
             self.counters.resends += 1
-            self._send_to(voter, late.message(self.name))
+            self._send_to(voter, late.message(self.name, self.log_position()))
         late.resend_at = now + step
         if late.resend_at >= renew_at:
             self.late = None  # the next renewal asks everyone

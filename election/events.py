@@ -60,6 +60,7 @@ class ElectionCounters(Counters):
     pre_votes_answered: int = 0  # pre-votes this node answered as a voter
     notice_queries: int = 0  # fresh notices asked for after one was lost
     superseded: int = 0  # leases given up on a notice of a successor (our clock slow)
+    log_refusals: int = 0  # new grants refused: the candidate's metadata log was behind ours
 
 
 def election_fields(event: object) -> dict[str, object]:

@@ -136,6 +136,14 @@ class LeaseElection:
         # The feature level this node announces when it controls; the node
         # that composes the cores decides it (node/composition.py).
         self.feature_level = 1
+        # This node's metadata log's last entry (epoch, index), for the
+        # voter's up-to-date check and the campaign's requests; set by the
+        # node that composes the cores (metalog/).
+        self.log_position: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        # Whether the controller may change the voters now (metalog: not
+        # before an entry of its epoch is committed).
+        self.log_ready: Callable[[], bool] = lambda: True
+        self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()
 

@@ -24,17 +24,23 @@ from shoal.kernel.codec import MAX_NAME_CHARS, DecodeError, counter, u64
 from shoal.kernel.versions import MAX_FEATURE_LEVEL
 
 MAX_VOTERS = 64
-REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER = range(4)
+REJECT_HELD, REJECT_EPOCH, REJECT_CONFIG, REJECT_NOT_VOTER, REJECT_LOG = range(5)
 
 
 class LeaseRequest(msgspec.Struct, frozen=True):
     """Grant `candidate` the lease for `epoch` (a renewal when the voter
-    already granted it that epoch), under `config`."""
+    already granted it that epoch), under `config`. (`log_epoch`,
+    `log_index`) is the last entry of the candidate's metadata log
+    (metalog/): a voter whose log is more up to date refuses a new grant
+    (`REJECT_LOG`, Raft's election restriction). Both 0 (no log, or an agent
+    without one) keep the message's first shape, tag 20; otherwise tag 28."""
 
     seq: int
     epoch: int
     candidate: str
     config: VoterConfig
+    log_epoch: int = 0
+    log_index: int = 0
 
 
 class LeaseGrant(msgspec.Struct, frozen=True):
@@ -87,6 +93,8 @@ class PreVote(msgspec.Struct, frozen=True):
     epoch: int
     candidate: str
     config: VoterConfig
+    log_epoch: int = 0
+    log_index: int = 0
 
 
 class PreVoteGrant(msgspec.Struct, frozen=True):
@@ -135,8 +143,10 @@ def _enc_config(c: VoterConfig | None) -> list[Any] | None:
 
 def _encode(msg: Any) -> list[Any] | None:
     match msg:
-        case LeaseRequest(seq, epoch, candidate, config):
+        case LeaseRequest(seq, epoch, candidate, config, 0, 0):
             return [20, seq, epoch, candidate, _enc_config(config)]
+        case LeaseRequest(seq, epoch, candidate, config, log_epoch, log_index):
+            return [28, seq, epoch, candidate, _enc_config(config), log_epoch, log_index]
         case LeaseGrant(seq, epoch, voter):
             return [21, seq, epoch, voter]
         case LeaseReject(seq, voter, reason, granted, holder, remaining, config):
@@ -145,8 +155,10 @@ def _encode(msg: Any) -> list[Any] | None:
             return [23, epoch, holder]
         case ControllerNotice(epoch, holder, seq, remaining, config, level):
             return [24, epoch, holder, seq, remaining, _enc_config(config), level]
-        case PreVote(seq, epoch, candidate, config):
+        case PreVote(seq, epoch, candidate, config, 0, 0):
             return [25, seq, epoch, candidate, _enc_config(config)]
+        case PreVote(seq, epoch, candidate, config, log_epoch, log_index):
+            return [29, seq, epoch, candidate, _enc_config(config), log_epoch, log_index]
         case PreVoteGrant(seq, epoch, voter):
             return [26, seq, epoch, voter]
         case NoticeQuery(epoch):
@@ -161,7 +173,7 @@ def _level(v: object) -> int:
 
 
 def _reason(v: object) -> int:
-    if type(v) is not int or not 0 <= v <= REJECT_NOT_VOTER:
+    if type(v) is not int or not 0 <= v <= REJECT_LOG:
         raise DecodeError("shape", "bad reject reason")
     return v
 
@@ -180,3 +192,7 @@ codec.register(25, 5, lambda f: PreVote(u64(f[1]), counter(f[2]), _name(f[3]),
                                         _config(f[4])), _encode)  # fmt: skip
 codec.register(26, 4, lambda f: PreVoteGrant(u64(f[1]), counter(f[2]), _name(f[3])), _encode)
 codec.register(27, 2, lambda f: NoticeQuery(counter(f[1])), _encode)
+codec.register(28, 7, lambda f: LeaseRequest(u64(f[1]), counter(f[2]), _name(f[3]), _config(f[4]),
+                                             counter(f[5]), u64(f[6])), _encode)  # fmt: skip
+codec.register(29, 7, lambda f: PreVote(u64(f[1]), counter(f[2]), _name(f[3]), _config(f[4]),
+                                        counter(f[5]), u64(f[6])), _encode)  # fmt: skip

@@ -32,6 +32,22 @@ A voter holds at most one *grant*: (holder, epoch, until_at). It answers a
    real renewal asked for.
 5. **Epochs only grow.** A new grant's epoch must be above every epoch this
    node ever granted (`REJECT_EPOCH` otherwise), save the yielded one of 2.
+6. **The log.** (Checked before 5, for a new grant only: a renewal promises
+   nothing new.) The candidate's metadata log must be at least as up to
+   date as ours: its last entry's (epoch, index) not below ours
+   (`REJECT_LOG`; Raft's election restriction, §5.4.1). Every committed
+   entry is durable on a majority of the voters, every grant of a new
+   epoch comes from a majority, and two majorities share a voter; that
+   voter granted only to a candidate whose log holds what its own log held,
+   so the controller of every epoch starts with every entry committed in
+   the epochs before (Raft's Leader Completeness, with the grant of an
+   epoch as the vote of a term: each voter grants each epoch at most once,
+   by 5, written before the grant leaves). Entries are appended only by
+   the controller of their epoch, and a voter that granted a higher epoch
+   refuses appends of a lower one (metalog/), so a deposed controller
+   commits nothing. A new controller commits an entry of its own epoch
+   (a no-op) before it answers reads or writes; until then it may hold
+   entries of earlier epochs it cannot yet call committed (Raft §5.4.2).
 
 **Durability.** A new grant raises `granted_epoch` and writes it, with the
 configuration, through `Output.persist` (`PersistElection`) *before* the grant
@@ -95,6 +111,7 @@ from shoal.election.messages import (
     REJECT_CONFIG,
     REJECT_EPOCH,
     REJECT_HELD,
+    REJECT_LOG,
     REJECT_NOT_VOTER,
     LeaseGrant,
     LeaseReject,
@@ -145,9 +162,16 @@ class VoterHost(Protocol):
     def granted(self, now: float) -> None:
         """A new grant went out: stop standing, and look again."""
 
+    def log_position(self) -> tuple[int, int]:
+        """The last entry of this node's metadata log: (epoch, index)."""
+
 
 class Voter:
     """The grant rule of one node and the state it rests on."""
+
+    # False only in the test that shows the metadata log's checker catches
+    # a vote without the up-to-date check (tests/sim/test_meta.py).
+    check_log = True
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
                  granted_epoch: int, host: VoterHost) -> None:  # fmt: skip
@@ -217,6 +241,9 @@ class Voter:
             grant.seq = msg.seq
             grant.until_at = now + self.config.voter_grant_s
             return LeaseGrant(msg.seq, msg.epoch, self.name)
+        if Voter.check_log and (msg.log_epoch, msg.log_index) < host.log_position():  # 6
+            self.counters.log_refusals += 1
+            return self.reject(msg, REJECT_LOG, now)
         if msg.epoch <= self.granted_epoch and not (msg.epoch == yielded_epoch > 0):  # 5
             # (The epoch of a campaign we just abandoned was never claimed and
             # never will be: the candidate we yielded to may take it.)
@@ -250,6 +277,8 @@ class Voter:
             if grant.holder != self.name and host.ranks_above_me(msg.candidate):
                 host.hold_off(grant.until_at + 2 * self.config.request_timeout_s)
             return self.reject(msg, REJECT_HELD, now)
+        if Voter.check_log and (msg.log_epoch, msg.log_index) < host.log_position():  # 6
+            return self.reject(msg, REJECT_LOG, now)
         if msg.epoch <= self.granted_epoch:  # 5
             return self.reject(msg, REJECT_EPOCH, now)
         return PreVoteGrant(msg.seq, msg.epoch, self.name)

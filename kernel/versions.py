@@ -76,20 +76,26 @@ class Versions(msgspec.Struct, frozen=True, gc=False):
         return out
 
 
+# Feature levels. 1: what 0.2.0 speaks. 2: the metadata log (metalog/):
+# its messages, and lease requests that carry a log position, are sent
+# only once every member supports it.
+META_LOG_FEATURE = 2
+#
 # This build. A release that changes what a protocol sends raises that
 # protocol's max (and keeps min where the previous release's layout is still
 # read), so that each release works in one cluster with the one before it.
-THIS_BUILD = Versions((1, 1), (1, 1), (1, 1), (1, 1), 1)
+THIS_BUILD = Versions((1, 1), (1, 1), (1, 1), (1, 1), META_LOG_FEATURE)
 
 # A stand-in for the next release, for tests only (SHOAL_TEST_NEXT_RELEASE=1,
-# docs/operations.md): it understands membership version 2 and feature level
-# 2, whose one new message (node/nextrelease.py) it sends only once the
-# controller announces level 2, which it does only when every alive member
-# supports it. memberlist tests its version rule the same way.
-NEXT_RELEASE_STANDIN = Versions((1, 1), (1, 2), (1, 1), (1, 1), 2)
+# docs/operations.md): it understands membership version 2 and one feature
+# level more than this build, whose one new message (node/nextrelease.py)
+# it sends only once the controller announces that level, which it does
+# only when every alive member supports it. memberlist tests its version
+# rule the same way.
+NEXT_RELEASE_STANDIN = Versions((1, 1), (1, 2), (1, 1), (1, 1), THIS_BUILD.features + 1)
 # And for one two releases ahead, which no longer reads membership version 1:
 # this build must refuse it (SHOAL_TEST_NEXT_RELEASE=2).
-TWO_AHEAD_STANDIN = Versions((1, 1), (2, 3), (1, 1), (1, 1), 3)
+TWO_AHEAD_STANDIN = Versions((1, 1), (2, 3), (1, 1), (1, 1), THIS_BUILD.features + 2)
 
 
 class InvalidVersions(ValueError):

@@ -37,6 +37,9 @@ from shoal.membership.member import Member, MemberState, MemberView, NodeIdentit
 from shoal.membership.messages import Alive
 from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import SwimNode
+from shoal.metalog.core import MetaConfig, MetaLog
+from shoal.metalog.messages import Entry
+from shoal.metalog.state import MetaOp
 from shoal.node import nextrelease
 from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
 from shoal.node.nextrelease import LEVEL_PROBE_FEATURE, LevelProbe
@@ -79,6 +82,8 @@ class ShoalNode:
         lease_config: LeaseConfig | None = None,
         election_state: tuple[int, VoterConfig | None] = (0, None),
         bootstrap_expect: int = 3,
+        meta: MetaConfig | None = None,
+        meta_log: tuple[Entry, ...] = (),
     ) -> None:
         """Compose the cores for one node.
 
@@ -97,6 +102,9 @@ class ShoalNode:
                 persisted by a previous run.
             bootstrap_expect: eligible members to wait for before the
                 first voter configuration is formed.
+            meta: run the metadata log (metalog/) with this timing; None:
+                not (the agent turns it on through the feature level).
+            meta_log: the metadata log's entries a previous run left durable.
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
         cfg = sync_config or SyncConfig()
@@ -134,6 +142,9 @@ class ShoalNode:
         self._probes = ident.versions.features >= LEVEL_PROBE_FEATURE and nextrelease.enabled()
         if self._probes:
             self._routes[LevelProbe] = self._on_level_probe
+        self.meta: MetaLog | None = None
+        if meta is not None:
+            self.meta = self._compose_meta(meta, meta_log, random.Random(rng.getrandbits(64)))
 
     @property
     def name(self) -> str:
@@ -166,6 +177,8 @@ class ShoalNode:
         """Route one decoded message to the core it belongs to."""
         self._routes[type(message)](message, sender, now)
         self._check_view(now)
+        if self.meta is not None:
+            self.meta.leadership(now)
 
     def understands(self, messages: Any) -> bool:
         """Whether every one of `messages` is one a core takes (a reply to a
@@ -189,6 +202,8 @@ class ShoalNode:
                 routes[type(message)](message, sender, now)
         if self.swim.table.version != self._view_version:
             self._check_view(now)
+        if self.meta is not None:
+            self.meta.leadership(now)
 
     def tick(self, now: float) -> None:
         """Run whatever is due in any core."""
@@ -199,6 +214,8 @@ class ShoalNode:
         self.sync.tick(now)
         self._check_view(now)
         self.election.tick(now)
+        if self.meta is not None:
+            self.meta.tick(now)
         self.known_epoch()  # remember the epoch while the lease or the notice lasts
         if now >= self._level_at:
             self._level_at = now + _LEVEL_EVERY_S
@@ -220,6 +237,10 @@ class ShoalNode:
         d = self.election.next_deadline()
         if d is not None and (best is None or d < best):
             best = d
+        if self.meta is not None:
+            d = self.meta.next_deadline()
+            if d is not None and (best is None or d < best):
+                best = d
         return best
 
     def drain(self) -> Output:
@@ -229,9 +250,12 @@ class ShoalNode:
         # identity test per core, on a path the simulator takes per message.
         a, b, c = self.swim.drain(), self.sync.drain(), self.election.drain()
         self._swim_events_seen = 0  # swim's event list was emptied by its drain
-        if self.out:
-            own = self.out.drain()
-            outs = [out for out in (a, b, c, own) if out is not EMPTY]
+        if self.out or self.meta is not None:
+            own = self.out.drain() if self.out else EMPTY
+            d = self.meta.drain() if self.meta is not None else EMPTY
+            outs = [out for out in (a, b, c, own, d) if out is not EMPTY]
+            if not outs:
+                return EMPTY
             return Output(
                 tuple(p for o in outs for p in o.persist),
                 tuple(s for o in outs for s in o.send),
@@ -258,6 +282,49 @@ class ShoalNode:
     def unreachable(self, addr: Address, now: float) -> None:
         """Nothing listens at `addr` (ICMP port unreachable); see SwimNode."""
         self.swim.unreachable(addr, now)
+
+    # -- the metadata log (metalog/) ---------------------------------------------
+
+    def _compose_meta(self, config: MetaConfig, entries: tuple[Entry, ...],
+                      rng: random.Random) -> MetaLog:  # fmt: skip
+        election = self.election
+
+        def highest_epoch() -> int:
+            return max(election.epoch_known, election.granted_epoch)
+
+        def voters() -> tuple[tuple[str, ...], ...]:
+            now, before = election.voters, election.controller.quorum_config
+            sets: tuple[tuple[str, ...], ...] = () if now is None else (now.voters,)
+            if before is not None and now is not None and before.voters != now.voters:
+                sets += (before.voters,)  # a change in flight: both majorities
+            return sets
+
+        def controller() -> str | None:
+            known = election.known
+            return known[0] if known is not None else None
+
+        meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
+                       leading_epoch=lambda: election.lease_epoch, highest_epoch=highest_epoch,
+                       saw_epoch=election.saw_epoch, voters=voters, controller=controller,
+                       addr_of=self._addr_of)  # fmt: skip
+        election.log_position = meta.log.last
+        # No voter change before an entry of the controller's own epoch is
+        # committed (the fix to the single-server change bug, Ongaro 2015).
+        election.log_ready = meta.ready
+        self._routes.update(meta.handlers)
+        return meta
+
+    def meta_propose(self, op: MetaOp, now: float) -> int:
+        """Write `op` to the metadata log through the controller; a
+        `ProposalDone` event with its id follows."""
+        assert self.meta is not None
+        return self.meta.propose(op, now)
+
+    def meta_read(self, key: bytes, now: float) -> int:
+        """Read `key` linearizably through the controller; a `ReadDone`
+        event with its id follows."""
+        assert self.meta is not None
+        return self.meta.read(key, now)
 
     # -- the feature level (node/features.py) ---------------------------------
 

@@ -1,8 +1,9 @@
 """The cluster's feature level, as one node decides and learns it.
 
 The controller decides the level (kernel/versions.py, `feature_level`: the
-lowest level every alive member supports, at most the operator's cap) and
-announces it in every `ControllerNotice`; every member reads it from the
+lowest level every alive member supports, never below the level announced
+before, at most the operator's cap) and announces it in every
+`ControllerNotice`; every member reads it from the
 newest notice it accepted. The operator's cap is a record of the replicated
 store, `shoal/features/cap` (`shoal features --cap N` writes it), so that
 every controller, the next one included, honours it.
@@ -73,8 +74,13 @@ class FeatureLevel:
         self.unsupported_reported = False
 
     def decide(self, alive: Iterable[Versions], cap: int | None) -> int:
-        """The level a controller announces, over the alive members' versions."""
-        return feature_level(self.versions, alive, cap)
+        """The level a controller announces: the lowest the alive members
+        support, but never below the level already announced (an older
+        agent that joins later does not turn a feature off under the
+        others: it stops, told of a level above its own), and never above
+        the operator's cap, which is the one way down."""
+        level = max(feature_level(self.versions, alive, None), self.known)
+        return level if cap is None else max(1, min(level, cap))
 
     def learn(self, level: int, events: list[object]) -> None:
         """Know `level` (the controller's decision); report a change, and a

@@ -4,10 +4,10 @@ Until a second release exists, the rolling-upgrade tests need a build that
 speaks a newer version than the last release, as memberlist tests its
 version rule. `SHOAL_TEST_NEXT_RELEASE=1` (docs/operations.md) makes the
 agent announce `NEXT_RELEASE_STANDIN` (kernel/versions.py: membership
-version 2 and feature level 2) and know one message the release does not:
+version 2 and one feature level more) and know one message the release does not:
 `LevelProbe`, under a tag below the ignorable range, so that a release
 agent that received one would drop the whole datagram as `unknown_type`.
-The stand-in sends it only while the controller announces feature level 2,
+The stand-in sends it only while the controller announces its feature level,
 which it does only when every alive member supports it: the tests check
 that no release agent ever drops one.
 
@@ -22,9 +22,10 @@ import msgspec
 
 from shoal.kernel import codec
 from shoal.kernel.codec import counter, name
+from shoal.kernel.versions import NEXT_RELEASE_STANDIN
 
 LEVEL_PROBE_TAG = 19  # the last tag of membership's range (docs/wire.md)
-LEVEL_PROBE_FEATURE = 2  # the feature level that turns it on
+LEVEL_PROBE_FEATURE = NEXT_RELEASE_STANDIN.features  # the feature level that turns it on
 
 
 class LevelProbe(msgspec.Struct, frozen=True):

@@ -35,6 +35,8 @@ from shoal.kernel import codec
 from shoal.kernel.contract import EMPTY, Address, Channel, Persist, PersistIncarnation
 from shoal.membership.member import Member, MemberState, NodeIdentity
 from shoal.membership.profiles import SwimConfig
+from shoal.metalog.core import MetaConfig
+from shoal.metalog.log import PersistLog
 from shoal.node.composition import ShoalNode
 from shoal.sim.clock import NodeClock
 from shoal.sim.disk import FsyncLatency, SimDisk
@@ -122,8 +124,10 @@ class SimCluster:
         bootstrap_expect: int = 3,
         fsync: FsyncLatency | None = None,
         latency: LatencyMatrix | None = None,
+        meta: MetaConfig | None = None,
     ) -> None:
         self.n = n
+        self.meta = meta  # run the metadata log (metalog/) with this timing
         self.seed = seed
         self.config = config
         self.wire = wire
@@ -247,7 +251,7 @@ class SimCluster:
         disk = self.disks[i]
         node = ShoalNode(self.idents[i], self.config, rng, disk.incarnation, self.stores[i],
                          self.sync_config, SIM_WALL_BASE_MS, self.lease_config,
-                         disk.election, self.bootstrap_expect)  # fmt: skip
+                         disk.election, self.bootstrap_expect, self.meta, disk.log)  # fmt: skip
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         if known:
@@ -374,6 +378,14 @@ class SimCluster:
                 disk.election = state
             else:
                 if disk.write_election(state):
+                    self._start_sync(i)
+                for hook in self.write_hooks:
+                    hook(i)
+        elif isinstance(write, PersistLog):
+            if self.fsync is None:
+                disk.write_log_synced(write)
+            else:
+                if disk.write_log(write):
                     self._start_sync(i)
                 for hook in self.write_hooks:
                     hook(i)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import Send
+from shoal.metalog.log import PersistLog
+from shoal.metalog.messages import Entry
 
 ElectionState = tuple[int, VoterConfig | None]
 """(highest epoch granted, voter configuration), as `PersistElection` holds."""
@@ -30,12 +32,18 @@ class SimDisk:
     """What survives a crash of one host, and what waits for its fsync."""
 
     __slots__ = ("incarnation", "election", "_written", "_writes", "_durable", "_syncing",
-                 "_covers", "_held", "crashes")  # fmt: skip
+                 "_covers", "_held", "crashes", "log", "_log_written", "_log_covers",
+                 "wiped")  # fmt: skip
 
     def __init__(self) -> None:
         self.incarnation = 0  # synced in place, as the agent does
         self.election: ElectionState = (0, None)  # durable
         self._written: ElectionState = (0, None)  # latest, maybe not durable
+        # The metadata log (metalog/): durable entries, and the latest written.
+        self.log: tuple[Entry, ...] = ()
+        self._log_written: list[Entry] = []
+        self._log_covers: tuple[Entry, ...] = ()
+        self.wiped = 0  # times the disk was lost (a new data directory)
         self._writes = 0
         self._durable = 0  # writes covered by completed syncs
         self._syncing = False
@@ -54,11 +62,26 @@ class SimDisk:
         self._writes += 1
         return not self._syncing
 
+    def write_log(self, write: PersistLog) -> bool:
+        """Write log entries unsynced (the tail from `from_index` replaced);
+        True when a sync must start now."""
+        del self._log_written[write.from_index - 1 :]
+        self._log_written.extend(write.entries)
+        self._writes += 1
+        return not self._syncing
+
+    def write_log_synced(self, write: PersistLog) -> None:
+        """The same, durable at once (no fsync latency modelled)."""
+        del self._log_written[write.from_index - 1 :]
+        self._log_written.extend(write.entries)
+        self.log = tuple(self._log_written)
+
     def start_sync(self) -> None:
         """A sync starts: it covers every write made so far."""
         assert not self._syncing
         self._syncing = True
         self._covers = (self._writes, self._written)
+        self._log_covers = tuple(self._log_written)
 
     def sync_done(self) -> tuple[list[Send], bool]:
         """The running sync completed. Returns the sends it releases (all
@@ -66,6 +89,7 @@ class SimDisk:
         sync must start (writes arrived meanwhile)."""
         self._syncing = False
         self._durable, self.election = self._covers
+        self.log = self._log_covers
         if self.pending:
             return [], True
         held, self._held = self._held, []
@@ -82,7 +106,17 @@ class SimDisk:
     def crash(self) -> None:
         """The host stops: unsynced writes and held sends are lost."""
         self._written = self.election
+        self._log_written = list(self.log)
         self._writes = self._durable
         self._syncing = False
         self._held = []
         self.crashes += 1
+
+    def wipe(self) -> None:
+        """The disk is lost (replaced, or its data directory removed): the
+        node comes back with nothing, as a new data directory."""
+        self.crash()
+        self.incarnation = 0
+        self.election = self._written = (0, None)
+        self.log, self._log_written = (), []
+        self.wiped += 1

@@ -248,7 +248,7 @@ def swarm_run(seed: int, duration_s: float = 60.0, heal_at_s: float = 40.0,
         at += rng.uniform(1.0, 6.0)
         if at >= heal_at_s - 0.5:
             break
-        _random_fault(cluster, rng, at, down, run)
+        random_fault(cluster, rng, at, down, run)
 
     if fsync_s > 0:
         # Often the very first grants: a voter that restarts with nothing on
@@ -346,11 +346,15 @@ def _crash_before_fsync(cluster: SimCluster, at: float, until: float, reboot_s: 
     cluster.at(at, arm)
 
 
-def _random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[int],
-                  run: SwarmRun) -> None:  # fmt: skip
+FAULTS = ("crash_controller", "crash", "restart", "partition", "cut_controller", "heal", "leave")
+
+
+def random_fault(cluster: SimCluster, rng: random.Random, at: float, down: set[int],
+                 run: SwarmRun, kinds: tuple[str, ...] = FAULTS) -> None:  # fmt: skip
+    """Schedule one fault of `kinds` at `at` (named in `run.faults`);
+    `down` holds the hosts crashed or left, which come back at the heal."""
     n = cluster.n
-    kind = rng.choice(["crash_controller", "crash", "restart", "partition", "cut_controller",
-                       "heal", "leave"])  # fmt: skip
+    kind = rng.choice(kinds)
     if kind in ("crash", "crash_controller") and len(down) < (n - 1) // 2:
 
         def crash(k: str = kind) -> None:

@@ -76,7 +76,8 @@ class _Watch:
             if type(m) is LevelProbe:
                 self.run.probes_delivered += 1
                 dst = self.cluster._host_of.get(to)
-                if dst is not None and self.cluster.idents[dst].versions.features < 2:
+                newest = NEXT_RELEASE_STANDIN.features
+                if dst is not None and self.cluster.idents[dst].versions.features < newest:
                     self.run.probes_to_old += 1
 
 
@@ -129,10 +130,11 @@ def run_upgrade(seed: int, cap_before_downgrade: bool = True) -> UpgradeRun:
     assert run_until_converged(cluster, 30.0) is not None, "the cluster did not form"
     cluster.run_until(cluster.now + 5.0)  # a controller, and its first notices
     _roll(cluster, NEXT_RELEASE_STANDIN, run)
-    run.level_upgraded_s = _all_know(watch, 2, cluster, 10.0)
+    run.level_upgraded_s = _all_know(watch, NEXT_RELEASE_STANDIN.features, cluster, 10.0)
     if cap_before_downgrade:
-        cluster.write(0, FEATURE_CAP_KEY, b"1", cluster.now + 0.1)
-        run.level_capped_s = _all_know(watch, 1, cluster, 10.0)
+        cap = THIS_BUILD.features
+        cluster.write(0, FEATURE_CAP_KEY, b"%d" % cap, cluster.now + 0.1)
+        run.level_capped_s = _all_know(watch, cap, cluster, 10.0)
     _roll(cluster, THIS_BUILD, run)
     cluster.run_until(cluster.now + 5.0)
     run.misread = cluster.stats.misread

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -34,3 +36,18 @@ def require_root(reason: str) -> None:
         if IN_CI:
             pytest.fail(f"CI=true but not root: {reason}")
         pytest.skip(f"needs root: {reason}")
+
+
+def tree_digest(root: Path) -> dict[str, tuple[str, int, str, int]]:
+    """Every file and directory under `root` (itself included): relative
+    name -> (kind, size, SHA-256 of the contents, mtime in ns). Two equal
+    digests mean nothing was created, removed, written or touched."""
+    out: dict[str, tuple[str, int, str, int]] = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        st = path.lstat()
+        if path.is_dir():
+            out[str(path.relative_to(root))] = ("dir", 0, "", st.st_mtime_ns)
+        else:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[str(path.relative_to(root))] = ("file", st.st_size, digest, st.st_mtime_ns)
+    return out

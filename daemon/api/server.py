@@ -51,6 +51,7 @@ from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.config import parse_address
+from shoal.daemon.disk.dataformat import FORMAT_VERSION
 from shoal.daemon.health import HEALTH_TAG, PASSING
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.versions import PROTOCOLS
@@ -223,6 +224,7 @@ class ApiServer:
         node = status.node
         me: dict[str, Any] = node.me.to_json()
         me["cluster"] = self.agent.config.cluster
+        me["data_format"] = FORMAT_VERSION  # the data directory's, migrated at start
         me["health_score"] = node.health_score
         me["clock_offset_ms"] = node.clock_offset_ms
         me["watchers"] = status.watchers

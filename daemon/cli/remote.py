@@ -178,7 +178,7 @@ def _info(client: Client, args: argparse.Namespace) -> int:
                           "hot_path": root.get("hot_path")}, indent=2))  # fmt: skip
         return 0
     print("agent:")
-    for key in ("name", "node_id", "cluster", "address", "status", "incarnation"):
+    for key in ("name", "node_id", "cluster", "address", "status", "incarnation", "data_format"):
         print(f"  {key} = {me.get(key)}")
     print(f"  version = {root['version']}")
     print(f"  hot_path = {root.get('hot_path')}")

@@ -1,4 +1,4 @@
-"""A node's data directory: its lock, its database, its identity.
+"""A node's data directory: its format, its lock, its database, its identity.
 
 The node id is created once per data directory and identifies the node for
 life, so a restarted node is recognised as itself even at a new address. The
@@ -6,18 +6,20 @@ incarnation is persisted (synced) before the core may announce it, so a
 restart always starts above anything the cluster has seen from this node.
 Both live in the database's ``local`` column family (`storage.engine`).
 
-`DataDir` takes an exclusive `flock` on `<data_dir>/LOCK` first, so that a
-second agent pointed at the same directory gets a one-line error naming the
-problem instead of RocksDB's lock message. Version 0.1 kept the identity in
-`identity.cbor`; it is imported once and the file renamed
-`identity.cbor.imported`, so an upgraded node keeps its id.
+`DataDir` first reads `<data_dir>/FORMAT` (daemon/disk/dataformat.py) and
+refuses a newer format, a damaged or foreign record, or another cluster's
+directory before it creates or writes anything there. Then it takes an
+exclusive `flock` on `<data_dir>/LOCK`, so that a second agent pointed at
+the same directory gets a one-line error naming the problem instead of
+RocksDB's lock message, opens the database and migrates an older format
+forward (version 0.1's `identity.cbor` is imported by that migration, so an
+upgraded node keeps its id).
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
-import os
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -25,16 +27,16 @@ from typing import IO, Any
 import cbor2
 import msgspec
 
+from shoal.daemon.disk import dataformat
+from shoal.daemon.disk.dataformat import INCARNATION, NODE_ID
 from shoal.kernel.errors import DataDirError
 from shoal.kernel.sealing import next_run
 from shoal.storage.engine import Engine
+from shoal.storage.records import NODE_ID_BYTES
 
-_NODE_ID = b"node_id"
-_INCARNATION = b"incarnation"
 _RUN = b"run"
 TAGS_FILE = "tags.json"  # the tags `shoal tags` set; they win over the config's
 _ELECTION = b"election"
-NODE_ID_BYTES = 16
 
 
 class StoredIdentity(msgspec.Struct, frozen=True):
@@ -47,17 +49,21 @@ class StoredIdentity(msgspec.Struct, frozen=True):
 class DataDir:
     """The locked data directory and its open database."""
 
-    def __init__(self, path: Path, depth: int) -> None:
-        """Lock `path` and open its database.
+    def __init__(self, path: Path, depth: int, cluster: str) -> None:
+        """Check the directory's format, lock it, open its database and
+        migrate it to this build's format.
 
         Args:
             path: the data directory (created if missing).
             depth: the Merkle tree depth (for the record store's index).
+            cluster: the cluster this agent is configured for.
 
         Raises:
-            DataDirError: not usable, or in use by another agent.
+            DataDirError: not usable, in use by another agent, of a newer
+                format or another cluster (then left untouched).
         """
         self.path = path
+        dataformat.check_format(path, cluster)  # before anything is created
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._lock: IO[bytes] = open(path / "LOCK", "wb")
@@ -69,22 +75,24 @@ class DataDir:
             self._lock.close()
             raise DataDirError(f"data_dir: {path} is in use by another shoal agent") from None
         try:
+            # Again under the lock: another agent may have written it since.
+            found = dataformat.check_format(path, cluster)
             self.engine = Engine(path / "db", depth)
         except DataDirError:
             self._lock.close()
             raise
+        try:
+            self.migrated_from = dataformat.migrate(path, self.engine, cluster, found)
+        except DataDirError:
+            self.close()
+            raise
 
     def load_identity(self) -> StoredIdentity:
-        """The stored identity, created (or imported) on first use."""
-        engine = self.engine
-        node_id = engine.local_get(_NODE_ID)
-        if node_id is None:
-            node_id, incarnation = self._legacy_identity()
-            engine.local_put(_INCARNATION, incarnation.to_bytes(8, "big"))
-            engine.local_put(_NODE_ID, node_id)
-            self._retire_legacy()
-        raw_inc = engine.local_get(_INCARNATION)
-        if len(node_id) != NODE_ID_BYTES or raw_inc is None or len(raw_inc) != 8:
+        """The stored identity (made by the format's first step)."""
+        node_id = self.engine.local_get(NODE_ID)
+        raw_inc = self.engine.local_get(INCARNATION)
+        if (node_id is None or len(node_id) != NODE_ID_BYTES
+                or raw_inc is None or len(raw_inc) != 8):  # fmt: skip
             raise DataDirError(f"data_dir: the identity in {self.path} is damaged; move it away")
         return StoredIdentity(node_id, int.from_bytes(raw_inc, "big"))
 
@@ -121,17 +129,11 @@ class DataDir:
 
     def save_tags(self, tags: Any) -> None:
         """Write the tags `shoal tags` set, atomically and durably."""
-        path = self.path / TAGS_FILE
-        tmp = path.with_name(TAGS_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(dict(tags), f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        dataformat.write_durably(self.path / TAGS_FILE, json.dumps(dict(tags), sort_keys=True))
 
     def save_incarnation(self, incarnation: int) -> None:
         """Make `incarnation` durable (fsync) before returning."""
-        self.engine.local_put(_INCARNATION, incarnation.to_bytes(8, "big"))
+        self.engine.local_put(INCARNATION, incarnation.to_bytes(8, "big"))
 
     def load_election(self) -> tuple[int, Any]:
         """(highest granted epoch, voter configuration or None) from the last run."""
@@ -160,22 +162,3 @@ class DataDir:
         """Close the database and release the directory."""
         self.engine.close()
         self._lock.close()
-
-    def _legacy_identity(self) -> tuple[bytes, int]:
-        legacy = self.path / "identity.cbor"
-        try:
-            raw = cbor2.loads(legacy.read_bytes())
-            node_id, incarnation = raw["node_id"], raw["incarnation"]
-            if isinstance(node_id, bytes) and len(node_id) == NODE_ID_BYTES:
-                if isinstance(incarnation, int) and incarnation >= 0:
-                    return node_id, incarnation
-        except FileNotFoundError:
-            return os.urandom(NODE_ID_BYTES), 0
-        except (OSError, ValueError, KeyError, TypeError, cbor2.CBORDecodeError):
-            pass
-        raise DataDirError(f"data_dir: {legacy} is damaged; move it away")
-
-    def _retire_legacy(self) -> None:
-        legacy = self.path / "identity.cbor"
-        if legacy.exists():
-            legacy.rename(legacy.with_name("identity.cbor.imported"))

@@ -128,6 +128,7 @@
       state.members.set(m.name, {
         name: m.name, status: m.status, address: m.address, tags: m.tags || {},
         health: m.health || "passing", incarnation: m.incarnation, changedMs: null,
+        versions: m.versions || null,
       });
     }
     state.controller = {
@@ -242,6 +243,7 @@
       if (ev.address) row.address = ev.address;
       if (ev.tags) { row.tags = ev.tags; row.health = ev.tags[HEALTH_TAG] || "passing"; }
       if (typeof ev.incarnation === "number") row.incarnation = ev.incarnation;
+      if (ev.versions) row.versions = ev.versions;
       row.changedMs = ev.at_ms;
       state.members.set(name, row);
       if (state.self && name === state.self.name) state.self.status = ev.status;
@@ -399,7 +401,20 @@
     return parts.slice(0, 2).join(" ");
   }
 
-  function tagText(tags) {
+  // What a member understands (docs/operations.md, "An upgrade"): its
+// membership range and feature level in the cell, every range in the title.
+function versionsText(v) {
+  if (!v) return "?";
+  return "mem " + v.membership[0] + "-" + v.membership[1] + " · feat " + v.features;
+}
+
+function versionsTitle(v) {
+  if (!v) return "an agent older than versions on the wire";
+  return ["envelope", "membership", "election", "sync"]
+    .map((p) => p + " " + v[p][0] + "-" + v[p][1]).join(", ") + ", features " + v.features;
+}
+
+function tagText(tags) {
     return Object.entries(tags || {}).filter(([k]) => k !== HEALTH_TAG)
       .map(([k, v]) => (v ? k + "=" + v : k)).join(" ");
   }
@@ -452,6 +467,7 @@
         el("td", { class: "mono", text: tagText(m.tags) }),
         el("td", null, el("span", { class: "health h-" + m.health, text: m.health })),
         el("td", { class: "num", text: String(m.incarnation ?? "") }),
+        el("td", { class: "mono", title: versionsTitle(m.versions), text: versionsText(m.versions) }),
         el("td", { class: "mono", title: m.changedMs ? new Date(m.changedMs).toISOString()
           : "no change since this page loaded", text: m.changedMs ? clock(m.changedMs) : "—" }));
     }));

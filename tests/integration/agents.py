@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,50 @@ def next_ip() -> str:
     return f"127.88.{(n // 250) % 250}.{n % 250 + 1}"
 
 
+# The test-only setting that makes this tree stand in for the next release
+# (issue 43): it announces a higher version and one new message type.
+NEXT_RELEASE_ENV = "SHOAL_TEST_NEXT_RELEASE"
+
+
+@dataclass(frozen=True)
+class Build:
+    """What an agent runs: an interpreter whose venv holds one shoal, the
+    directory it starts in, and the environment it adds or removes.
+
+    `fallback` says why a stand-in runs where a real release was wanted
+    (tests/integration/releases.py).
+    """
+
+    name: str = "working tree"
+    python: str = sys.executable
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+    fallback: str | None = None
+
+    @classmethod
+    def current(cls, name: str = "working tree", fallback: str | None = None) -> Build:
+        """This tree, as the tests run it."""
+        return cls(name=name, fallback=fallback, unset=(NEXT_RELEASE_ENV,))
+
+    @classmethod
+    def next_release(cls) -> Build:
+        """This tree told to stand in for the next release."""
+        return cls(name=f"working tree + {NEXT_RELEASE_ENV}=1", env={NEXT_RELEASE_ENV: "1"})
+
+    def environ(self, extra: dict[str, str]) -> dict[str, str] | None:
+        """The environment of an agent of this build (None: this process's)."""
+        if not (self.env or self.unset or extra):
+            return None
+        kept = {k: v for k, v in os.environ.items() if k not in self.unset}
+        return {**kept, **self.env, **extra}
+
+
 class AgentProcess:
     """One `shoal agent` in its own process."""
 
-    def __init__(self, name: str, root: Path, join: list[str], extra: list[str]) -> None:
+    def __init__(self, name: str, root: Path, join: list[str], extra: list[str],
+                 build: Build | None = None) -> None:  # fmt: skip
         self.name = name
         self.ip = next_ip()
         serial = next(_SERIALS)
@@ -47,6 +88,7 @@ class AgentProcess:
         self.extra = extra
         self.prefix: list[str] = []  # e.g. faketime's, before the interpreter
         self.env: dict[str, str] = {}
+        self.build = build or Build()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -60,18 +102,32 @@ class AgentProcess:
     def start(self, new_address: bool = False) -> AgentProcess:
         if new_address:
             self.ip = next_ip()
-        args = [*self.prefix, sys.executable, "-m", "shoal.daemon.cli", "agent",
+        args = [*self.prefix, self.build.python, "-m", "shoal.daemon.cli", "agent",
                 "--node-name", self.name,
                 "--bind", self.gossip, "--api", f"{self.ip}:7947",
                 "--data-dir", str(self.data_dir), "--log-format", "json", *self.extra]  # fmt: skip
         for j in self.join:
             args += ["--join", j]
         log = open(self.log_path, "ab")
-        env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                     env=env)  # fmt: skip
+                                     env=self.build.environ(self.env),
+                                     cwd=self.build.cwd)  # fmt: skip
         log.close()
         return self
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM (the graceful leave), then its exit status."""
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(timeout_s)
+
+    def restart_on(self, build: Build, timeout_s: float = 20.0) -> int:
+        """Stop gracefully and start again on `build`, with the same data
+        directory, address and flags (an upgrade or a downgrade in place);
+        the exit status of the stop."""
+        code = self.stop(timeout_s)
+        self.build = build
+        self.start()
+        return code
 
     def members(self) -> dict[str, dict[str, Any]]:
         try:
@@ -120,11 +176,12 @@ class AgentCluster:
 
     def add(self, name: str | None = None, join: list[str] | None = None,
             extra: list[str] | None = None, prefix: list[str] | None = None,
-            env: dict[str, str] | None = None) -> AgentProcess:  # fmt: skip
+            env: dict[str, str] | None = None,
+            build: Build | None = None) -> AgentProcess:  # fmt: skip
         name = name or f"agent-{len(self.agents)}"
         if join is None:
             join = [self.agents[0].gossip] if self.agents else []
-        agent = AgentProcess(name, self.root, join, extra or [])
+        agent = AgentProcess(name, self.root, join, extra or [], build)
         agent.prefix = prefix or []
         agent.env = env or {}
         self.agents.append(agent)

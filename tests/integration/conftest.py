@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 from tests.integration.agents import AgentCluster
@@ -30,3 +32,13 @@ def pytest_runtest_makereport(item, call):
             continue
         shown = [ln for ln in lines if any(w in ln for w in _WORTH_SHOWING)][-_LOG_LINES:]
         report.sections.append((f"log of {agent.name} ({agent.ip})", "\n".join(shown)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Which build stood in for the previous release (loudly when it was not
+    a real release), and the upgrade tests' figures (releases.py)."""
+    releases = sys.modules.get("tests.integration.releases")
+    if releases is not None and releases.NOTICES:
+        terminalreporter.section("upgrade: builds and figures")
+        for line in releases.NOTICES:
+            terminalreporter.write_line(line)

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from shoal.kernel.versions import NEXT_RELEASE_STANDIN, THIS_BUILD
 from tests.conftest import poll_until
 from tests.integration.agents import AgentCluster, shoal_cli
 from tests.integration.test_security import KEY, counters
@@ -49,13 +50,14 @@ def test_the_next_release_joins_and_members_detailed_shows_each_ones_versions(ag
     api = f"{members[0].ip}:7947"
     table = shoal_cli("members", "--detailed", "--api", api).stdout
     rows = {line.split()[0]: line for line in table.splitlines()[1:]}
-    assert "mem 1-2" in rows["next"] and "feat 2" in rows["next"]
-    assert "mem 1-1" in rows[members[1].name] and "feat 1" in rows[members[1].name]
-    poll_until(lambda: members[0].api.get("/v1/self")["feature_level"] == 1, 30)
+    mine, theirs = THIS_BUILD.features, NEXT_RELEASE_STANDIN.features
+    assert "mem 1-2" in rows["next"] and f"feat {theirs}" in rows["next"]
+    assert "mem 1-1" in rows[members[1].name] and f"feat {mine}" in rows[members[1].name]
+    poll_until(lambda: members[0].api.get("/v1/self")["feature_level"] == mine, 30)
     info = shoal_cli("info", "--api", api).stdout
-    assert "feature_level = 1" in info
+    assert f"feature_level = {mine}" in info
     assert f"held_back_by = {', '.join(sorted(a.name for a in members))}" in info
     assert "cluster_speaks = {'envelope': 1, 'membership': 1" in info
     features = shoal_cli("features", "--api", f"{nxt.ip}:7947")
     assert features.returncode == 0, features.stderr
-    assert "feature level: 1 (this agent supports up to 2)" in features.stdout
+    assert f"feature level: {mine} (this agent supports up to {theirs})" in features.stdout

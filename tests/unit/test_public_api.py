@@ -32,6 +32,15 @@ PINNED = {
     ],
     "churn": [],
     "kernel": [],
+    "metalog": [
+        "MetaConfig",
+        "MetaDelete",
+        "MetaLog",
+        "MetaPut",
+        "MetaState",
+        "ProposalDone",
+        "ReadDone",
+    ],
     "node": ["ShoalNode"],
 }  # fmt: skip
 

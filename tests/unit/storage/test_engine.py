@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-import cbor2
 import pytest
 
 from shoal.daemon.disk.commit import GroupCommit
@@ -58,42 +57,22 @@ def test_acknowledged_writes_survive_kill_9_and_reopen_is_clean(tmp_path):
 
 def test_data_dir_in_use_is_refused_and_identity_is_kept(tmp_path):
     """Two agents can never share one data directory; a restart keeps the id."""
-    first = DataDir(tmp_path, 4)
+    first = DataDir(tmp_path, 4, "shoal")
     ident = first.load_identity()
     first.save_incarnation(41)
     with pytest.raises(DataDirError, match="in use"):
-        DataDir(tmp_path, 4)
+        DataDir(tmp_path, 4, "shoal")
     first.close()
-    again = DataDir(tmp_path, 4)
+    again = DataDir(tmp_path, 4, "shoal")
     assert again.load_identity() == type(ident)(ident.node_id, 41)
     again.close()
-
-
-def test_the_identity_file_of_version_0_1_is_imported_once(tmp_path):
-    """An upgraded node keeps its node id and incarnation."""
-    node_id = bytes(range(16))
-    (tmp_path / "identity.cbor").write_bytes(cbor2.dumps({"node_id": node_id, "incarnation": 9}))
-    data = DataDir(tmp_path, 4)
-    assert data.load_identity().node_id == node_id
-    assert data.load_identity().incarnation == 9
-    data.close()
-    assert not (tmp_path / "identity.cbor").exists()
-    assert (tmp_path / "identity.cbor.imported").exists()
-
-
-def test_a_damaged_identity_file_is_a_clear_error(tmp_path):
-    (tmp_path / "identity.cbor").write_bytes(b"\xff\x00garbage")
-    data = DataDir(tmp_path, 4)
-    with pytest.raises(DataDirError, match="damaged"):
-        data.load_identity()
-    data.close()
 
 
 def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path):
     """32 writers waiting together need far fewer fsyncs than writes, and
     each is durable when its wait returns (the agent's wiring: the thread
     writes the staged records, then fsyncs)."""
-    data = DataDir(tmp_path, 4)
+    data = DataDir(tmp_path, 4, "shoal")
     engine = data.engine
     replica = Replica(engine.records, b"\x01" * 16, 60_000, 86_400_000)
     synced_upto: list[int] = []
@@ -116,7 +95,7 @@ def test_group_commit_makes_concurrent_writers_share_syncs(tmp_path):
     assert commits.waits == 1600
     assert commits.syncs < commits.waits / 4, (commits.syncs, commits.waits)
     data.close()
-    data = DataDir(tmp_path, 4)
+    data = DataDir(tmp_path, 4, "shoal")
     again = Replica(data.engine.records, b"\x01" * 16, 60_000, 86_400_000)
     assert all(again.get(b"w%d/%d" % (w, i)) for w in range(32) for i in range(50))
     data.close()

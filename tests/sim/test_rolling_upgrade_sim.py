@@ -5,18 +5,20 @@ with the operator's cap first — which the checks catch when it is missing."""
 
 import pytest
 
+from shoal.kernel.versions import THIS_BUILD
 from shoal.sim.upgrade import run_upgrade
 from tests.sim.conftest import seeds
 
 
 @pytest.mark.parametrize("seed", seeds())
 def test_a_rolling_upgrade_turns_the_new_feature_on_only_when_everyone_has_it(seed):
-    """While builds are mixed every node knows level 1; within seconds of the
-    last upgrade every node knows 2 and the new message flows; after the cap
-    every node knows 1 again, and the roll back stops no one and loses no
-    message to a build that cannot read it."""
+    """While builds are mixed every node knows this build's level; within
+    seconds of the last upgrade every node knows the next one's and the new
+    message flows; after the cap every node knows this build's again, and
+    the roll back stops no one and loses no message to a build that cannot
+    read it."""
     r = run_upgrade(seed)
-    assert r.level_mixed_max == 1, r
+    assert r.level_mixed_max == THIS_BUILD.features, r
     assert r.level_upgraded_s is not None and r.level_upgraded_s <= 5.0, r
     assert r.probes_delivered > 0, r
     assert r.level_capped_s is not None and r.level_capped_s <= 5.0, r

@@ -1,0 +1,510 @@
+"""MetaLog: the metadata log's core, led by the elected controller.
+
+Theory of operation (Raft's log replication, §5.3-5.4, on top of shoal's
+lease election; compare etcd raft's `stepLeader`/`stepFollower`, its
+`read_only.go`, and hashicorp/raft).
+
+**Roles.** The controller of epoch E (the election's lease, election/) leads
+the log while it holds that lease; every other voter follows. The epoch is
+Raft's term: the election grants each epoch to one node at most, after the
+voters' up-to-date check (election/voter.py, step 6), so the leader of E
+holds every entry committed before E.
+
+**Appending.** The leader appends each change as `Entry(E, index, op)`;
+on becoming leader it first appends a `NoOp` of E. Entries go to the
+driver as one `PersistLog` per drain (many entries per fsync) and to each
+voter in `Append` messages (many per message), pipelined: a follower's next
+index moves on when entries are sent, back when it refuses.
+
+**Following.** A follower refuses an `Append` of an epoch below the highest
+it knows or has granted (a deposed controller commits nothing), and one
+whose (`prev_index`, `prev_epoch`) it does not hold; otherwise it cuts a
+conflicting tail, appends, and answers `ok` with its match index only once
+those entries are durable: the answer rides on the write (kernel/contract.py,
+`Persist.releases`), and an answer to a heartbeat on a barrier after
+earlier writes.
+
+**Committing.** An index is committed once a majority of the voters hold it
+durably (the leader counts itself when its own write is durable: it answers
+itself the way a follower does) and its entry is of the current epoch
+(Raft §5.4.2: an earlier epoch's entry is committed only by one of the
+current epoch after it). Every node applies committed entries in order to
+its `MetaState`; the leader then answers the proposal: committed (with its
+revision), or a conflict of its `cas`.
+
+**Outcomes.** A write proposed anywhere is forwarded to the controller. Its
+origin is told exactly one of: committed, conflict, *not applied* (nobody
+to append it: no controller known, or the one asked is not it), or
+*unknown* (appended, then the leadership was lost or the answer did not
+come in time: it may yet commit). A minority never acknowledges a write.
+
+**Reads** (ReadIndex, Ongaro's thesis §6.4): the leader, once an entry of
+its epoch is committed, notes its commit index, sends a heartbeat round
+numbered `read_seq`, and answers once a majority of the voters have
+acknowledged that round (or a later one) under its epoch: no clock is
+trusted. A read asked before then waits.
+
+Pure: no IO, no clock; time is passed in, the driver makes writes durable.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from shoal.kernel.contract import EMPTY, Address, Output, Send
+from shoal.kernel.counters import Counters
+from shoal.kernel.outbox import Outbox
+from shoal.metalog.log import Log
+from shoal.metalog.messages import (
+    MAX_ENTRIES_PER_APPEND,
+    OUTCOME_COMMITTED,
+    OUTCOME_CONFLICT,
+    OUTCOME_NOT_APPLIED,
+    OUTCOME_UNKNOWN,
+    Append,
+    AppendAck,
+    Entry,
+    Propose,
+    ProposeResult,
+    ReadRequest,
+    ReadResult,
+)
+from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp
+
+
+class MetaConfig(msgspec.Struct, frozen=True):
+    """The log's timing."""
+
+    heartbeat_s: float = 0.1  # the leader's heartbeat (and resend) interval
+    answer_timeout_s: float = 3.0  # a forwarded write or read unanswered: unknown
+
+
+class MetaCounters(Counters):
+    """What the log did, for metrics."""
+
+    appended: int = 0
+    committed: int = 0
+    appends_refused_epoch: int = 0  # from a deposed controller
+    appends_refused_gap: int = 0  # prev entry not held: the leader backs up
+    proposals_not_applied: int = 0
+    proposals_unknown: int = 0
+    reads_served: int = 0
+
+
+class ProposalDone(msgspec.Struct, frozen=True):
+    """The outcome of this node's proposal `pid` (OUTCOME_*; `revision`:
+    the commit's, or the key's current one on a conflict)."""
+
+    pid: int
+    outcome: int
+    revision: int
+
+
+class ReadDone(msgspec.Struct, frozen=True):
+    """The answer to this node's read `rid` (`ok` False: not served)."""
+
+    rid: int
+    ok: bool
+    value: bytes | None
+    mod_revision: int
+    revision: int
+
+
+class MetaLog:
+    """One node's metadata log (see the module docstring)."""
+
+    # A deliberate bug, set only by the test that shows the swarm's checker
+    # catches it (tests/sim/test_meta.py): "commit_alone" (acknowledge once
+    # the leader's own disk holds an entry, not a majority's) or
+    # "read_without_quorum" (serve reads from local state without
+    # confirming leadership: a deposed controller answers stale).
+    mutation: str | None = None
+
+    def __init__(self, name: str, me: Address, config: MetaConfig, rng: random.Random,
+                 entries: tuple[Entry, ...], *, leading_epoch: Callable[[], int | None],
+                 highest_epoch: Callable[[], int], saw_epoch: Callable[[int], None],
+                 voters: Callable[[], tuple[tuple[str, ...], ...]],
+                 controller: Callable[[], str | None],
+                 addr_of: Callable[[str], Address | None]) -> None:  # fmt: skip
+        """Args:
+        name: this node's name; me: its address (its own durable appends
+            answer it there, as a follower's answer the leader).
+        config: timing. rng: unused yet (kept for the contract).
+        entries: the log a previous run left durable.
+        leading_epoch: the epoch of the lease this node holds, or None.
+        highest_epoch: the highest epoch this node knows or has granted.
+        saw_epoch: tell the election an epoch exists (an accepted append's).
+        voters: the voter sets whose majorities a commit (and a read's
+            confirmation) needs: the configuration, and while a voter change
+            is in flight the one before it too (joint majorities, so that no
+            change, however it ends, can elect a controller without an
+            entry committed here); controller: the controller known, if any.
+        addr_of: a member's address.
+        """
+        self.name, self.me, self.config, self.rng = name, me, config, rng
+        self.log = Log(entries)
+        self.state = MetaState()
+        self.commit = 0
+        self.out = Outbox()
+        self.counters = MetaCounters()
+        self._leading_epoch, self._highest_epoch = leading_epoch, highest_epoch
+        self._saw_epoch, self._voters, self._controller = saw_epoch, voters, controller
+        self._addr_of = addr_of
+        # Leader state (epoch None: not leading).
+        self.epoch: int | None = None
+        self._next: dict[str, int] = {}
+        self._match: dict[str, int] = {}
+        self._noop_index = 0
+        self._pending: dict[int, tuple[str, int]] = {}  # index -> (origin, pid)
+        self._read_seq = 0
+        self._read_acked: dict[str, int] = {}
+        self._reads: list[tuple[int, int, str, int, bytes]] = []  # seq, index, origin, rid, key
+        self._early_reads: list[tuple[str, int, bytes]] = []  # before the no-op commits
+        self._heartbeat_at = float("inf")
+        self._send_due = False  # entries appended since the last replication
+        self._now = 0.0  # the latest time an input came with (drain has none)
+        # Origin state: what this node asked, and until when it waits. Ids
+        # start at random, so a restarted node's are not its last run's
+        # (the state machine skips a proposal id it applied before).
+        self._next_id = rng.getrandbits(48)
+        self._asked: dict[int, float] = {}  # pid -> deadline
+        self._reading: dict[int, float] = {}  # rid -> deadline
+        self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
+            Append: self._on_append, AppendAck: self._on_ack, Propose: self._on_propose,
+            ProposeResult: self._on_result, ReadRequest: self._on_read,
+            ReadResult: self._on_read_result,
+        }  # fmt: skip
+
+    # -- the core contract -----------------------------------------------------
+
+    def receive(self, message: Any, sender: Address, now: float) -> None:
+        """Handle one decoded metadata-log message."""
+        self._now = now
+        self.handlers[type(message)](message, sender, now)
+
+    def tick(self, now: float) -> None:
+        """Follow the election's leadership; heartbeat; time out answers."""
+        self._now = now
+        self.leadership(now)
+        if self.epoch is not None and now >= self._heartbeat_at:
+            self._replicate(now, heartbeat=True)
+        for pid, deadline in list(self._asked.items()):
+            if now >= deadline:
+                del self._asked[pid]
+                self.counters.proposals_unknown += 1
+                self.out.event(ProposalDone(pid, OUTCOME_UNKNOWN, 0))
+        for rid, deadline in list(self._reading.items()):
+            if now >= deadline:
+                del self._reading[rid]
+                self.out.event(ReadDone(rid, False, None, 0, 0))
+
+    def next_deadline(self) -> float | None:
+        """The next heartbeat or answer timeout."""
+        times = [*self._asked.values(), *self._reading.values()]
+        if self.epoch is not None:
+            times.append(self._heartbeat_at)
+        return min(times) if times else None
+
+    def drain(self) -> Output:
+        """Hand the log's changes to the driver (the leader's own write
+        answers itself once durable), then the sends and events."""
+        if self._send_due and self.epoch is not None:
+            self._replicate(self._now, heartbeat=False)  # one batch per drain
+        write = self.log.take_persist()
+        if write is not None:
+            self.out.persist(write)
+            if self.epoch is not None:
+                ack = AppendAck(self.epoch, self.name, True, self.log.last_index)
+                self.out.send_durable(Send(self.me, (ack,)))
+        return self.out.drain() if self.out else EMPTY
+
+    # -- commands -----------------------------------------------------------------
+
+    def propose(self, op: MetaOp, now: float) -> int:
+        """Write `op` through the controller; its `ProposalDone` follows."""
+        self._next_id += 1
+        pid = self._next_id
+        if self.epoch is not None:
+            self._append(op, (self.name, pid), now)
+            return pid
+        controller = self._controller()
+        addr = None if controller is None else self._addr_of(controller)
+        if addr is None or controller == self.name:
+            self.counters.proposals_not_applied += 1
+            self.out.event(ProposalDone(pid, OUTCOME_NOT_APPLIED, 0))
+            return pid
+        self._asked[pid] = now + self.config.answer_timeout_s
+        self.out.send(Send(addr, (Propose(self.name, pid, op),)))
+        return pid
+
+    def read(self, key: bytes, now: float) -> int:
+        """Read `key` linearizably through the controller; `ReadDone` follows."""
+        self._next_id += 1
+        rid = self._next_id
+        if self.epoch is not None:
+            self._start_read(self.name, rid, key, now)
+            return rid
+        controller = self._controller()
+        addr = None if controller is None else self._addr_of(controller)
+        if addr is None or controller == self.name:
+            self.out.event(ReadDone(rid, False, None, 0, 0))
+            return rid
+        self._reading[rid] = now + self.config.answer_timeout_s
+        self.out.send(Send(addr, (ReadRequest(self.name, rid, key),)))
+        return rid
+
+    def ready(self) -> bool:
+        """Whether the voters may change: this node, leading, has committed
+        an entry of its own epoch (or does not lead the log: nothing of the
+        log is at stake). Ongaro's fix to the single-server change bug."""
+        return self.epoch is None or self.commit >= self._noop_index
+
+    def leadership(self, now: float) -> None:
+        """Lead the log while holding the lease, of that epoch; stop when not."""
+        epoch = self._leading_epoch()
+        if epoch == self.epoch:
+            return
+        if self.epoch is not None:
+            self._step_down()
+        if epoch is not None:
+            self._become_leader(epoch, now)
+
+    # -- leader -------------------------------------------------------------------
+
+    def _become_leader(self, epoch: int, now: float) -> None:
+        self.epoch = epoch
+        self._next = {}
+        self._match = {}
+        self._read_acked = {}
+        self._append(NoOp(), None, now)
+        self._noop_index = self.log.last_index
+
+    def _step_down(self) -> None:
+        """Leadership lost: what was appended may or may not commit."""
+        for origin, pid in self._pending.values():
+            self._answer(origin, pid, OUTCOME_UNKNOWN, 0)
+        for _, _, origin, rid, _ in self._reads:
+            self._answer_read(origin, rid, None)
+        for origin, rid, _ in self._early_reads:
+            self._answer_read(origin, rid, None)
+        self._pending, self._reads, self._early_reads = {}, [], []
+        self.epoch = None
+        self._heartbeat_at = float("inf")
+
+    def _append(self, op: MetaOp, asked: tuple[str, int] | None, now: float) -> None:
+        assert self.epoch is not None
+        index = self.log.last_index + 1
+        origin, pid = asked if asked is not None else ("", 0)
+        self.log.append(Entry(self.epoch, index, op, origin, pid))
+        self.counters.appended += 1
+        if asked is not None:
+            self._pending[index] = asked
+        self._send_due = True
+        self._now = now
+
+    def _replicate(self, now: float, heartbeat: bool) -> None:
+        """Send each voter what it lacks (or, on a heartbeat, at least an
+        empty append carrying the commit index and the read round)."""
+        assert self.epoch is not None
+        self._heartbeat_at = now + self.config.heartbeat_s
+        self._send_due = False
+        self._follow_voters()
+        log = self.log
+        for voter, nxt in self._next.items():
+            entries = log.since(nxt, MAX_ENTRIES_PER_APPEND)
+            if not entries and not heartbeat:
+                continue
+            addr = self._addr_of(voter)
+            if addr is None:
+                continue
+            prev_epoch = log.epoch_at(nxt - 1)
+            assert prev_epoch is not None
+            msg = Append(self.epoch, self.name, nxt - 1, prev_epoch, entries, self.commit,
+                         self._read_seq)  # fmt: skip
+            self.out.send(Send(addr, (msg,)))
+            if entries:
+                self._next[voter] = entries[-1].index + 1  # pipelined
+
+    def _follow_voters(self) -> None:
+        """Replicate to every voter of every set: a new one from the end
+        (it backs up from there), a removed one no more."""
+        wanted = {v for voters in self._voters() for v in voters if v != self.name}
+        if wanted != self._next.keys():
+            last = self.log.last_index
+            self._next = {v: self._next.get(v, last + 1) for v in sorted(wanted)}
+
+    def _quorum(self, has: Callable[[str], bool]) -> bool:
+        """Whether the voters for whom `has` holds are a majority of every set."""
+        sets = self._voters()
+        return bool(sets) and all(
+            sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets)
+
+    def _on_ack(self, msg: AppendAck, sender: Address, now: float) -> None:
+        if self.epoch is None or msg.epoch != self.epoch:
+            return  # an answer to a leadership we no longer hold, or a refusal by epoch
+        who = msg.follower
+        self._read_acked[who] = max(self._read_acked.get(who, 0), msg.read_seq)
+        if msg.ok:
+            if msg.match_index > self._match.get(who, 0):
+                self._match[who] = msg.match_index
+            if who in self._next:
+                self._next[who] = max(self._next[who], msg.match_index + 1)
+            self._advance_commit(now)
+        elif who in self._next:
+            # Back up to just after what it holds, and send again at once.
+            self._next[who] = max(1, min(msg.match_index + 1, self._next[who] - 1))
+            self._replicate(now, heartbeat=False)
+        self._serve_reads()
+
+    def _advance_commit(self, now: float) -> None:
+        assert self.epoch is not None
+        sets = self._voters()
+        if not sets:
+            return
+        n = self.log.last_index
+        for voters in sets:
+            held = sorted((self._match.get(v, 0) for v in voters), reverse=True)
+            n = min(n, held[0 if MetaLog.mutation == "commit_alone" else len(voters) // 2])
+        if n > self.commit and self.log.epoch_at(n) == self.epoch:
+            self.commit = n
+            self._apply(now)
+            if self._early_reads:
+                early, self._early_reads = self._early_reads, []
+                for origin, rid, key in early:
+                    self._start_read(origin, rid, key, now)
+
+    def _apply(self, now: float) -> None:
+        state, log = self.state, self.log
+        while state.revision < self.commit:
+            index = state.revision + 1
+            entry = log.entries[index - 1]
+            result = state.apply(index, entry.op, entry.origin, entry.pid)
+            self.counters.committed += 1
+            asked = self._pending.pop(index, None)
+            if asked is not None and not isinstance(result, Duplicate):
+                if isinstance(result, Applied):
+                    self._answer(*asked, OUTCOME_COMMITTED, result.revision)
+                else:
+                    self._answer(*asked, OUTCOME_CONFLICT, result.current)
+
+    def _answer(self, origin: str, pid: int, outcome: int, revision: int) -> None:
+        if outcome == OUTCOME_UNKNOWN:
+            self.counters.proposals_unknown += 1
+        if origin == self.name:
+            self.out.event(ProposalDone(pid, outcome, revision))
+            return
+        addr = self._addr_of(origin)
+        if addr is not None:
+            self.out.send(Send(addr, (ProposeResult(pid, outcome, revision),)))
+
+    def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
+        if self.epoch is None:
+            self.counters.proposals_not_applied += 1
+            self.out.send(Send(sender, (ProposeResult(msg.pid, OUTCOME_NOT_APPLIED, 0),)))
+            return
+        self._append(msg.op, (msg.origin, msg.pid), now)
+
+    def _on_read(self, msg: ReadRequest, sender: Address, now: float) -> None:
+        if self.epoch is None:
+            self.out.send(Send(sender, (ReadResult(msg.rid, False, None, 0, 0),)))
+            return
+        self._start_read(msg.origin, msg.rid, msg.key, now)
+
+    def _start_read(self, origin: str, rid: int, key: bytes, now: float) -> None:
+        """ReadIndex: note the commit index, confirm leadership with a fresh
+        heartbeat round, answer once a majority acknowledged it."""
+        if MetaLog.mutation == "read_without_quorum":
+            self._answer_read(origin, rid, key)
+            return
+        if self.commit < self._noop_index:
+            self._early_reads.append((origin, rid, key))  # our epoch's entry first
+            return
+        self._read_seq += 1
+        self._reads.append((self._read_seq, self.commit, origin, rid, key))
+        self._replicate(now, heartbeat=True)
+        self._serve_reads()
+
+    def _serve_reads(self) -> None:
+        if not self._reads:
+            return
+        kept = []
+        acked = self._read_acked
+        me = self.name
+        for read in self._reads:
+            seq, index, origin, rid, key = read
+
+            def confirmed(voter: str, seq: int = seq) -> bool:
+                return voter == me or acked.get(voter, 0) >= seq
+
+            if self.state.revision >= index and self._quorum(confirmed):
+                self._answer_read(origin, rid, key)
+            else:
+                kept.append(read)
+        self._reads = kept
+
+    def _answer_read(self, origin: str, rid: int, key: bytes | None) -> None:
+        """Serve (`key`) or refuse (None) a read from the applied state."""
+        if key is None:
+            answer = ReadResult(rid, False, None, 0, 0)
+        else:
+            self.counters.reads_served += 1
+            held = self.state.get(key)
+            answer = ReadResult(rid, True, None if held is None else held.value,
+                                0 if held is None else held.mod_revision, self.state.revision)
+        if origin == self.name:
+            self.out.event(ReadDone(answer.rid, answer.ok, answer.value, answer.mod_revision,
+                                    answer.revision))  # fmt: skip
+            return
+        addr = self._addr_of(origin)
+        if addr is not None:
+            self.out.send(Send(addr, (answer,)))
+
+    # -- follower -----------------------------------------------------------------
+
+    def _on_append(self, msg: Append, sender: Address, now: float) -> None:
+        if self.epoch is not None and msg.epoch > self.epoch:
+            self._step_down()  # a successor leads: the election will say so too
+        highest = self._highest_epoch()
+        if msg.epoch < highest or (self.epoch is not None and msg.epoch <= self.epoch):
+            self.counters.appends_refused_epoch += 1
+            refusal = AppendAck(max(highest, self.epoch or 0), self.name, False,
+                                self.log.last_index, msg.read_seq)  # fmt: skip
+            self.out.send(Send(sender, (refusal,)))
+            return
+        self._saw_epoch(msg.epoch)
+        log = self.log
+        if log.epoch_at(msg.prev_index) != msg.prev_epoch:
+            self.counters.appends_refused_gap += 1
+            hint = min(log.last_index, msg.prev_index - 1)
+            self.out.send_durable(Send(sender, (AppendAck(msg.epoch, self.name, False, hint,
+                                                          msg.read_seq),)))  # fmt: skip
+            return
+        log.merge(msg.entries)
+        matched = msg.prev_index + len(msg.entries)
+        write = log.take_persist()
+        if write is not None:
+            self.out.persist(write)
+        ack = AppendAck(msg.epoch, self.name, True, matched, msg.read_seq)
+        self.out.send_durable(Send(sender, (ack,)))  # once what it confirms is durable
+        commit = min(msg.commit, matched)
+        if commit > self.commit:
+            self.commit = commit
+            self._apply(now)
+
+    def _on_result(self, msg: ProposeResult, sender: Address, now: float) -> None:
+        if self._asked.pop(msg.pid, None) is None:
+            return  # answered already (timed out as unknown), or not ours
+        if msg.outcome == OUTCOME_UNKNOWN:
+            self.counters.proposals_unknown += 1
+        self.out.event(ProposalDone(msg.pid, msg.outcome, msg.revision))
+
+    def _on_read_result(self, msg: ReadResult, sender: Address, now: float) -> None:
+        if self._reading.pop(msg.rid, None) is None:
+            return
+        self.out.event(ReadDone(msg.rid, msg.ok, msg.value, msg.mod_revision, msg.revision))
+
+

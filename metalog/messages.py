@@ -1,0 +1,200 @@
+"""The metadata log's wire messages (tags 70-79; docs/wire.md).
+
+Raft's AppendEntries and its answer, carrying the election's epoch as the
+term; a proposal forwarded to the controller and its outcome; a
+linearizable read asked of the controller (ReadIndex, Ongaro's thesis
+section 6.4) and its answer. Sent only while the cluster's feature level
+includes the metadata log (node/features.py), so an agent that predates it
+never receives one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from shoal.kernel import codec
+from shoal.kernel.codec import DecodeError, boolean, counter, name, u64
+from shoal.metalog.state import MetaDelete, MetaOp, MetaPut, NoOp
+
+MAX_KEY_BYTES = 1024
+MAX_VALUE_BYTES = 512 * 1024
+MAX_ENTRIES_PER_APPEND = 1024
+
+
+class Entry(msgspec.Struct, frozen=True, gc=False):
+    """One log entry: appended by the controller of `epoch` at `index`;
+    (`origin`, `pid`) name the proposal, so that a copy of it appended
+    again (a duplicated datagram, a retry reaching a new controller) is
+    applied once (Raft thesis §6.3; the state machine skips the copy)."""
+
+    epoch: int
+    index: int
+    op: MetaOp
+    origin: str = ""
+    pid: int = 0
+
+
+class Append(msgspec.Struct, frozen=True):
+    """Raft's AppendEntries: `entries` follow (`prev_index`, `prev_epoch`);
+    the leader has committed up to `commit`. With no entries it is a
+    heartbeat; `read_seq` numbers the leader's ReadIndex rounds."""
+
+    epoch: int
+    leader: str
+    prev_index: int
+    prev_epoch: int
+    entries: tuple[Entry, ...]
+    commit: int
+    read_seq: int = 0
+
+
+class AppendAck(msgspec.Struct, frozen=True):
+    """A follower's answer: `ok` with the index its log matches the
+    leader's up to (durable), or a refusal with its last index as a hint;
+    `epoch` is the highest epoch it knows."""
+
+    epoch: int
+    follower: str
+    ok: bool
+    match_index: int
+    read_seq: int = 0
+
+
+class Propose(msgspec.Struct, frozen=True):
+    """An agent forwards a client's write to the controller."""
+
+    origin: str
+    pid: int
+    op: MetaOp
+
+
+OUTCOME_COMMITTED = 0  # applied: `revision`
+OUTCOME_CONFLICT = 1  # refused by its cas: `revision` is the key's current mod revision
+OUTCOME_NOT_APPLIED = 2  # not appended (not the controller): safe to retry
+OUTCOME_UNKNOWN = 3  # appended, then leadership was lost: may or may not commit
+
+
+class ProposeResult(msgspec.Struct, frozen=True):
+    """The controller's answer to a `Propose`."""
+
+    pid: int
+    outcome: int
+    revision: int
+
+
+class ReadRequest(msgspec.Struct, frozen=True):
+    """A linearizable read of `key`, asked of the controller."""
+
+    origin: str
+    rid: int
+    key: bytes
+
+
+class ReadResult(msgspec.Struct, frozen=True):
+    """`key`'s value and mod revision (0, None: absent) at `revision`, the
+    applied index the read was served at; `ok` False: not served (not the
+    controller, or leadership not confirmed)."""
+
+    rid: int
+    ok: bool
+    value: bytes | None
+    mod_revision: int
+    revision: int
+
+
+MetaMessage = Append | AppendAck | Propose | ProposeResult | ReadRequest | ReadResult
+
+
+# -- codec -----------------------------------------------------------------
+
+
+def _bytes(v: object, limit: int) -> bytes:
+    if type(v) is not bytes or len(v) > limit:
+        raise DecodeError("shape", "bad key or value")
+    return v
+
+
+def _key(v: object) -> bytes:
+    key = _bytes(v, MAX_KEY_BYTES)
+    if not key:
+        raise DecodeError("shape", "empty key")
+    return key
+
+
+def _cas(v: object) -> int | None:
+    return None if v is None else counter(v)
+
+
+def _op(v: object) -> MetaOp:
+    if type(v) is not list or not v:
+        raise DecodeError("shape", "bad metadata operation")
+    if v[0] == 0 and len(v) == 1:
+        return NoOp()
+    if v[0] == 1 and len(v) == 4:
+        return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES), _cas(v[3]))
+    if v[0] == 2 and len(v) == 3:
+        return MetaDelete(_key(v[1]), _cas(v[2]))
+    raise DecodeError("shape", "bad metadata operation")
+
+
+def _enc_op(op: MetaOp) -> list[Any]:
+    match op:
+        case MetaPut(key, value, cas):
+            return [1, key, value, cas]
+        case MetaDelete(key, cas):
+            return [2, key, cas]
+    return [0]
+
+
+def _entries(v: object) -> tuple[Entry, ...]:
+    if type(v) is not list or len(v) > MAX_ENTRIES_PER_APPEND:
+        raise DecodeError("shape", "bad entries")
+    out = []
+    for e in v:
+        if type(e) is not list or len(e) != 5:
+            raise DecodeError("shape", "bad entry")
+        origin = e[3] if e[3] == "" else name(e[3])
+        out.append(Entry(counter(e[0]), u64(e[1]), _op(e[2]), origin, u64(e[4])))
+    return tuple(out)
+
+
+def _outcome(v: object) -> int:
+    if type(v) is not int or not OUTCOME_COMMITTED <= v <= OUTCOME_UNKNOWN:
+        raise DecodeError("shape", "bad outcome")
+    return v
+
+
+def _encode(msg: Any) -> list[Any] | None:
+    match msg:
+        case Append(epoch, leader, prev_index, prev_epoch, entries, commit, read_seq):
+            return [70, epoch, leader, prev_index, prev_epoch,
+                    [[e.epoch, e.index, _enc_op(e.op), e.origin, e.pid] for e in entries],
+                    commit, read_seq]
+        case AppendAck(epoch, follower, ok, match_index, read_seq):
+            return [71, epoch, follower, ok, match_index, read_seq]
+        case Propose(origin, pid, op):
+            return [72, origin, pid, _enc_op(op)]
+        case ProposeResult(pid, outcome, revision):
+            return [73, pid, outcome, revision]
+        case ReadRequest(origin, rid, key):
+            return [74, origin, rid, key]
+        case ReadResult(rid, ok, value, mod_revision, revision):
+            return [75, rid, ok, value, mod_revision, revision]
+    return None  # fmt: skip
+
+
+def _opt_value(v: object) -> bytes | None:
+    return None if v is None else _bytes(v, MAX_VALUE_BYTES)
+
+
+codec.register(70, 8, lambda f: Append(counter(f[1]), name(f[2]), u64(f[3]), counter(f[4]),
+                                       _entries(f[5]), u64(f[6]), u64(f[7])), _encode)  # fmt: skip
+codec.register(71, 6, lambda f: AppendAck(counter(f[1]), name(f[2]), boolean(f[3]), u64(f[4]),
+                                          u64(f[5])), _encode)  # fmt: skip
+codec.register(72, 4, lambda f: Propose(name(f[1]), u64(f[2]), _op(f[3])), _encode)
+codec.register(73, 4, lambda f: ProposeResult(u64(f[1]), _outcome(f[2]), u64(f[3])), _encode)
+codec.register(74, 4, lambda f: ReadRequest(name(f[1]), u64(f[2]), _key(f[3])), _encode)
+codec.register(75, 6, lambda f: ReadResult(u64(f[1]), boolean(f[2]), _opt_value(f[3]),
+                                           u64(f[4]), u64(f[5])), _encode)  # fmt: skip

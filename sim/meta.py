@@ -1,0 +1,315 @@
+"""The metadata log's swarm: clients, faults, and what must hold.
+
+Each seeded run picks a cluster size, datagram loss and duplication, fsync
+latency, clock rates within the drift bound, and a schedule of faults
+(crashes, a crash right after a log write and before its fsync, restarts,
+partitions, the controller cut off, heals); meanwhile simulated clients,
+each talking to one node as an application talks to its local agent, put,
+compare-and-set, delete and read a few keys. Every call and return is
+recorded on true time, and an outcome the client cannot know (a timeout, a
+node that crashed under it, `unknown`) is recorded as such, never as a
+success or a failure.
+
+What must hold, checked after the run:
+
+- **Linearizability** of the client histories: `history()` turns the calls
+  into the checker's operations (sim/metamodel.py, sim/metahistory.py,
+  sim/linearizability.py: Wing & Gong with Lowe's cache, per key),
+  `linearizable()` checks them.
+- **State machine safety**: no two nodes ever applied different entries
+  at one index (every node's applied prefix is a prefix of the longest).
+- **No acknowledged write lost**: every write a client saw committed at
+  revision R is, at the end, the entry at index R of every node that
+  applied that far.
+
+Voter changes are in the schedule (a leave removes a voter, its return
+adds it back): the election decides them one at a time, never before the
+controller has committed an entry of its own epoch, and while one is in
+flight a commit needs a majority of both sets. Lost disks are not yet: a
+voter is still known by its name only (the next step of the metadata-log
+issue), so a wiped disk could vote again as its old self.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal.election.config import LeaseConfig
+from shoal.membership.profiles import PROFILES
+from shoal.metalog.core import MetaConfig, ProposalDone, ReadDone
+from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_CONFLICT, OUTCOME_NOT_APPLIED
+from shoal.metalog.state import MetaDelete, MetaOp, MetaPut
+from shoal.sim.clock import NodeClock
+from shoal.sim.cluster import SimCluster
+from shoal.sim.elections import (
+    FAULTS,
+    SwarmRun,
+    _crash_before_fsync,
+    _fsync_latency,
+    attack,
+    random_fault,
+)
+from shoal.sim.linearizability import CheckResult, Operation
+from shoal.sim.metahistory import check_meta
+from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
+from shoal.sim.network import LinkProfile
+
+# Every fault of the election's swarm, leaves included: a leave removes the
+# voter at once, its return adds it back (voter changes under load).
+_KINDS = FAULTS
+
+
+@dataclass
+class Call:
+    """One client operation as the client saw it (times are true time)."""
+
+    client: int
+    kind: str  # "put", "delete", "get"
+    key: bytes
+    value: bytes | None
+    cas: int | None
+    call_at: float
+    return_at: float | None = None  # None: unknown (may or may not have happened)
+    outcome: str = "pending"  # ok, conflict, not_applied, unknown, failed (reads)
+    revision: int = 0  # a write's commit revision; a conflict's current revision
+    read_value: bytes | None = None
+    read_mod_revision: int = 0
+
+
+@dataclass
+class MetaRun:
+    """What one run did and found."""
+
+    seed: int
+    n: int
+    loss: float
+    fsync_s: float
+    calls: list[Call] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    committed_entries: int = 0
+    replays: int = 0  # copies of traffic the replayer delivered
+
+    def count(self, outcome: str) -> int:
+        """Calls that ended with `outcome`."""
+        return sum(1 for c in self.calls if c.outcome == outcome)
+
+    def history(self) -> list[Operation]:
+        """The calls as the checker's operations: a read not served (it
+        changed nothing) is left out; an unknown write has no return."""
+        ops = []
+        for c in self.calls:
+            key = c.key.decode()
+            if c.kind == "get":
+                if c.outcome == "ok":
+                    value = None if c.read_value is None else c.read_value.decode()
+                    ops.append(Operation(c.client, c.call_at, c.return_at, Get(key),
+                                         Read(value, c.read_mod_revision)))  # fmt: skip
+                continue
+            call: Put | Delete = (Put(key, (c.value or b"").decode(), c.cas) if c.kind == "put"
+                                  else Delete(key, c.cas))  # fmt: skip
+            output: Written | Conflict | NotApplied | None = None
+            if c.outcome == "ok":
+                output = Written(c.revision)
+            elif c.outcome == "conflict":
+                output = Conflict(c.revision)
+            elif c.outcome == "not_applied":
+                output = NotApplied()
+            ops.append(Operation(c.client, c.call_at, None if output is None else c.return_at,
+                                 call, output))  # fmt: skip
+        return ops
+
+    def linearizable(self, max_steps: int = 2_000_000) -> CheckResult:
+        """The checker's verdict on this run's history."""
+        return check_meta(self.history(), max_steps=max_steps)
+
+
+class _Clients:
+    """Closed-loop clients: each has one call in flight at its node."""
+
+    def __init__(self, cluster: SimCluster, rng: random.Random, clients: int, keys: int,
+                 run: MetaRun, until: float) -> None:  # fmt: skip
+        self.cluster, self.rng, self.run, self.until = cluster, rng, run, until
+        self.keys = [b"k%d" % k for k in range(keys)]
+        self.home = [c % cluster.n for c in range(clients)]
+        self.waiting: dict[tuple[int, str, int], Call] = {}  # (node, kind, id) -> call
+        self.by_node: dict[int, set[tuple[int, str, int]]] = {}
+        self.last_rev: dict[bytes, int] = {}  # the mod revision a client last saw, per key
+        self.values = 0
+        cluster.observers.append(self)
+        cluster.boot_hooks.append(self.on_boot)
+        for c in range(clients):
+            self._schedule(c, rng.uniform(0.0, 0.5))
+
+    def _schedule(self, client: int, after: float) -> None:
+        when = self.cluster.now + after
+        if when < self.until:
+            self.cluster.at(when, lambda: self._issue(client))
+
+    def _op(self) -> tuple[str, bytes, bytes | None, int | None]:
+        rng, key = self.rng, self.rng.choice(self.keys)
+        roll = rng.random()
+        if roll < 0.4:
+            return "get", key, None, None
+        self.values += 1
+        value = b"v%d" % self.values
+        cas = None
+        if roll < 0.6:
+            cas = self.last_rev.get(key, 0) if rng.random() < 0.8 else rng.randrange(0, 50)
+        if roll > 0.93:
+            return "delete", key, None, cas
+        return "put", key, value, cas
+
+    def _issue(self, client: int) -> None:
+        node_i = self.home[client]
+        node = self.cluster.nodes[node_i]
+        if node is None:  # its agent is down: try again soon
+            self._schedule(client, 0.5)
+            return
+        kind, key, value, cas = self._op()
+        call = Call(client, kind, key, value, cas, self.cluster.now)
+        self.run.calls.append(call)
+        now = self.cluster._local(node_i)  # noqa: SLF001 - the node's own clock
+        if kind == "get":
+            ident = ("read", node.meta_read(key, now))
+        else:
+            op: MetaOp = MetaPut(key, value or b"", cas) if kind == "put" else MetaDelete(key, cas)
+            ident = ("write", node.meta_propose(op, now))
+        slot = (node_i, *ident)
+        self.waiting[slot] = call
+        self.by_node.setdefault(node_i, set()).add(slot)
+        self.cluster._flush(node_i)  # noqa: SLF001
+
+    def on_event(self, now: float, node: int, event: Any) -> None:
+        if isinstance(event, ProposalDone):
+            call = self._done((node, "write", event.pid))
+            if call is None:
+                return
+            if event.outcome == OUTCOME_COMMITTED:
+                call.outcome, call.revision, call.return_at = "ok", event.revision, now
+                self.last_rev[call.key] = event.revision if call.kind == "put" else 0
+            elif event.outcome == OUTCOME_CONFLICT:
+                call.outcome, call.revision, call.return_at = "conflict", event.revision, now
+                self.last_rev[call.key] = event.revision
+            elif event.outcome == OUTCOME_NOT_APPLIED:
+                call.outcome, call.return_at = "not_applied", now
+            else:
+                call.outcome = "unknown"
+        elif isinstance(event, ReadDone):
+            call = self._done((node, "read", event.rid))
+            if call is None:
+                return
+            if event.ok:
+                call.outcome, call.return_at = "ok", now
+                call.read_value, call.read_mod_revision = event.value, event.mod_revision
+                self.last_rev[call.key] = event.mod_revision
+            else:
+                call.outcome, call.return_at = "failed", now  # not served: no effect
+
+    def _done(self, slot: tuple[int, str, int]) -> Call | None:
+        call = self.waiting.pop(slot, None)
+        if call is None:
+            return None
+        self.by_node[slot[0]].discard(slot)
+        self._schedule(call.client, self.rng.uniform(0.0, 0.05))
+        return call
+
+    def on_boot(self, i: int) -> None:
+        """Node `i` (re)started: what its previous run was asked is unknown."""
+        for slot in sorted(self.by_node.get(i, ())):
+            call = self.waiting.pop(slot)
+            call.outcome = "unknown" if call.kind != "get" else "failed"
+            if call.kind == "get":
+                call.return_at = self.cluster.now
+            self._schedule(call.client, 0.05)
+        self.by_node[i] = set()
+
+
+def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
+             clients: int = 6, keys: int = 3) -> MetaRun:  # fmt: skip
+    """One seeded run of the swarm (module docstring). One run in four
+    has clocks far outside the drift bound (rates of 0.4x to 1.6x: leases
+    may then overlap, which the log must not depend on), one in three a
+    replayer copying traffic (sim/attacker.py)."""
+    rng = random.Random(seed)
+    lease = LeaseConfig()
+    n = rng.choice([3, 5, 5])
+    loss = rng.choice([0.0, 0.02, 0.1])
+    wild = rng.random() < 0.25
+    replay_rate = 20.0 if rng.random() < 0.33 else 0.0
+    drift = min(0.6, lease.drift_ratio_max * (30 if wild else 0.95))
+    clocks = [NodeClock(rng.uniform(0, 100), rng.uniform(-drift, drift)) for _ in range(n)]
+    disk_rng = random.Random(seed * 7_919 + 11)
+    fsync_s = disk_rng.choice([0.0, 0.002, 0.02])
+
+    cluster = SimCluster(n, seed, PROFILES["lan"],
+                         LinkProfile(loss=loss, duplicate=rng.choice([0.0, 0.02])),
+                         clocks=clocks, lease_config=lease, bootstrap_expect=n,
+                         fsync=_fsync_latency(fsync_s), meta=MetaConfig())  # fmt: skip
+    run = MetaRun(seed, n, loss, fsync_s)
+    if wild:
+        run.faults.append(f"clock rates up to {drift:+.0%}")
+    attackers = attack(cluster, replay_rate)
+    for i in range(n):
+        cluster.start(i, rng.uniform(0.0, 1.0), [0] if i else [])
+    cluster.run_until(6.0)  # formed, voters settled, a controller
+    _Clients(cluster, rng, clients, keys, run, duration_s - 3.0)
+    down: set[int] = set()
+    at = cluster.now
+    faults = SwarmRun(seed, n, loss, fsync_s)  # the election swarm's schedule, without leaves
+    while True:
+        at += rng.uniform(1.0, 4.0)
+        if at >= heal_at_s - 0.5:
+            break
+        random_fault(cluster, rng, at, down, faults, _KINDS)
+    if fsync_s > 0:
+        _crash_before_fsync(cluster, disk_rng.uniform(7.0, heal_at_s - 4.0), heal_at_s - 2.0,
+                            disk_rng.uniform(0.05, 1.0), down, faults)  # fmt: skip
+    run.faults += faults.faults
+
+    def heal_all() -> None:
+        cluster.net.heal()
+        for i in sorted(down):
+            cluster._boot(i, [j for j in range(n) if j != i])  # noqa: SLF001
+        down.clear()
+
+    cluster.at(heal_at_s, heal_all)
+    cluster.run_until(duration_s)
+    for call in run.calls:  # still in flight at the end: unknown
+        if call.outcome == "pending":
+            call.outcome = "unknown" if call.kind != "get" else "failed"
+            if call.kind == "get":
+                call.return_at = cluster.now
+    _check_logs(cluster, run)
+    run.replays = sum(a.replayed for a in attackers)
+    return run
+
+
+def _check_logs(cluster: SimCluster, run: MetaRun) -> None:
+    """State machine safety and no acknowledged write lost (module docstring)."""
+    applied = []
+    for node in cluster.nodes:
+        if node is not None and node.meta is not None:
+            meta = node.meta
+            applied.append((node.name, meta.log.entries[: meta.state.revision]))
+    longest = max((entries for _, entries in applied), key=len, default=[])
+    run.committed_entries = len(longest)
+    for name, entries in applied:
+        if entries != longest[: len(entries)]:
+            first = next(i for i, (a, b) in enumerate(zip(entries, longest, strict=False))
+                         if a != b)  # fmt: skip
+            run.violations.append(f"{name} applied {entries[first]} where another applied "
+                                  f"{longest[first]}")  # fmt: skip
+    for call in run.calls:
+        if call.kind == "get" or call.outcome != "ok":
+            continue
+        if call.revision > len(longest):
+            continue  # no live node applied that far (all restarted since): nothing to compare
+        entry = longest[call.revision - 1]
+        expected = (MetaPut(call.key, call.value or b"", call.cas) if call.kind == "put"
+                    else MetaDelete(call.key, call.cas))  # fmt: skip
+        if entry.op != expected:
+            run.violations.append(f"acknowledged {call.kind} {call.key!r} at revision "
+                                  f"{call.revision} is not there: {entry}")  # fmt: skip
