@@ -20,6 +20,7 @@ import msgspec.structs
 
 from shoal.daemon.api.access import ApiAccess, parse_access
 from shoal.daemon.checks import CheckConfig, parse_checks
+from shoal.daemon.dns.config import DnsConfig, parse_dns
 from shoal.daemon.keys import EncryptionConfig, parse_encryption
 from shoal.election.config import LeaseConfig
 from shoal.kernel.contract import Address
@@ -82,6 +83,7 @@ class AgentConfig(msgspec.Struct, frozen=True):
     access: ApiAccess = msgspec.field(default_factory=ApiAccess)
     checks: tuple[CheckConfig, ...] = ()  # [[checks]] tables (daemon/checks.py)
     enable_script_checks: bool = False
+    dns: DnsConfig = msgspec.field(default_factory=DnsConfig)  # [dns] (daemon/dns/config.py)
 
 
 # -- parsing single values ------------------------------------------------------
@@ -193,7 +195,7 @@ _TOP_KEYS = {
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
     "controller_handler", "event_handlers", "history", "encryption", "encrypt", "api_token",
-    "api_token_file", "api_socket", "checks", "enable_script_checks",
+    "api_token_file", "api_socket", "checks", "enable_script_checks", "dns",
 }  # fmt: skip
 
 _ENV = {
@@ -260,7 +262,7 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            sections = ("swim", "store", "election", "faults", "history", "encryption")
+            sections = ("swim", "store", "election", "faults", "history", "encryption", "dns")
             if key in sections and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
@@ -334,6 +336,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         access=parse_access(dict(raw), api),
         checks=parse_checks(raw.get("checks", []), scripts),
         enable_script_checks=scripts,
+        dns=parse_dns(raw.get("dns", {})),
     )
 
 

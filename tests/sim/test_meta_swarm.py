@@ -26,3 +26,14 @@ def test_no_acknowledged_write_is_lost_and_every_node_applies_one_history(seed):
     assert r.count("ok") > 0, r.faults  # the run did work, not only refusals
     verdict = r.linearizable()
     assert verdict.ok, (r.faults, verdict.explanation)
+
+
+@pytest.mark.slow
+def test_two_thousand_seeds_hold():
+    """2,000 seeds (make test-slow), every run checked as above."""
+    failed = []
+    for seed in range(1, 2001):
+        r = meta_run(seed)
+        if r.violations or not r.linearizable().ok:
+            failed.append(seed)
+    assert failed == [], f"replay with SHOAL_META_SEEDS: seeds {failed[:20]}"
