@@ -107,6 +107,7 @@ bench: $(STAMP) bytecode
 	$(PY) bench/encryption.py
 	$(PY) bench/storage.py
 	$(PY) bench/election.py
+	$(PY) bench/meta.py
 	$(PY) bench/churn.py
 	$(PY) bench/watch.py
 	$(PY) bench/events.py
