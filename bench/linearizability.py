@@ -21,7 +21,8 @@ import random
 import time
 
 from shoal.sim.linearizability import CheckResult, Operation, check
-from shoal.sim.metamodel import MetaModel, check_meta, prepare
+from shoal.sim.metahistory import check_meta, prepare
+from shoal.sim.metamodel import MetaModel
 from shoal.sim.metaworkload import random_history
 
 

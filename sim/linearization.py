@@ -43,8 +43,11 @@ class Model(Protocol[S]):
     def step(self, state: S, input: object, output: object | None) -> S | None:
         """The state after the operation, or None if the output is not legal.
 
-        An output of None means the operation is indeterminate: any outcome
-        of it is legal.
+        An output of None means the outcome is not known: any outcome is
+        legal, so the step must not return None for it (the search counts
+        on placing such an operation last, where it changes nothing seen).
+        Inputs and outputs should be hashable: equal timed-out operations
+        are then searched once.
         """
         ...
 

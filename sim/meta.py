@@ -13,8 +13,9 @@ success or a failure.
 What must hold, checked after the run:
 
 - **Linearizability** of the client histories: `history()` turns the calls
-  into the checker's operations (sim/metamodel.py, sim/linearizability.py:
-  Wing & Gong with Lowe's cache, per key), `linearizable()` checks them.
+  into the checker's operations (sim/metamodel.py, sim/metahistory.py,
+  sim/linearizability.py: Wing & Gong with Lowe's cache, per key),
+  `linearizable()` checks them.
 - **State machine safety**: no two nodes ever applied different entries
   at one index (every node's applied prefix is a prefix of the longest).
 - **No acknowledged write lost**: every write a client saw committed at
@@ -51,7 +52,8 @@ from shoal.sim.elections import (
     random_fault,
 )
 from shoal.sim.linearizability import CheckResult, Operation
-from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written, check_meta
+from shoal.sim.metahistory import check_meta
+from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
 from shoal.sim.network import LinkProfile
 
 # Every fault of the election's swarm, leaves included: a leave removes the

@@ -22,8 +22,9 @@ current mod revision, and the key's mod revision becomes that revision. A
 read must return exactly the value and mod revision of the state. This is
 a relaxation of the global model (every globally linearizable history
 passes it), so an ILLEGAL verdict is always a real violation; what it cannot
-see are violations visible only across keys (two keys' revisions out of
-real-time order).
+see are violations visible only across keys. `metahistory.check_revisions`
+checks the simplest of those apart (two keys' acknowledged revisions equal,
+or out of real-time order); no others are checked.
 
 Indeterminate writes. A timed-out write may have taken effect at any instant
 after its call, or never. "Never" needs nothing from the model: the search
@@ -59,23 +60,28 @@ checked. The state holds no version: no output reports one, and two
 orders that differ only in it must meet in the search's cache (a
 transaction's compare on the version would bring it back).
 
-Transactions are not modelled yet: a transaction over several keys is not a
-single-object operation, so Herlihy & Wing's locality does not cover it and
-per-key checking could only check each key's part on its own (sound, but
-blind to a transaction applied on one key and not on another). Until the
-metadata log's transaction API settles, a client records a transaction's
-per-key effects as separate operations only if it wants that weaker check.
+Transactions are out of scope for now. Split by key (each key's compares
+and the operations on it of the branch taken, at the transaction's one
+revision), a transaction with a known outcome could be checked soundly:
+every linearizable history passes, since each key's part takes effect at the
+transaction's one instant. But the check would be weaker than it looks. It
+does not see a transaction applied on one key and not on another, because
+each key's part may be placed at its own instant; a failed transaction's
+compares cannot be checked on any one key (the one that failed may be
+another's); a timed-out transaction whose compares read another key has an
+outcome no single key can decide, which a deterministic per-key model cannot
+hold (it needs a set of states per key, Porcupine's NondeterministicModel);
+and compares on the version or the create revision would put both back in
+the state, and in the cache. Until the log's transaction API settles, a
+client that wants the weaker check records a transaction's effects on each
+key as separate operations, and leaves them out of `check_revisions` (one
+revision on several keys is legal for a transaction, not for puts).
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-
-from shoal.sim.linearizability import CheckResult, Operation, check
 
 Value = str | bytes
 # (value or None when absent, mod revision or its lower bound, exact)
@@ -260,138 +266,3 @@ def _conflict(state: MetaState, cas: int | None, reported: int) -> MetaState | N
     if reported == mod_revision or (not exact and reported > mod_revision):
         return (value, reported, True)
     return None
-
-
-def prepare(history: Sequence[Operation]) -> list[Operation]:
-    """The history with what cannot matter taken out, for a faster search.
-
-    - An operation that certainly did not take effect (`NotApplied`), and a
-      timed-out read, constrain nothing: dropped.
-    - A timed-out put whose value no read of its key returned is dropped,
-      when no revision it could have had was seen after its call. A
-      revision seen (reported by a read or a conflict, or named by a cas)
-      is explained if it is 0, one a put's `Written` returned, or one a
-      read returned beside the value of a timed-out put; the put could have
-      had an unexplained one if it was seen by an operation that had not
-      returned before the put's call, and is above every revision
-      acknowledged to a put that returned before that call. If the put
-      took effect, nobody saw it: no read returned its value, and its
-      revision, different from every other on the key, was never reported
-      nor used as a cas; the next write that took effect on the key was
-      unconditional (a cas would have had to name it), and the timed-out
-      writes in between that did nothing can move to the end. So the
-      history without it is linearizable if the one with it is (reads do
-      not return the version it changed).
-    - A timed-out put kept that no read saw gets the value `UNREAD`.
-    - A timed-out put whose value (written by no other put of the key) a
-      read returned took effect before that read returned: its return is
-      set to the earliest such return (etcd's robustness tests do both).
-
-    Timed-out deletes are kept as they are: an absent key's reads do not
-    say which delete they saw.
-    """
-    by_key: dict[str, list[int]] = {}
-    for index, op in enumerate(history):
-        assert isinstance(op.input, Get | Put | Delete), op.input
-        by_key.setdefault(op.input.key, []).append(index)
-    kept: dict[int, Operation] = {}
-    for indices in by_key.values():
-        kept.update(_prepare_key([history[i] for i in indices], indices))
-    return [kept[i] for i in sorted(kept)]
-
-
-def _prepare_key(ops: list[Operation], indices: list[int]) -> dict[int, Operation]:
-    """`prepare` for one key's operations (at these positions in the history)."""
-    facts = _KeyFacts(ops)
-    kept = {}
-    for index, op in zip(indices, ops, strict=True):
-        settled = facts.settle(op)
-        if settled is not None:
-            kept[index] = settled
-    return kept
-
-
-class _KeyFacts:
-    """What one key's history says about its timed-out puts."""
-
-    def __init__(self, ops: list[Operation]) -> None:
-        self.read_at: dict[Value, float] = {}  # a value -> the earliest return of a read of it
-        read_revisions: dict[Value, set[int]] = {}  # a value -> the revisions read with it
-        self.writers: dict[Value, int] = {}  # a value -> how many puts wrote it
-        explained = {0}
-        observed: dict[int, float] = {}  # a revision -> the latest return of an op that saw it
-        for op in ops:
-            ended_at = math.inf if op.return_at is None else op.return_at
-            if isinstance(op.input, Put):
-                self.writers[op.input.value] = self.writers.get(op.input.value, 0) + 1
-            if isinstance(op.input, Put | Delete) and op.input.cas is not None:
-                observed[op.input.cas] = max(observed.get(op.input.cas, ended_at), ended_at)
-            match op.output:
-                case Written(revision) if isinstance(op.input, Put):
-                    explained.add(revision)  # a delete's is never a mod revision
-                case Conflict(revision) | Read(_, revision):
-                    observed[revision] = max(observed.get(revision, ended_at), ended_at)
-            if isinstance(op.output, Read) and op.output.value is not None:
-                value = op.output.value
-                read_revisions.setdefault(value, set()).add(op.output.mod_revision)
-                self.read_at[value] = min(self.read_at.get(value, math.inf), ended_at)
-        for op in ops:
-            if op.output is None and isinstance(op.input, Put):
-                explained |= read_revisions.get(op.input.value, set())
-        self.unexplained = [(r, at) for r, at in observed.items() if r not in explained]
-        self.floor_at = _floors(ops)
-
-    def settle(self, op: Operation) -> Operation | None:
-        """The operation as checked, or None if it cannot matter."""
-        if isinstance(op.output, NotApplied) or (op.output is None and isinstance(op.input, Get)):
-            return None
-        if op.output is not None or not isinstance(op.input, Put):
-            return op
-        seen_at = self.read_at.get(op.input.value)
-        if seen_at is None:
-            floor = self.floor_at(op.call_at)
-            if all(r <= floor or at < op.call_at for r, at in self.unexplained):
-                return None
-            return Operation(
-                op.client, op.call_at, None, Put(op.input.key, UNREAD, op.input.cas), None
-            )
-        if self.writers[op.input.value] == 1:
-            return Operation(op.client, op.call_at, max(seen_at, op.call_at), op.input, None)
-        return op
-
-
-def _floors(ops: list[Operation]) -> Callable[[float], int]:
-    """The highest revision acknowledged to a write that returned before a given instant.
-
-    A write called after that has a higher revision, if it took effect.
-    """
-    written = sorted(
-        (op.return_at, op.output.revision)
-        for op in ops
-        if isinstance(op.output, Written) and op.return_at is not None and isinstance(op.input, Put)
-    )
-    ends = [at for at, _ in written]
-    highest = list(itertools.accumulate((r for _, r in written), max))
-
-    def floor_at(at: float) -> int:
-        i = bisect.bisect_left(ends, at)  # strictly before `at`: closed intervals
-        return highest[i - 1] if i else 0
-
-    return floor_at
-
-
-def check_meta(
-    history: Sequence[Operation],
-    *,
-    max_steps: int | None = None,
-    clock: Callable[[], float] | None = None,
-    timeout_s: float | None = None,
-) -> CheckResult:
-    """Check a metadata history: `prepare`, then `linearizability.check` with `MetaModel`.
-
-    The operations in the result are the prepared ones: a timed-out put a
-    read saw returns at that read's return.
-    """
-    model = MetaModel()
-    prepared = prepare(history)
-    return check(prepared, model, max_steps=max_steps, clock=clock, timeout_s=timeout_s)

@@ -13,7 +13,8 @@ checker has something to find:
 - `lost-write`: a write now and then is acknowledged with a revision but
   not applied (acknowledged before it was durable on a majority).
 
-Used by tests/unit/sim/test_linearizability.py and bench/linearizability.py.
+Used by tests/unit/sim/test_linearizability.py, tests/sim/test_linearizability_random.py
+and bench/linearizability.py.
 """
 
 from __future__ import annotations

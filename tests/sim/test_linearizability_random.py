@@ -14,7 +14,7 @@ import random
 import pytest
 
 from shoal.sim.linearizability import Verdict
-from shoal.sim.metamodel import check_meta
+from shoal.sim.metahistory import check_meta
 from shoal.sim.metaworkload import BUGS, random_history
 from tests.sim.conftest import seeds
 

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from shoal.sim.linearizability import CheckResult, HistoryRecorder, Operation, Verdict, check
+from shoal.sim.metahistory import check_meta, check_revisions, prepare
 from shoal.sim.metamodel import (
     UNREAD,
     Conflict,
@@ -18,8 +19,6 @@ from shoal.sim.metamodel import (
     Put,
     Read,
     Written,
-    check_meta,
-    prepare,
 )
 from shoal.sim.metaworkload import random_history
 
@@ -388,3 +387,17 @@ def test_search_agrees_with_brute_force() -> None:
         illegal += expected is Verdict.ILLEGAL
         assert verdicts(history) == (expected, expected), (seed, history)
     assert illegal > 50
+
+
+def test_revisions_across_keys() -> None:
+    """Two keys' puts acknowledged at one revision, or in an order their calls contradict, are
+    caught, though each key alone is linearizable."""
+    other = "topic/b"
+    first = op(0, 0, 1, Put(K, "a"), Written(5))
+    assert check_revisions([first, op(1, 0, 1, Put(other, "z"), Written(5))])
+    inverted = [first, op(1, 2, 3, Put(other, "z"), Written(4))]
+    assert check(inverted, MetaModel()).ok
+    result = check_meta(inverted)
+    assert result.verdict is Verdict.ILLEGAL
+    assert "returned before" in result.explanation
+    assert not check_revisions([first, op(1, 0.5, 3, Put(other, "z"), Written(4))])
