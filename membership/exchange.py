@@ -154,7 +154,9 @@ class Exchange:
             return False
         self._counters.reconnects_answered += 1
         if name in self._dead and not self._local.leaving:
-            self._stream_push_pull(sender, join=False)
+            # To the address we hold for it, not the ack's source: an ack
+            # does not pick where our table goes.
+            self._stream_push_pull(self._table.addr_of(name), join=False)
             self._reconnects.heard(name, now)
         return True
 
