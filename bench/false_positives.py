@@ -11,8 +11,11 @@ loopback in a private network namespace (`unshare --net`), with:
 
 Nobody fails, so every "member failed" an agent logs is false: counted per
 (observer, member) event, the members wrongly failed, and of them the
-starved one. Both systems are read from their own log lines
-(bench/detect_vs_serf.py). Needs root and `apt-get install serf nftables`.
+starved one. The finer figure: suspicions an agent raised itself (its own
+probe failed: shoal's `member-suspected` with itself as the source,
+memberlist's "Suspect X has failed, no acks received"). Both systems are
+read from their own log lines (bench/detect_vs_serf.py). Needs root and
+`apt-get install serf nftables`.
 
     .venv/bin/python bench/false_positives.py [--nodes 10] [--duration-s 180]
                                               [--loss 0.10] [--seed 1]
@@ -21,8 +24,10 @@ starved one. Both systems are read from their own log lines
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +39,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detect_vs_serf as dvs  # noqa: E402
+
+
+class ShoalAgents(dvs.ShoalAgents):
+    """shoal's agents, their own suspicions read too."""
+
+    def parse(self, line: str) -> tuple[str, str] | None:  # type: ignore[override]
+        if '"member-suspected"' in line:
+            record = json.loads(line)
+            if record.get("source") == record.get("observer"):
+                return "suspected", record["name"]
+            return None
+        return super().parse(line)
+
+
+class SerfAgents(dvs.SerfAgents):
+    """Serf's agents, memberlist's own suspicions read too."""
+
+    _suspect = re.compile(r"memberlist: Suspect (\S+) has failed")
+
+    def parse(self, line: str) -> tuple[str, str] | None:  # type: ignore[override]
+        m = self._suspect.search(line)
+        if m is not None:
+            return "suspected", m.group(1)
+        return super().parse(line)
 
 
 def add_loss(percent: float) -> None:
@@ -83,6 +112,7 @@ def run_system(cls: type[dvs.Agents], args: argparse.Namespace, subnet: int) -> 
         time.sleep(5.0)  # reports of the last burst arrive
         with a.lock:
             failed = [(o, s) for t, o, kind, s in a.events if kind == "failed" and t >= started]
+            suspected = [s for t, _, kind, s in a.events if kind == "suspected" and t >= started]
     finally:
         remove_loss()
         for proc in a.procs.values():
@@ -92,7 +122,8 @@ def run_system(cls: type[dvs.Agents], args: argparse.Namespace, subnet: int) -> 
     return {"events": len(failed), "members": len({s for _, s in failed}),
             "victim_events": sum(1 for _, s in failed if s == victim),
             "observers": len({o for o, _ in failed}), "stops": len(stops),
-            "stopped_s": sum(stops)}
+            "stopped_s": sum(stops), "suspected": len(suspected),
+            "victim_suspected": sum(1 for s in suspected if s == victim)}
 
 
 def main() -> None:
@@ -111,7 +142,7 @@ def main() -> None:
         script = f"ip link set lo up && exec {sys.executable} {' '.join(sys.argv)}"
         sys.exit(subprocess.call(["unshare", "--net", "sh", "-c", script], env=env))
     rows = []
-    for subnet, cls in ((30, dvs.ShoalAgents), (40, dvs.SerfAgents)):
+    for subnet, cls in ((30, ShoalAgents), (40, SerfAgents)):
         if args.only and cls.system != args.only:
             continue
         print(f"running {cls.system} ...", file=sys.stderr, flush=True)
@@ -119,10 +150,12 @@ def main() -> None:
     print(f"N = {args.nodes}, {args.duration_s:.0f} s, {args.loss:.0%} datagram loss, "
           f"one member starved (SIGSTOP 0.2-1 s every 1-3 s, seed {args.seed})")
     print(f"{'system':8} {'false failed events':>20} {'members':>8} {'of them starved':>16} "
-          f"{'observers':>10} {'stops':>6} {'stopped s':>10}")
+          f"{'observers':>10} {'own suspicions':>15} {'of the starved':>15} {'stops':>6} "
+          f"{'stopped s':>10}")
     for system, r in rows:
         print(f"{system:8} {r['events']:20d} {r['members']:8d} {r['victim_events']:16d} "
-              f"{r['observers']:10d} {r['stops']:6d} {r['stopped_s']:10.1f}")
+              f"{r['observers']:10d} {r['suspected']:15d} {r['victim_suspected']:15d} "
+              f"{r['stops']:6d} {r['stopped_s']:10.1f}")
 
 
 if __name__ == "__main__":
