@@ -6,7 +6,9 @@ call, `serf members` 6 ms; the goal is 50 ms or less). One shoal agent and
 one Serf agent run on loopback; each command runs `--runs` times, one after
 another; the figure is the CPU (user + system) each run's process used, from
 the kernel's accounting of the child (`RUSAGE_CHILDREN`), median and
-quartiles, and the ratio to Serf's. `--before PYTHON` runs another
+quartiles, and the ratio to Serf's; beside them, `python -c pass` with the
+same interpreter and site-packages, the floor of any Python command on the
+machine at that moment. `--before PYTHON` runs another
 checkout's `shoal members` against the same agent in the same run. Each
 interpreter runs with fresh bytecode caches of its own (bench/bytecode.py),
 as an installed command has.
@@ -45,19 +47,26 @@ def child_cpu_s(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProce
     return cpu, wall, out
 
 
-def measure(label: str, cmd: list[str], runs: int) -> dict[str, float]:
-    """Run `cmd` `runs` times (after one warm-up); its CPU and wall figures."""
-    _, _, first = child_cpu_s(cmd)
-    if first.returncode != 0:
-        raise SystemExit(f"{label}: exit {first.returncode}: {first.stderr.decode()[-500:]}")
-    cpus, walls = [], []
+def measure(commands: list[tuple[str, list[str]]], runs: int) -> list[tuple[str, dict[str, float]]]:
+    """Run each command `runs` times (after one warm-up), taking turns, so
+    that the machine's other load falls on all of them alike; their CPU and
+    wall figures."""
+    samples: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for label, _ in commands}
+    for label, cmd in commands:
+        _, _, first = child_cpu_s(cmd)
+        if first.returncode != 0:
+            raise SystemExit(f"{label}: exit {first.returncode}: {first.stderr.decode()[-500:]}")
     for _ in range(runs):
-        cpu, wall, _ = child_cpu_s(cmd)
-        cpus.append(cpu)
-        walls.append(wall)
-    q = statistics.quantiles(cpus, n=4)
-    return {"cpu_ms": statistics.median(cpus) * 1000, "q1_ms": q[0] * 1000, "q3_ms": q[2] * 1000,
-            "wall_ms": statistics.median(walls) * 1000, "lines": len(first.stdout.splitlines())}
+        for label, cmd in commands:
+            cpu, wall, _ = child_cpu_s(cmd)
+            samples[label][0].append(cpu)
+            samples[label][1].append(wall)
+    rows = []
+    for label, (cpus, walls) in samples.items():
+        q = statistics.quantiles(cpus, n=4)
+        rows.append((label, {"cpu_ms": statistics.median(cpus) * 1000, "q1_ms": q[0] * 1000,
+                             "q3_ms": q[2] * 1000, "wall_ms": statistics.median(walls) * 1000}))
+    return rows
 
 
 def wait_until(pred, timeout_s: float) -> None:  # noqa: ANN001
@@ -99,11 +108,14 @@ def main() -> None:
         ours = shoal_members_cmd(sys.executable)
         serfs = ["serf", "members", "-rpc-addr", f"{IP}:7373"]
         wait_until(lambda: _answers(ours) and _answers(serfs), 30)
-        rows = [("shoal members", measure("shoal", ours, args.runs))]
+        commands = [("shoal members", ours)]
         if args.before:
-            rows.append(("shoal members (before)",
-                         measure("before", shoal_members_cmd(args.before), args.runs)))
-        rows.append(("serf members", measure("serf", serfs, args.runs)))
+            commands.append(("shoal members (before)", shoal_members_cmd(args.before)))
+        # The interpreter's own start, with the same site-packages: what no
+        # Python command can go below on this machine.
+        commands.append(("python -c pass (floor)", [*agent_python(sys.executable), "-c", "pass"]))
+        commands.append(("serf members", serfs))
+        rows = measure(commands, args.runs)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)

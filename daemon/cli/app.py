@@ -15,9 +15,13 @@ import argparse
 import gc
 import os
 import sys
-from typing import Any
 
 from shoal.kernel.errors import ShoalError
+
+# Not `typing` itself: `shoal members` would load it for annotations alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_API = "127.0.0.1:7947"
 
@@ -44,6 +48,41 @@ COMMANDS: dict[str, str | None] = {
 }  # fmt: skip
 
 
+def _columns() -> int:
+    """`shutil.get_terminal_size().columns`, without importing shutil (with
+    bz2 and lzma: about 8 ms of a `shoal members`): $COLUMNS, else the
+    terminal's width, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            stdout = sys.__stdout__
+            columns = 0 if stdout is None else os.get_terminal_size(stdout.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter at the width it would choose (see `_columns`)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:  # fmt: skip
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with `_Formatter`; its subcommands' parsers are of
+    this class too (argparse makes them of the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
 class _OneCommand:
     """The subcommands action, building the parser of one command only: the
     others' parsers are throwaways, never attached (and their modules are
@@ -57,7 +96,7 @@ class _OneCommand:
         if self._only is None or name == self._only:
             parser: argparse.ArgumentParser = self._sub.add_parser(name, **kwargs)
             return parser
-        return argparse.ArgumentParser(add_help=False)
+        return _Parser(add_help=False)
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -70,7 +109,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     cost it more than its own work (issue 42)."""
     from shoal import __version__
 
-    parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership")
+    parser = _Parser(prog="shoal", description="shoal cluster membership")
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
     sub = _OneCommand(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"),
                       only)  # fmt: skip

@@ -19,11 +19,14 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
 
 from shoal.kernel.errors import ApiError, ConfigError
 
+# Not `typing` itself: `shoal members` would load it for annotations alone.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from shoal.client import Client
 
 STATUSES = ("alive", "suspect", "dead", "left")
