@@ -57,11 +57,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from shoal.kernel.contract import EMPTY, Address, Output, Send
-from shoal.kernel.counters import Counters
 from shoal.kernel.outbox import Outbox
+from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
 from shoal.metalog.log import Log
 from shoal.metalog.messages import (
     MAX_ENTRIES_PER_APPEND,
@@ -77,45 +75,10 @@ from shoal.metalog.messages import (
     ReadRequest,
     ReadResult,
 )
+from shoal.metalog.reads import ReadIndex
 from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp
 
-
-class MetaConfig(msgspec.Struct, frozen=True):
-    """The log's timing."""
-
-    heartbeat_s: float = 0.1  # the leader's heartbeat (and resend) interval
-    answer_timeout_s: float = 3.0  # a forwarded write or read unanswered: unknown
-
-
-class MetaCounters(Counters):
-    """What the log did, for metrics."""
-
-    appended: int = 0
-    committed: int = 0
-    appends_refused_epoch: int = 0  # from a deposed controller
-    appends_refused_gap: int = 0  # prev entry not held: the leader backs up
-    proposals_not_applied: int = 0
-    proposals_unknown: int = 0
-    reads_served: int = 0
-
-
-class ProposalDone(msgspec.Struct, frozen=True):
-    """The outcome of this node's proposal `pid` (OUTCOME_*; `revision`:
-    the commit's, or the key's current one on a conflict)."""
-
-    pid: int
-    outcome: int
-    revision: int
-
-
-class ReadDone(msgspec.Struct, frozen=True):
-    """The answer to this node's read `rid` (`ok` False: not served)."""
-
-    rid: int
-    ok: bool
-    value: bytes | None
-    mod_revision: int
-    revision: int
+__all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
 
 class MetaLog:
@@ -164,10 +127,7 @@ class MetaLog:
         self._match: dict[str, int] = {}
         self._noop_index = 0
         self._pending: dict[int, tuple[str, int]] = {}  # index -> (origin, pid)
-        self._read_seq = 0
-        self._read_acked: dict[str, int] = {}
-        self._reads: list[tuple[int, int, str, int, bytes]] = []  # seq, index, origin, rid, key
-        self._early_reads: list[tuple[str, int, bytes]] = []  # before the no-op commits
+        self._reads = ReadIndex()
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._now = 0.0  # the latest time an input came with (drain has none)
@@ -283,7 +243,7 @@ class MetaLog:
         self.epoch = epoch
         self._next = {}
         self._match = {}
-        self._read_acked = {}
+        self._reads.reset()
         self._append(NoOp(), None, now)
         self._noop_index = self.log.last_index
 
@@ -291,11 +251,9 @@ class MetaLog:
         """Leadership lost: what was appended may or may not commit."""
         for origin, pid in self._pending.values():
             self._answer(origin, pid, OUTCOME_UNKNOWN, 0)
-        for _, _, origin, rid, _ in self._reads:
+        for origin, rid in self._reads.drop():
             self._answer_read(origin, rid, None)
-        for origin, rid, _ in self._early_reads:
-            self._answer_read(origin, rid, None)
-        self._pending, self._reads, self._early_reads = {}, [], []
+        self._pending = {}
         self.epoch = None
         self._heartbeat_at = float("inf")
 
@@ -328,7 +286,7 @@ class MetaLog:
             prev_epoch = log.epoch_at(nxt - 1)
             assert prev_epoch is not None
             msg = Append(self.epoch, self.name, nxt - 1, prev_epoch, entries, self.commit,
-                         self._read_seq)  # fmt: skip
+                         self._reads.seq)  # fmt: skip
             self.out.send(Send(addr, (msg,)))
             if entries:
                 self._next[voter] = entries[-1].index + 1  # pipelined
@@ -351,7 +309,7 @@ class MetaLog:
         if self.epoch is None or msg.epoch != self.epoch:
             return  # an answer to a leadership we no longer hold, or a refusal by epoch
         who = msg.follower
-        self._read_acked[who] = max(self._read_acked.get(who, 0), msg.read_seq)
+        self._reads.answered(who, msg.read_seq)
         if msg.ok:
             if msg.match_index > self._match.get(who, 0):
                 self._match[who] = msg.match_index
@@ -376,8 +334,8 @@ class MetaLog:
         if n > self.commit and self.log.epoch_at(n) == self.epoch:
             self.commit = n
             self._apply(now)
-            if self._early_reads:
-                early, self._early_reads = self._early_reads, []
+            if self._reads.early:
+                early, self._reads.early = self._reads.early, []
                 for origin, rid, key in early:
                     self._start_read(origin, rid, key, now)
 
@@ -429,30 +387,17 @@ class MetaLog:
             self._answer_read(origin, rid, key)
             return
         if self.commit < self._noop_index:
-            self._early_reads.append((origin, rid, key))  # our epoch's entry first
+            self._reads.early.append((origin, rid, key))  # our epoch's entry first
             return
-        self._read_seq += 1
-        self._reads.append((self._read_seq, self.commit, origin, rid, key))
+        self._reads.start(origin, rid, key, self.commit)
         self._replicate(now, heartbeat=True)
         self._serve_reads()
 
     def _serve_reads(self) -> None:
-        if not self._reads:
-            return
-        kept = []
-        acked = self._read_acked
-        me = self.name
-        for read in self._reads:
-            seq, index, origin, rid, key = read
-
-            def confirmed(voter: str, seq: int = seq) -> bool:
-                return voter == me or acked.get(voter, 0) >= seq
-
-            if self.state.revision >= index and self._quorum(confirmed):
+        if self._reads.waiting:
+            for _, _, origin, rid, key in self._reads.ready(self.name, self.state.revision,
+                                                            self._quorum):  # fmt: skip
                 self._answer_read(origin, rid, key)
-            else:
-                kept.append(read)
-        self._reads = kept
 
     def _answer_read(self, origin: str, rid: int, key: bytes | None) -> None:
         """Serve (`key`) or refuse (None) a read from the applied state."""

@@ -1,0 +1,45 @@
+"""What the metadata log core reports, and its settings and counters."""
+
+from __future__ import annotations
+
+import msgspec
+
+from shoal.kernel.counters import Counters
+
+
+class MetaConfig(msgspec.Struct, frozen=True):
+    """The log's timing."""
+
+    heartbeat_s: float = 0.1  # the leader's heartbeat (and resend) interval
+    answer_timeout_s: float = 3.0  # a forwarded write or read unanswered: unknown
+
+
+class MetaCounters(Counters):
+    """What the log did, for metrics."""
+
+    appended: int = 0
+    committed: int = 0
+    appends_refused_epoch: int = 0  # from a deposed controller
+    appends_refused_gap: int = 0  # prev entry not held: the leader backs up
+    proposals_not_applied: int = 0
+    proposals_unknown: int = 0
+    reads_served: int = 0
+
+
+class ProposalDone(msgspec.Struct, frozen=True):
+    """The outcome of this node's proposal `pid` (OUTCOME_*; `revision`:
+    the commit's, or the key's current one on a conflict)."""
+
+    pid: int
+    outcome: int
+    revision: int
+
+
+class ReadDone(msgspec.Struct, frozen=True):
+    """The answer to this node's read `rid` (`ok` False: not served)."""
+
+    rid: int
+    ok: bool
+    value: bytes | None
+    mod_revision: int
+    revision: int
