@@ -154,6 +154,22 @@ def _entries(v: object) -> tuple[Entry, ...]:
     return tuple(out)
 
 
+def entry_to_wire(e: Entry) -> list[Any]:
+    """One entry as the codec carries it (also its form on disk)."""
+    return [e.epoch, e.index, _enc_op(e.op)]
+
+
+def entry_from_wire(v: object) -> Entry:
+    """An entry from `entry_to_wire`'s form.
+
+    Raises:
+        DecodeError: not an entry.
+    """
+    if type(v) is not list or len(v) != 3:
+        raise DecodeError("shape", "bad entry")
+    return Entry(counter(v[0]), u64(v[1]), _op(v[2]))
+
+
 def _outcome(v: object) -> int:
     if type(v) is not int or not OUTCOME_COMMITTED <= v <= OUTCOME_UNKNOWN:
         raise DecodeError("shape", "bad outcome")

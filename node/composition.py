@@ -26,6 +26,7 @@ from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
 from shoal.kernel.errors import FenceRefused, WriteRefused
 from shoal.kernel.outbox import Outbox
+from shoal.kernel.versions import META_LOG_FEATURE
 from shoal.membership.events import (
     MemberDied,
     MemberJoined,
@@ -288,6 +289,15 @@ class ShoalNode:
     def _compose_meta(self, config: MetaConfig, entries: tuple[Entry, ...],
                       rng: random.Random) -> MetaLog:  # fmt: skip
         election = self.election
+        features = self.features
+
+        # The gate: until the cluster's feature level includes the log, this
+        # node neither leads it (no no-op, nothing appended, so its lease
+        # requests keep their 0.2.0 shape) nor asks a controller anything
+        # (a proposal or a read is not applied): an agent of a release
+        # before the log never receives one of its messages.
+        def leading_epoch() -> int | None:
+            return election.lease_epoch if features.known >= META_LOG_FEATURE else None
 
         def highest_epoch() -> int:
             return max(election.epoch_known, election.granted_epoch)
@@ -297,10 +307,12 @@ class ShoalNode:
 
         def controller() -> str | None:
             known = election.known
-            return known[0] if known is not None else None
+            if known is None or features.known < META_LOG_FEATURE:
+                return None
+            return known[0]
 
         meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
-                       leading_epoch=lambda: election.lease_epoch, highest_epoch=highest_epoch,
+                       leading_epoch=leading_epoch, highest_epoch=highest_epoch,
                        saw_epoch=election.saw_epoch, voters=voters, controller=controller,
                        addr_of=self._addr_of)  # fmt: skip
         election.log_position = meta.log.last

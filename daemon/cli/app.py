@@ -66,6 +66,9 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
                        help="IPv4 address of an interface for discovery (repeatable; default: "
                        "the advertised address)")  # fmt: skip
 
+    agent.add_argument("--meta", dest="meta", action="store_const", const={"enabled": True},
+                       help="run the metadata log (a preview: docs/metadata.md; "
+                       "[meta] enabled in the config)")  # fmt: skip
     agent.add_argument("--bootstrap-expect", dest="bootstrap_expect", type=int,
                        help="eligible nodes to wait for before the first controller "
                        "election (default 3; 1 for a single node)")  # fmt: skip
@@ -185,7 +188,7 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
-    from shoal.daemon.cli import events, liveness, manual
+    from shoal.daemon.cli import events, liveness, manual, meta
     from shoal.daemon.cli.history import add_parsers
     from shoal.daemon.cli.keys import add_parsers as add_keys_parsers
 
@@ -193,6 +196,7 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     add_keys_parsers(sub, _api_arg)
     liveness.add_parsers(sub, _api_arg)
     events.add_parsers(sub, _api_arg)
+    meta.add_parsers(sub, _api_arg)
     manual.add_parsers(sub)
 
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
@@ -312,6 +316,7 @@ def _agent(args: argparse.Namespace) -> int:
             "encrypt",
             "api_socket",
             "api_token_file",
+            "meta",
         )  # fmt: skip
     }
     dev_dir = _dev_defaults(flags) if args.dev else None

@@ -27,6 +27,7 @@ from shoal.daemon.disk.commit import GroupCommit
 from shoal.daemon.disk.datadir import DataDir
 from shoal.election.events import PersistElection
 from shoal.kernel.contract import Persist, PersistIncarnation, Send
+from shoal.metalog.log import PersistLog
 
 log = structlog.get_logger("shoal")
 
@@ -61,6 +62,9 @@ class Persister:
                 self._data_dir.save_incarnation(write.incarnation)  # synced in place
             elif isinstance(write, PersistElection):
                 self._data_dir.save_election(write.granted_epoch, write.config, sync=False)
+                self._hold_for_sync()
+            elif isinstance(write, PersistLog):  # the metadata log, as election state
+                self._data_dir.save_log(write)
                 self._hold_for_sync()
             if item.releases:
                 if self._held_for is not None:
