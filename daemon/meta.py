@@ -10,7 +10,7 @@ and not answered by then has an *unknown* outcome, and is told so.
 Messages the log sends to this agent's own address (the controller's own
 durable answer to itself) are delivered here, in the next pass of the
 loop, not through the socket (`LocalDelivery`). The log sends datagrams;
-an `Append` (or a proposal) larger than the MTU goes on a stream instead
+an `Append` (a proposal, a read's answer) larger than the MTU goes on a stream instead
 (`channel_for`), and what arrives on a stream is answered at the sender's
 gossip address, found by the name the message carries (`reply_to`): a
 stream's source port is not one anybody listens on.
@@ -27,7 +27,7 @@ from typing import Any
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.metalog.core import ProposalDone, ReadDone
-from shoal.metalog.messages import Append, Propose, ReadRequest
+from shoal.metalog.messages import Append, Propose, ReadRequest, ReadResult
 from shoal.metalog.state import KeyState, MetaOp
 from shoal.node.composition import ShoalNode
 
@@ -125,7 +125,8 @@ def channel_for(send: Send, mtu_bytes: int) -> Send:
     """`send`, on a stream when it carries log entries (or a value) that do
     not fit one datagram of `mtu_bytes`."""
     if send.channel is Channel.PACKET and any(
-        (type(m) is Append and m.entries) or type(m) is Propose for m in send.messages
+        (type(m) is Append and m.entries) or type(m) is Propose
+        or (type(m) is ReadResult and m.value) for m in send.messages
     ):  # fmt: skip
         if len(codec.encode_payload(send.messages)) > mtu_bytes:
             return Send(send.to, send.messages, Channel.STREAM)

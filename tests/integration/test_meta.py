@@ -57,6 +57,11 @@ def test_a_write_through_any_agent_is_read_on_every_agent(agents):
             got = client_of(reader).meta.get(f"topics/t{i}")
             assert got.value == f"partitions={i + 1}".encode()
             assert got.mod_revision == written.revision and got.revision >= written.revision
+    blob = bytes(range(256)) * 800  # 200 KB: entries, forwarded writes, reads over streams
+    big = client_of(started[1]).meta.put("blobs/b", blob)
+    for reader in started:
+        got = client_of(reader).meta.get("blobs/b")
+        assert got.value == blob and got.mod_revision == big.revision
     out = shoal_cli("meta", "get", "--json", "--api", f"{started[1].ip}:7947", "topics/t0")
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
@@ -177,3 +182,33 @@ def test_a_write_whose_controller_went_silent_is_unknown_never_success(agents):
     finally:
         leader.signal(signal.SIGCONT)
     poll_until(lambda: any(writable(a, "resumed") for a in started), 30, interval_s=0.2)
+
+
+def test_beside_agents_of_0_2_0_the_log_stays_off_until_they_are_upgraded(agents):
+    """Two agents of the previous release and one of this build with `--meta`:
+    the cluster works as before (one controller, no packet dropped by anyone),
+    a meta write is not applied (503); once the old two run this build with
+    `--meta`, the feature level rises and writes commit."""
+    from tests.integration import releases
+    from tests.integration.agents import Build
+    from tests.integration.rolling import controller_agreed, counters
+
+    old = releases.previous_build()
+    builds = [old, Build.current(), old]
+    started = [agents.add(f"gate-{i}", extra=list(META) if b is not old else ["--no-discovery"],
+                          build=b) for i, b in enumerate(builds)]  # fmt: skip
+    agents.wait_all_see([a.name for a in started], "alive", started)
+    controller_agreed(started)
+    new = started[1]
+    status, body = api_request(new, "PUT", "/v1/meta/k", b"v")
+    assert status == 503 and body["outcome"] == "not_applied"
+    dropped = {a.name: {k: v for k, v in counters(a).items() if k.startswith("dropped_") and v}
+               for a in started}  # fmt: skip
+    assert not any(dropped.values()), dropped
+    for agent in (started[0], started[2]):  # one at a time, as an operator rolls
+        agent.extra, agent.join = list(META), [new.gossip]  # the seed was gate-0 itself
+        agent.restart_on(Build.current())
+        agents.wait_all_see([a.name for a in started], "alive", started)
+        controller_agreed(started)
+    poll_until(lambda: all(writable(a, "k") for a in started), 40, interval_s=0.3)
+    assert client_of(started[0]).meta.get("k").value == b"x"
