@@ -554,6 +554,8 @@ class Agent:
                 break
             self._handle(out)
         self.publisher.publish_records(self.node.sync.replica)
+        if self.meta is not None:
+            self.meta.note_applied()
         deadline = self.node.next_deadline()
         if deadline != self._armed_at:
             if self._timer is not None:

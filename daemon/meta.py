@@ -53,6 +53,8 @@ class MetaService:
         self.wait_s = timeout_s + _MARGIN_S
         self._writes: dict[int, asyncio.Future[ProposalDone]] = {}
         self._reads: dict[int, asyncio.Future[ReadDone]] = {}
+        # Readers waiting for this agent to apply up to a revision.
+        self._applying: list[tuple[int, asyncio.Future[None]]] = []
 
     async def propose(self, op: MetaOp) -> ProposalDone | None:
         """Write `op` through the controller; its outcome, or None when no
@@ -70,17 +72,46 @@ class MetaService:
 
     async def read(self, key: bytes) -> ReadDone | None:
         """Read `key` linearizably through the controller; None when no
-        answer came in time."""
+        answer came in time. Once served, wait (within the same bound) for
+        this agent to have applied as far, so that the key's whole state
+        can be answered from here (`stale`): any state at or after the
+        controller's read revision is one the read may return."""
         fut: asyncio.Future[ReadDone] = self._loop.create_future()
-        rid = self._node().meta_read(key, self._loop.time())
+        started = self._loop.time()
+        rid = self._node().meta_read(key, started)
         self._reads[rid] = fut
         self._flush()
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
+            done = await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
         except TimeoutError:
             return None
         finally:
             self._reads.pop(rid, None)
+        if done.ok and self.stale(key)[1] < done.revision:
+            applied: asyncio.Future[None] = self._loop.create_future()
+            self._applying.append((done.revision, applied))
+            left = max(0.0, started + self.wait_s - self._loop.time())
+            try:
+                await asyncio.wait_for(asyncio.shield(applied), left)
+            except TimeoutError:
+                pass  # answered from the controller's values alone
+        return done
+
+    def note_applied(self) -> None:
+        """After a flush: wake the readers this agent has applied far enough for."""
+        if not self._applying:
+            return
+        meta = self._node().meta
+        assert meta is not None
+        revision = meta.state.revision
+        waiting = []
+        for until, fut in self._applying:
+            if until <= revision:
+                if not fut.done():
+                    fut.set_result(None)
+            elif not fut.done():
+                waiting.append((until, fut))
+        self._applying = waiting
 
     def stale(self, key: bytes) -> tuple[KeyState | None, int]:
         """`key` as this agent has applied it, and the revision applied."""

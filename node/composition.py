@@ -359,6 +359,12 @@ class ShoalNode:
             level = election.feature_level
         else:
             level = election.following.level
+            if level:
+                # What this node announces if it is elected, until it
+                # decides: the level it knows, not the election's initial 1
+                # (a successor's first notices would lower everyone's level,
+                # and turn the metadata log off, for up to a second).
+                election.feature_level = level
         self.features.learn(level, self.out.events)
         if self._probes and self.features.known >= LEVEL_PROBE_FEATURE:
             peers = self._sample_peers(self._rng, 1)
@@ -535,6 +541,8 @@ class ShoalNode:
         out.update({f"store_{k}": v for k, v in self.sync.replica.counters.as_dict().items()})
         out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
         out["node_level_probes_received"] = self.level_probes_received
+        if self.meta is not None:
+            out.update({f"meta_{k}": v for k, v in self.meta.counters.as_dict().items()})
         return out
 
     def _view(self) -> Iterator[ViewMember]:

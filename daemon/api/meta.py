@@ -96,14 +96,18 @@ async def _read(service: MetaService, key: bytes) -> tuple[int, Any]:
     if done is None or not done.ok:
         raise HttpError(503, "not served: no controller confirmed its leadership in time; "
                         "safe to retry (or read ?stale)", outcome="not_applied")  # fmt: skip
+    # Answered from this agent's state once it has applied as far as the
+    # controller's read revision (any later state is a correct answer too:
+    # it was committed before this answer); if it has not in time, from
+    # the controller's value and mod revision alone.
+    applied, revision = service.stale(key)
+    if revision >= done.revision:
+        if applied is None:
+            raise HttpError(404, f"no key {name!r}", revision=revision)
+        return 200, key_json(key, applied, revision)
     if done.value is None:
         raise HttpError(404, f"no key {name!r}", revision=done.revision)
-    # The controller's answer names the value and mod revision; the rest of
-    # the key's state is this agent's once it has applied that far.
-    applied, _ = service.stale(key)
-    if applied is None or applied.mod_revision != done.mod_revision:
-        applied = KeyState(done.value, 0, done.mod_revision, 0)
-    return 200, key_json(key, applied, done.revision)
+    return 200, key_json(key, KeyState(done.value, 0, done.mod_revision, 0), done.revision)
 
 
 def _stale(service: MetaService, key: bytes) -> dict[str, Any]:

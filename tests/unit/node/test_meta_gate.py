@@ -18,6 +18,7 @@ from shoal.membership.profiles import PROFILES
 from shoal.metalog.core import MetaConfig, ProposalDone, ReadDone
 from shoal.metalog.messages import OUTCOME_NOT_APPLIED, MetaMessage
 from shoal.metalog.state import MetaPut
+from shoal.node.features import FeatureLevelChanged
 from shoal.sim.cluster import SimCluster
 from shoal.sim.scenarios import form_cluster
 
@@ -32,6 +33,7 @@ class _Wire:
     def __init__(self, cluster: SimCluster) -> None:
         self.unreadable: list[Any] = []
         self.events: list[Any] = []
+        self.levels: list[tuple[int, int]] = []
         cluster.send_hooks.append(self.on_send)
         cluster.observers.append(self)
 
@@ -45,6 +47,8 @@ class _Wire:
     def on_event(self, now: float, node: int, event: Any) -> None:
         if isinstance(event, ProposalDone | ReadDone):
             self.events.append(event)
+        elif isinstance(event, FeatureLevelChanged):
+            self.levels.append((node, event.level))
 
 
 def _cluster(old_node: bool) -> tuple[SimCluster, _Wire]:
@@ -99,3 +103,18 @@ def test_the_log_runs_once_every_member_supports_it() -> None:
     assert all(n is not None and n.meta is not None and n.meta.log.last_index >= 1
                for n in cluster.nodes)  # fmt: skip
     assert wire.unreadable  # the log's messages are on the wire now
+
+
+def test_a_successor_controller_keeps_the_level_and_the_log_on() -> None:
+    """The controller crashes: its successor announces the level it knew from
+    its first notice, so no member's level falls and the log stays on."""
+    cluster, wire = _cluster(old_node=False)
+    c = _controller(cluster)
+    assert all(level == META_LOG_FEATURE for _, level in wire.levels)
+    cluster.crash(c, cluster.now + 0.1)
+    cluster.run_until(cluster.now + 10.0)
+    successor = _controller(cluster)
+    assert successor != c
+    assert all(level == META_LOG_FEATURE for _, level in wire.levels), wire.levels
+    node = cluster.nodes[successor]
+    assert node is not None and node.meta is not None and node.meta.epoch is not None
