@@ -1,5 +1,6 @@
 """The metadata log on real agents: what a user of `shoal meta` and `client.meta` sees."""
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from shoal.client import Client, Conflict, NotApplied, NotFound, Unknown
+from shoal.client import AsyncClient, Client, Conflict, NotApplied, NotFound, Unknown
 from tests.conftest import poll_until
 from tests.integration.agents import api_request
 
@@ -103,6 +104,19 @@ def test_two_writers_with_the_same_cas_one_wins_one_is_told_the_current_revision
     with pytest.raises(Conflict) as again:
         client_of(started[2]).meta.put("partitions/p1", "newer", cas=0)
     assert again.value.current == created.revision
+
+    async def with_asyncio() -> tuple[int, int | None]:
+        client = AsyncClient(f"{started[2].ip}:7947")
+        held = await client.meta.get("partitions/p1")
+        written = await client.meta.put("partitions/p1", b"async", cas=held.mod_revision)
+        try:
+            await client.meta.delete("partitions/p1", cas=held.mod_revision)
+        except Conflict as exc:
+            return written.revision, exc.current
+        return written.revision, None
+
+    revision, current = asyncio.run(asyncio.wait_for(with_asyncio(), 30))
+    assert current == revision and client_of(started[0]).meta.get("partitions/p1").value == b"async"
 
 
 def test_every_acknowledged_write_survives_a_kill_9_of_the_controller(agents):
