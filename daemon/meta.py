@@ -93,8 +93,8 @@ class MetaService:
             left = max(0.0, started + self.wait_s - self._loop.time())
             try:
                 await asyncio.wait_for(asyncio.shield(applied), left)
-            except TimeoutError:
-                pass  # answered from the controller's values alone
+            except TimeoutError:  # answered from the controller's values alone
+                self._applying = [w for w in self._applying if w[1] is not applied]
         return done
 
     def note_applied(self) -> None:

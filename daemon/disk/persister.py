@@ -7,7 +7,9 @@ unsynced, the group-commit thread syncs it, and meanwhile the sends that the
 election's `Persist` items release wait (in order) while SWIM's go out at
 once: which sends wait is in the core's output, not chosen here by message
 type (kernel/contract.py). The incarnation, persisted once per refutation,
-is still synced in place.
+is still synced in place. The metadata log's entries (`PersistLog`) are
+written as election state is, and the answers that confirm them wait the
+same way (a follower's acknowledgement, the controller's own).
 
 The rule, exactly: an item's write is done, then its `releases` are sent at
 once unless a sync is pending, in which case they are held, in order, until
