@@ -11,8 +11,11 @@ PYTHON  ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c \
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
-# command:Debian package, for what the LAN tests run.
-TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver zsh:zsh
+# command:Debian package, for what the LAN tests run (dig, dnsmasq and
+# prometheus: the DNS interface's and service discovery's tests; dnsmasq-base
+# has no service; prometheus's postinst starts its service only where systemd
+# runs: docs/operations.md, "Prometheus").
+TOOLS   := ip:iproute2 nft:nftables sysctl:procps systemd-analyze:systemd setpriv:util-linux faketime:faketime chromium:chromium chromedriver:chromium-driver zsh:zsh dig:dnsutils dnsmasq:dnsmasq-base prometheus:prometheus
 SHOAL   := $(VENV)/bin/shoal
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed
@@ -70,8 +73,8 @@ compiler:
 bytecode: $(RUN_STAMP)
 	@$(PY) -m compileall -q -j 0 __init__.py kernel node daemon membership election storage churn sim client
 
-# Debian packages the LAN tests need (network namespaces, packet loss), and the
-# browser the status page's and the churn report's tests drive.
+# Debian packages the LAN tests need (network namespaces, packet loss), the
+# browser the status page's and the churn report's tests drive, dig and Prometheus.
 sysdeps:
 	@missing=""; for t in $(TOOLS); do \
 	  PATH="$$PATH:/usr/sbin:/sbin" command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; \
@@ -95,20 +98,22 @@ test-slow: $(STAMP) bytecode sysdeps
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap systemd-container; fi
 	$(PY) -m pytest -m slow
 
-# Peers run side by side (root installs them): serf, wrk, etcd, ZooKeeper.
+# Peers run side by side (root installs them): serf, wrk, etcd, ZooKeeper; dnsperf.
 bench: $(STAMP) bytecode
-	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive 	  apt-get install -y -qq serf wrk etcd-server etcd-client zookeeper; fi
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive 	  apt-get install -y -qq serf wrk etcd-server etcd-client zookeeper dnsperf; fi
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) bench/sim_scale.py
 	$(PY) bench/detect_vs_serf.py
 	$(PY) bench/encryption.py
 	$(PY) bench/storage.py
 	$(PY) bench/election.py
+	$(PY) bench/meta.py
 	$(PY) bench/churn.py
 	$(PY) bench/watch.py
 	$(PY) bench/events.py
 	$(PY) bench/sessions.py
 	$(PY) bench/ui.py cost
+	$(PY) bench/dns.py
 
 # Style, types (mypy strict on the whole package) and the layering contracts
 # (import-linter, pyproject.toml). `make test` runs it first.

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.changes import ChangeLog
     from shoal.daemon.api.port import AgentStatus
     from shoal.daemon.api.watch import ControllerWatch, Watchers
+    from shoal.daemon.dns.server import DnsServer
     from shoal.membership.vivaldi import CoordinateSnapshot
 
 SLOW_FLUSH_S = 0.05
@@ -133,6 +134,7 @@ class Agent:
         """Start, serve until asked to stop, leave, and return the exit code."""
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        dns = self._bind_dns(cfg)  # before the join: a taken port is a one-line error
         await self._start(cfg)
         # The first announcement goes out before anything else is loaded:
         # five agents started together on 2 cores see each other once the
@@ -144,6 +146,8 @@ class Agent:
 
         api = ApiServer(self)
         await api.start(self.net.api_sock)
+        if dns is not None:
+            await dns.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._stop.set)
         self._loop.add_signal_handler(signal.SIGHUP, self._reload)
@@ -157,6 +161,8 @@ class Agent:
         await self._leave_gracefully()
         await self.discovery.stop()
         await api.stop()
+        if dns is not None:
+            await dns.stop()
         if self.commits is not None:
             await self.commits.close()  # no fsync may run while the database closes
         self._close()
@@ -165,6 +171,17 @@ class Agent:
         if self._failure is not None:
             raise self._failure
         return 0
+
+    def _bind_dns(self, cfg: AgentConfig) -> DnsServer | None:
+        """The DNS server (daemon/dns/), its sockets bound; None when `[dns]` is off."""
+        if cfg.dns.bind is None:
+            return None
+        from shoal.daemon.dns.server import COUNTERS, DnsServer
+
+        self.counters.update(dict.fromkeys(COUNTERS, 0))  # exported at 0 from the start
+        server = DnsServer(self, cfg.dns)
+        server.bind()
+        return server
 
     async def _start(self, cfg: AgentConfig) -> None:
         """Open the disk and the sockets, start the node, send the join."""

@@ -20,6 +20,7 @@ import msgspec.structs
 
 from shoal.daemon.api.access import ApiAccess, parse_access
 from shoal.daemon.checks import CheckConfig, parse_checks
+from shoal.daemon.dns.config import DnsConfig, parse_dns
 from shoal.daemon.keys import EncryptionConfig, parse_encryption
 from shoal.election.config import LeaseConfig
 from shoal.kernel.contract import Address
@@ -98,6 +99,7 @@ class AgentConfig(msgspec.Struct, frozen=True):
     access: ApiAccess = msgspec.field(default_factory=ApiAccess)
     checks: tuple[CheckConfig, ...] = ()  # [[checks]] tables (daemon/checks.py)
     enable_script_checks: bool = False
+    dns: DnsConfig = msgspec.field(default_factory=DnsConfig)  # [dns] (daemon/dns/config.py)
     meta: MetaSettings = msgspec.field(default_factory=MetaSettings)
 
 
@@ -210,7 +212,7 @@ _TOP_KEYS = {
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
     "controller_handler", "event_handlers", "history", "encryption", "encrypt", "api_token",
-    "api_token_file", "api_socket", "checks", "enable_script_checks", "meta",
+    "api_token_file", "api_socket", "checks", "enable_script_checks", "dns", "meta",
 }  # fmt: skip
 
 _ENV = {
@@ -277,7 +279,8 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            sections = ("swim", "store", "election", "faults", "history", "encryption", "meta")
+            sections = ("swim", "store", "election", "faults", "history", "encryption", "dns",
+                        "meta")  # fmt: skip
             if key in sections and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
@@ -351,6 +354,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         access=parse_access(dict(raw), api),
         checks=parse_checks(raw.get("checks", []), scripts),
         enable_script_checks=scripts,
+        dns=parse_dns(raw.get("dns", {})),
         meta=_section("meta", MetaSettings(), raw.get("meta", {})),
     )
 

@@ -62,6 +62,9 @@ class ControllerHost(Protocol):
     voters: VoterConfig | None  # the configuration this node has adopted
     feature_level: int  # the cluster's feature level, as the node decided it
 
+    def log_ready(self) -> bool:
+        """Whether the metadata log lets the voters change now."""
+
     def next_epoch(self) -> int:
         """An epoch above every epoch this node has seen or granted."""
 
@@ -121,8 +124,8 @@ class Controller:
             return False
         if self.campaign.request is not None or len(voters.voters) == 1:
             return False
-        if voters != self.quorum_config:
-            return False  # a change is still in flight
+        if voters != self.quorum_config or not self._host.log_ready():
+            return False  # a change is still in flight, or the log's first entry
         self.renew(now, voters.without_voter(name))
         return True
 
@@ -138,7 +141,9 @@ class Controller:
                 self.renew(now, voters, old=self.quorum_config)
             else:
                 settled = now - self.elected_at >= _REAPED_GUARD_S
-                change = self.ranking.next_config(voters, settled, self.config.max_voters)
+                change = None
+                if self._host.log_ready():  # the log's entry of our epoch first
+                    change = self.ranking.next_config(voters, settled, self.config.max_voters)
                 self.renew(now, change)
         if now >= self.notices.notice_at:
             self.notices.tell_everyone(now, self.notice(now))

@@ -140,6 +140,9 @@ class LeaseElection:
         # voter's up-to-date check and the campaign's requests; set by the
         # node that composes the cores (metalog/).
         self.log_position: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        # Whether the controller may change the voters now (metalog: not
+        # before an entry of its epoch is committed).
+        self.log_ready: Callable[[], bool] = lambda: True
         self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()

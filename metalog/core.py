@@ -73,7 +73,7 @@ from shoal.metalog.messages import (
     ReadRequest,
     ReadResult,
 )
-from shoal.metalog.state import Applied, MetaOp, MetaState, NoOp
+from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp
 
 
 class MetaConfig(msgspec.Struct, frozen=True):
@@ -127,7 +127,8 @@ class MetaLog:
     def __init__(self, name: str, me: Address, config: MetaConfig, rng: random.Random,
                  entries: tuple[Entry, ...], *, leading_epoch: Callable[[], int | None],
                  highest_epoch: Callable[[], int], saw_epoch: Callable[[int], None],
-                 voters: Callable[[], tuple[str, ...]], controller: Callable[[], str | None],
+                 voters: Callable[[], tuple[tuple[str, ...], ...]],
+                 controller: Callable[[], tuple[str, int] | None],
                  addr_of: Callable[[str], Address | None]) -> None:  # fmt: skip
         """Args:
         name: this node's name; me: its address (its own durable appends
@@ -137,7 +138,11 @@ class MetaLog:
         leading_epoch: the epoch of the lease this node holds, or None.
         highest_epoch: the highest epoch this node knows or has granted.
         saw_epoch: tell the election an epoch exists (an accepted append's).
-        voters: the voter names; controller: the controller known, if any.
+        voters: the voter sets whose majorities a commit (and a read's
+            confirmation) needs: the configuration, and while a voter change
+            is in flight the one before it too (joint majorities, so that no
+            change, however it ends, can elect a controller without an
+            entry committed here); controller: the controller known, if any.
         addr_of: a member's address.
         """
         self.name, self.me, self.config, self.rng = name, me, config, rng
@@ -162,8 +167,10 @@ class MetaLog:
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._now = 0.0  # the latest time an input came with (drain has none)
-        # Origin state: what this node asked, and until when it waits.
-        self._next_id = 0
+        # Origin state: what this node asked, and until when it waits. Ids
+        # start at random, so a restarted node's are not its last run's
+        # (the state machine skips a proposal id it applied before).
+        self._next_id = rng.getrandbits(48)
         self._asked: dict[int, float] = {}  # pid -> deadline
         self._reading: dict[int, float] = {}  # rid -> deadline
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
@@ -224,14 +231,14 @@ class MetaLog:
         if self.epoch is not None:
             self._append(op, (self.name, pid), now)
             return pid
-        controller = self._controller()
-        addr = None if controller is None else self._addr_of(controller)
-        if addr is None or controller == self.name:
+        known = self._controller()
+        addr = None if known is None else self._addr_of(known[0])
+        if known is None or addr is None or known[0] == self.name:
             self.counters.proposals_not_applied += 1
             self.out.event(ProposalDone(pid, OUTCOME_NOT_APPLIED, 0))
             return pid
         self._asked[pid] = now + self.config.answer_timeout_s
-        self.out.send(Send(addr, (Propose(self.name, pid, op),)))
+        self.out.send(Send(addr, (Propose(self.name, pid, op, known[1]),)))
         return pid
 
     def read(self, key: bytes, now: float) -> int:
@@ -241,14 +248,20 @@ class MetaLog:
         if self.epoch is not None:
             self._start_read(self.name, rid, key, now)
             return rid
-        controller = self._controller()
-        addr = None if controller is None else self._addr_of(controller)
-        if addr is None or controller == self.name:
+        known = self._controller()
+        addr = None if known is None else self._addr_of(known[0])
+        if known is None or addr is None or known[0] == self.name:
             self.out.event(ReadDone(rid, False, None, 0, 0))
             return rid
         self._reading[rid] = now + self.config.answer_timeout_s
         self.out.send(Send(addr, (ReadRequest(self.name, rid, key),)))
         return rid
+
+    def ready(self) -> bool:
+        """Whether the voters may change: this node, leading, has committed
+        an entry of its own epoch (or does not lead the log: nothing of the
+        log is at stake). Ongaro's fix to the single-server change bug."""
+        return self.epoch is None or self.commit >= self._noop_index
 
     def leadership(self, now: float) -> None:
         """Lead the log while holding the lease, of that epoch; stop when not."""
@@ -264,8 +277,7 @@ class MetaLog:
 
     def _become_leader(self, epoch: int, now: float) -> None:
         self.epoch = epoch
-        last = self.log.last_index
-        self._next = {v: last + 1 for v in self._voters() if v != self.name}
+        self._next = {}
         self._match = {}
         self._read_acked = {}
         self._append(NoOp(), None, now)
@@ -286,7 +298,8 @@ class MetaLog:
     def _append(self, op: MetaOp, asked: tuple[str, int] | None, now: float) -> None:
         assert self.epoch is not None
         index = self.log.last_index + 1
-        self.log.append(Entry(self.epoch, index, op))
+        origin, pid = asked if asked is not None else ("", 0)
+        self.log.append(Entry(self.epoch, index, op, origin, pid))
         self.counters.appended += 1
         if asked is not None:
             self._pending[index] = asked
@@ -299,6 +312,7 @@ class MetaLog:
         assert self.epoch is not None
         self._heartbeat_at = now + self.config.heartbeat_s
         self._send_due = False
+        self._follow_voters()
         log = self.log
         for voter, nxt in self._next.items():
             entries = log.since(nxt, MAX_ENTRIES_PER_APPEND)
@@ -314,6 +328,20 @@ class MetaLog:
             self.out.send(Send(addr, (msg,)))
             if entries:
                 self._next[voter] = entries[-1].index + 1  # pipelined
+
+    def _follow_voters(self) -> None:
+        """Replicate to every voter of every set: a new one from the end
+        (it backs up from there), a removed one no more."""
+        wanted = {v for voters in self._voters() for v in voters if v != self.name}
+        if wanted != self._next.keys():
+            last = self.log.last_index
+            self._next = {v: self._next.get(v, last + 1) for v in sorted(wanted)}
+
+    def _quorum(self, has: Callable[[str], bool]) -> bool:
+        """Whether the voters for whom `has` holds are a majority of every set."""
+        sets = self._voters()
+        return bool(sets) and all(
+            sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets)
 
     def _on_ack(self, msg: AppendAck, sender: Address, now: float) -> None:
         if self.epoch is None or msg.epoch != self.epoch:
@@ -334,11 +362,13 @@ class MetaLog:
 
     def _advance_commit(self, now: float) -> None:
         assert self.epoch is not None
-        voters = self._voters()
-        if not voters:
+        sets = self._voters()
+        if not sets:
             return
-        held = sorted((self._match.get(v, 0) for v in voters), reverse=True)
-        n = held[0 if MetaLog.mutation == "commit_alone" else len(voters) // 2]
+        n = self.log.last_index
+        for voters in sets:
+            held = sorted((self._match.get(v, 0) for v in voters), reverse=True)
+            n = min(n, held[0 if MetaLog.mutation == "commit_alone" else len(voters) // 2])
         if n > self.commit and self.log.epoch_at(n) == self.epoch:
             self.commit = n
             self._apply(now)
@@ -351,10 +381,11 @@ class MetaLog:
         state, log = self.state, self.log
         while state.revision < self.commit:
             index = state.revision + 1
-            result = state.apply(index, log.entries[index - 1].op)
+            entry = log.entries[index - 1]
+            result = state.apply(index, entry.op, entry.origin, entry.pid)
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
-            if asked is not None:
+            if asked is not None and not isinstance(result, Duplicate):
                 if isinstance(result, Applied):
                     self._answer(*asked, OUTCOME_COMMITTED, result.revision)
                 else:
@@ -371,7 +402,11 @@ class MetaLog:
             self.out.send(Send(addr, (ProposeResult(pid, outcome, revision),)))
 
     def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
-        if self.epoch is None:
+        # Only the leader of the epoch the proposal was sent to appends it: a
+        # copy of it (a duplicated or replayed datagram) reaching this node
+        # once it leads a later epoch is refused too, so "not applied" is
+        # final (the origin may have been told so already).
+        if self.epoch is None or msg.epoch != self.epoch:
             self.counters.proposals_not_applied += 1
             self.out.send(Send(sender, (ProposeResult(msg.pid, OUTCOME_NOT_APPLIED, 0),)))
             return
@@ -400,14 +435,16 @@ class MetaLog:
     def _serve_reads(self) -> None:
         if not self._reads:
             return
-        voters = self._voters()
-        need = len(voters) // 2 + 1
         kept = []
+        acked = self._read_acked
+        me = self.name
         for read in self._reads:
             seq, index, origin, rid, key = read
-            acked = sum(1 for v in voters
-                        if v == self.name or self._read_acked.get(v, 0) >= seq)  # fmt: skip
-            if acked >= need and self.state.revision >= index:
+
+            def confirmed(voter: str, seq: int = seq) -> bool:
+                return voter == me or acked.get(voter, 0) >= seq
+
+            if self.state.revision >= index and self._quorum(confirmed):
                 self._answer_read(origin, rid, key)
             else:
                 kept.append(read)

@@ -24,11 +24,16 @@ MAX_ENTRIES_PER_APPEND = 1024
 
 
 class Entry(msgspec.Struct, frozen=True, gc=False):
-    """One log entry: appended by the controller of `epoch` at `index`."""
+    """One log entry: appended by the controller of `epoch` at `index`;
+    (`origin`, `pid`) name the proposal, so that a copy of it appended
+    again (a duplicated datagram, a retry reaching a new controller) is
+    applied once (Raft thesis §6.3; the state machine skips the copy)."""
 
     epoch: int
     index: int
     op: MetaOp
+    origin: str = ""
+    pid: int = 0
 
 
 class Append(msgspec.Struct, frozen=True):
@@ -58,11 +63,13 @@ class AppendAck(msgspec.Struct, frozen=True):
 
 
 class Propose(msgspec.Struct, frozen=True):
-    """An agent forwards a client's write to the controller."""
+    """An agent forwards a client's write to the controller of `epoch`;
+    only the leader of that epoch appends it (so a refusal is final)."""
 
     origin: str
     pid: int
     op: MetaOp
+    epoch: int
 
 
 OUTCOME_COMMITTED = 0  # applied: `revision`
@@ -146,17 +153,12 @@ def _enc_op(op: MetaOp) -> list[Any]:
 def _entries(v: object) -> tuple[Entry, ...]:
     if type(v) is not list or len(v) > MAX_ENTRIES_PER_APPEND:
         raise DecodeError("shape", "bad entries")
-    out = []
-    for e in v:
-        if type(e) is not list or len(e) != 3:
-            raise DecodeError("shape", "bad entry")
-        out.append(Entry(counter(e[0]), u64(e[1]), _op(e[2])))
-    return tuple(out)
+    return tuple(entry_from_wire(e) for e in v)
 
 
 def entry_to_wire(e: Entry) -> list[Any]:
     """One entry as the codec carries it (also its form on disk)."""
-    return [e.epoch, e.index, _enc_op(e.op)]
+    return [e.epoch, e.index, _enc_op(e.op), e.origin, e.pid]
 
 
 def entry_from_wire(v: object) -> Entry:
@@ -165,9 +167,10 @@ def entry_from_wire(v: object) -> Entry:
     Raises:
         DecodeError: not an entry.
     """
-    if type(v) is not list or len(v) != 3:
+    if type(v) is not list or len(v) != 5:
         raise DecodeError("shape", "bad entry")
-    return Entry(counter(v[0]), u64(v[1]), _op(v[2]))
+    origin = v[3] if v[3] == "" else name(v[3])
+    return Entry(counter(v[0]), u64(v[1]), _op(v[2]), origin, u64(v[4]))
 
 
 def _outcome(v: object) -> int:
@@ -180,11 +183,12 @@ def _encode(msg: Any) -> list[Any] | None:
     match msg:
         case Append(epoch, leader, prev_index, prev_epoch, entries, commit, read_seq):
             return [70, epoch, leader, prev_index, prev_epoch,
-                    [[e.epoch, e.index, _enc_op(e.op)] for e in entries], commit, read_seq]
+                    [entry_to_wire(e) for e in entries],
+                    commit, read_seq]
         case AppendAck(epoch, follower, ok, match_index, read_seq):
             return [71, epoch, follower, ok, match_index, read_seq]
-        case Propose(origin, pid, op):
-            return [72, origin, pid, _enc_op(op)]
+        case Propose(origin, pid, op, epoch):
+            return [72, origin, pid, _enc_op(op), epoch]
         case ProposeResult(pid, outcome, revision):
             return [73, pid, outcome, revision]
         case ReadRequest(origin, rid, key):
@@ -202,7 +206,8 @@ codec.register(70, 8, lambda f: Append(counter(f[1]), name(f[2]), u64(f[3]), cou
                                        _entries(f[5]), u64(f[6]), u64(f[7])), _encode)  # fmt: skip
 codec.register(71, 6, lambda f: AppendAck(counter(f[1]), name(f[2]), boolean(f[3]), u64(f[4]),
                                           u64(f[5])), _encode)  # fmt: skip
-codec.register(72, 4, lambda f: Propose(name(f[1]), u64(f[2]), _op(f[3])), _encode)
+codec.register(72, 5, lambda f: Propose(name(f[1]), u64(f[2]), _op(f[3]), counter(f[4])),
+               _encode)  # fmt: skip
 codec.register(73, 4, lambda f: ProposeResult(u64(f[1]), _outcome(f[2]), u64(f[3])), _encode)
 codec.register(74, 4, lambda f: ReadRequest(name(f[1]), u64(f[2]), _key(f[3])), _encode)
 codec.register(75, 6, lambda f: ReadResult(u64(f[1]), boolean(f[2]), _opt_value(f[3]),

@@ -65,7 +65,15 @@ class Conflict(msgspec.Struct, frozen=True):
     current: int
 
 
-Result = Applied | Conflict
+class Duplicate(msgspec.Struct, frozen=True):
+    """A copy of a proposal applied before: skipped, nothing changed."""
+
+
+Result = Applied | Conflict | Duplicate
+
+# Proposals remembered per origin, to skip copies: far more than one agent
+# has in flight (its answers time out after seconds).
+_SEEN_PER_ORIGIN = 4096
 
 
 class MetaState:
@@ -74,15 +82,20 @@ class MetaState:
     def __init__(self) -> None:
         self.keys: dict[bytes, KeyState] = {}
         self.revision = 0
+        # origin -> its proposals applied lately, oldest first (insertion order).
+        self._seen: dict[str, dict[int, None]] = {}
 
     def get(self, key: bytes) -> KeyState | None:
         """The key's state, or None when absent."""
         return self.keys.get(key)
 
-    def apply(self, index: int, op: MetaOp) -> Result:
-        """Apply the committed entry at `index`; entries come in order."""
+    def apply(self, index: int, op: MetaOp, origin: str = "", pid: int = 0) -> Result:
+        """Apply the committed entry at `index`; entries come in order. A
+        proposal (`origin`, `pid`) applied before is skipped."""
         assert index > self.revision, f"entry {index} applied after {self.revision}"
         self.revision = index
+        if origin and self._seen_before(origin, pid):
+            return Duplicate()
         match op:
             case MetaPut(key, value, cas):
                 current = self.keys.get(key)
@@ -101,3 +114,12 @@ class MetaState:
                 self.keys.pop(key, None)
                 return Applied(index)
         return Applied(index)
+
+    def _seen_before(self, origin: str, pid: int) -> bool:
+        seen = self._seen.setdefault(origin, {})
+        if pid in seen:
+            return True
+        seen[pid] = None
+        if len(seen) > _SEEN_PER_ORIGIN:
+            del seen[next(iter(seen))]
+        return False

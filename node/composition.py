@@ -302,20 +302,24 @@ class ShoalNode:
         def highest_epoch() -> int:
             return max(election.epoch_known, election.granted_epoch)
 
-        def voters() -> tuple[str, ...]:
-            return election.voters.voters if election.voters is not None else ()
+        def voters() -> tuple[tuple[str, ...], ...]:
+            now, before = election.voters, election.controller.quorum_config
+            sets: tuple[tuple[str, ...], ...] = () if now is None else (now.voters,)
+            if before is not None and now is not None and before.voters != now.voters:
+                sets += (before.voters,)  # a change in flight: both majorities
+            return sets
 
-        def controller() -> str | None:
-            known = election.known
-            if known is None or features.known < META_LOG_FEATURE:
-                return None
-            return known[0]
+        def controller() -> tuple[str, int] | None:
+            return election.known if features.known >= META_LOG_FEATURE else None
 
         meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
                        leading_epoch=leading_epoch, highest_epoch=highest_epoch,
                        saw_epoch=election.saw_epoch, voters=voters, controller=controller,
                        addr_of=self._addr_of)  # fmt: skip
         election.log_position = meta.log.last
+        # No voter change before an entry of the controller's own epoch is
+        # committed (the fix to the single-server change bug, Ongaro 2015).
+        election.log_ready = meta.ready
         self._routes.update(meta.handlers)
         return meta
 

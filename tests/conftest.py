@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,18 @@ def require_root(reason: str) -> None:
         if IN_CI:
             pytest.fail(f"CI=true but not root: {reason}")
         pytest.skip(f"needs root: {reason}")
+
+
+def require_program(program: str, package: str) -> str:
+    """The path of `program`; skip without it on a laptop, fail in CI
+    (where `make sysdeps` installs Debian's `package`)."""
+    path = shutil.which(program, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if path is None:
+        if IN_CI:
+            pytest.fail(f"CI=true but {program} is missing "
+                        f"(Debian package {package}: make sysdeps)")  # fmt: skip
+        pytest.skip(f"needs {program} (Debian package {package}: make sysdeps)")
+    return path
 
 
 def tree_digest(root: Path) -> dict[str, tuple[str, int, str, int]]:

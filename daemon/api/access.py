@@ -4,9 +4,10 @@
     api_socket = "/run/shoal/api.sock"   # also listen here, mode 0660
     api_token_file = "/etc/shoal/api-token"   # or api_token = "…"
 
-With a token, every state-changing call (POST, PUT, DELETE) and every key
-operation needs `Authorization: Bearer <token>`; when the TCP listener is
-not on loopback, every call needs it, and an agent refuses to start
+With a token, every state-changing call (POST, PUT, DELETE), every key
+operation and Prometheus' service discovery (api/sd.py, which lists every
+agent's API address) needs `Authorization: Bearer <token>`; when the TCP
+listener is not on loopback, every call needs it, and an agent refuses to start
 without a token there (a member list is reconnaissance for an attacker).
 The CLI reads the token from the same file (`--token-file`, $SHOAL_API_TOKEN
 or $SHOAL_API_TOKEN_FILE). Tokens are compared in constant time.
@@ -26,6 +27,7 @@ from shoal.kernel.errors import ConfigError
 
 MIN_TOKEN_CHARS = 16
 _READ_ONLY = ("GET", "HEAD")
+_TOKEN_ALWAYS = ("/v1/keys", "/v1/sd")  # the keyring; every API address of the cluster
 
 
 class ApiAccess(msgspec.Struct, frozen=True):
@@ -39,11 +41,15 @@ class ApiAccess(msgspec.Struct, frozen=True):
         """Whether a request with this Authorization header may proceed."""
         if not self.token:
             return True
-        if self.open_reads and method in _READ_ONLY and not path.startswith("/v1/keys"):
+        if self.open_reads and method in _READ_ONLY and not path.startswith(_TOKEN_ALWAYS):
             return True
         import hmac  # (not at module level: the agent's start does not need it)
 
         scheme, _, given = authorization.partition(" ")
+        if not given and scheme:
+            # A bare token: Prometheus (2.42) sends that from an http_sd_configs
+            # entry whose `authorization` leaves `type` out (docs: Bearer).
+            scheme, given = "bearer", scheme
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
                                                                   self.token.encode())
 

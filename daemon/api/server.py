@@ -20,6 +20,7 @@ epoch this agent knows is overtaken is refused with 409 (docs/storage.md).
     GET  /v1/history[?file=&after=&limit=]   this agent's history log, raw (api/history.py)
     GET  /v1/coordinates[?near=NAME], GET /v1/rtt?a=NAME[&b=NAME]   network coordinates
                                    (Vivaldi; api/coordinates.py, docs/coordinates.md)
+    GET  /v1/sd/prometheus         Prometheus http_sd_configs targets (api/sd.py)
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
@@ -44,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from shoal import __version__
-from shoal.daemon.api import coordinates, events, history, liveness
+from shoal.daemon.api import coordinates, events, history, liveness, sd
 from shoal.daemon.api.answers import Handler, HttpError, Raw, Request, Result
 from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
 from shoal.daemon.api.http import HttpServer
@@ -93,6 +94,7 @@ class ApiServer:
             ("GET", "/v1/history"): partial(history.history_route, agent),
             ("GET", "/v1/coordinates"): partial(coordinates.coordinates_route, agent),
             ("GET", "/v1/rtt"): partial(coordinates.rtt_route, agent),
+            ("GET", "/v1/sd/prometheus"): partial(sd.prometheus_route, agent),
         }
         for op in ("install", "use", "remove"):
             self._routes[("POST", f"/v1/keys/{op}")] = self.keys

@@ -111,7 +111,7 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     assert cfg.swim == SwimConfig()
     text = path.read_text()
     for f in msgspec.structs.fields(AgentConfig):
-        if f.name in ("swim", "store", "election", "history", "encryption", "meta"):
+        if f.name in ("swim", "store", "election", "history", "encryption", "dns", "meta"):
             assert f"[{f.name}]" in text
         elif f.name == "access":
             assert all(f"{k} =" in text for k in ("api_socket", "api_token_file"))
