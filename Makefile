@@ -104,6 +104,8 @@ bench: $(STAMP) bytecode
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) bench/sim_scale.py
 	$(PY) bench/detect_vs_serf.py
+	$(PY) bench/false_positives.py
+	$(PY) bench/cli.py
 	$(PY) bench/encryption.py
 	$(PY) bench/storage.py
 	$(PY) bench/election.py

@@ -23,10 +23,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
 
+# Not `typing` itself: `shoal members` would load it for annotations alone.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
+    from typing import Any
 
 RECORD = "native-build.txt"
 COMPILED = "compiled (mypyc)"

@@ -22,6 +22,7 @@ from shoal.daemon.api.access import ApiAccess, parse_access
 from shoal.daemon.checks import CheckConfig, parse_checks
 from shoal.daemon.dns.config import DnsConfig, parse_dns
 from shoal.daemon.keys import EncryptionConfig, parse_encryption
+from shoal.daemon.network.addresses import parse_address
 from shoal.election.config import LeaseConfig
 from shoal.kernel.contract import Address
 from shoal.kernel.errors import ConfigError
@@ -104,51 +105,6 @@ class AgentConfig(msgspec.Struct, frozen=True):
 
 
 # -- parsing single values ------------------------------------------------------
-
-
-def parse_address(setting: str, text: str, default_port: int | None = None) -> Address:
-    """Parse `ADDR:PORT` (or `ADDR` when a default port is given).
-
-    Raises:
-        ConfigError: naming `setting`.
-    """
-    if not isinstance(text, str):
-        raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}")
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = text, ""
-    if not port_text:
-        if default_port is None:
-            raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}")
-        port_text = str(default_port)
-    if host.startswith("[") or ":" in host:
-        raise ConfigError(f"{setting}: {text!r} is an IPv6 address; shoal's transport is IPv4 "
-                          "only for now (docs/operations.md)")  # fmt: skip
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"{setting}: expected ADDR:PORT, got {text!r}") from None
-    if not 0 < port < 65536:
-        raise ConfigError(f"{setting}: port must be 1-65535, got {port}")
-    return (_ipv4(setting, host), port)
-
-
-def _ipv4(setting: str, host: str) -> str:
-    """`host` as an IPv4 address: itself, or a host name resolved once, now
-    (an agent keeps the address it resolved; restart it after a DNS change)."""
-    try:
-        ipaddress.IPv4Address(host)
-        return host
-    except ValueError:
-        pass
-    if not host or len(host) > 253 or not all(c.isalnum() or c in ".-_" for c in host):
-        raise ConfigError(f"{setting}: expected an IPv4 address or a host name, got {host!r}")
-    try:
-        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_DGRAM)
-    except OSError as exc:
-        raise ConfigError(f"{setting}: cannot resolve {host!r} to an IPv4 address: "
-                          f"{exc.strerror or exc}") from None  # fmt: skip
-    return str(infos[0][4][0])
 
 
 def parse_tags(setting: str, items: list[str] | Mapping[str, Any]) -> Tags:

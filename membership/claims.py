@@ -45,6 +45,7 @@ from shoal.membership.member import LocalState, Member, MemberState, NodeIdentit
 from shoal.membership.messages import Alive, Dead, Leave, Suspect
 from shoal.membership.probe import ProbeScheduler
 from shoal.membership.profiles import SwimConfig
+from shoal.membership.reconnect import Reconnects
 from shoal.membership.suspicion import SuspicionTimer
 from shoal.membership.table import (
     ALIVE,
@@ -78,6 +79,7 @@ class Claims:
         counters: SwimCounters,
         gossip: Gossip,
         scheduler: ProbeScheduler,
+        reconnects: Reconnects,
     ) -> None:
         """Share the node's state with the claims role.
 
@@ -91,6 +93,8 @@ class Claims:
             counters: the node's counters.
             gossip: where changes are broadcast.
             scheduler: probe order, which new members join.
+            reconnects: told of each member we suspect or declare dead,
+                which it tries again (reconnect.py).
         """
         self._local = local
         self._name = local.ident.name  # never changes (set_tags keeps it)
@@ -107,6 +111,7 @@ class Claims:
         self._broadcast = gossip.broadcast
         self._recent_dead = gossip.recent_dead
         self._scheduler = scheduler
+        self._reconnects = reconnects
         self.suspicions: dict[str, SuspicionTimer] = {}
         self.dead = IndexedSet()  # dead (not left) members, for reconnects
         self._corrected: set[tuple[Address, str]] = set()  # this probe round
@@ -191,11 +196,14 @@ class Claims:
             self._deadlines.push(timer.deadline_at, self._due_suspicion, msg.node)
             if msg.source == self._name:
                 self._counters.suspicions_raised += 1
+            self._reconnects.suspected(msg.node, msg.source == self._name, now)
             self._events.append(MemberSuspected(m.view(), msg.source))
             self._broadcast(msg.node, msg, now)
             return
         if result is Ignored.ALREADY:
             running = self.suspicions.get(msg.node)
+            if msg.source == self._name:
+                self._reconnects.suspected(msg.node, True, now)
             if running is not None and running.confirm(msg.source):
                 self._deadlines.push(running.deadline_at, self._due_suspicion, msg.node)
                 self._broadcast(msg.node, msg, now)  # others count confirmations too
@@ -218,6 +226,7 @@ class Claims:
             return
         m = self._member_down(msg.node, now)
         self.dead.add(msg.node)
+        self._reconnects.died(msg.node, now)
         if msg.source == self._name:
             self._counters.deaths_declared += 1
         self._events.append(MemberDied(m.view(), msg.source))

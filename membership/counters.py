@@ -23,6 +23,8 @@ class SwimCounters(Counters):
     deaths_declared: int = 0
     push_pulls_sent: int = 0
     stranger_syncs: int = 0  # of which: with a prober we did not know
+    reconnect_pings: int = 0  # pings to members recently declared dead (reconnect.py)
+    reconnects_answered: int = 0  # of which: answered
     unreachable_reports: int = 0  # ICMP port unreachable for our datagrams
     probes_refused: int = 0  # of which: for the target of our probe
     stream_failures: int = 0

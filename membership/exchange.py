@@ -14,6 +14,8 @@ cannot kill a member outright (memberlist mergeState). It runs:
   as this node knows no live member;
 - with one dead member every reconnect interval (Serf's reconnect), which
   heals partitions;
+- with a recently dead member that answered one of reconnect.py's pings
+  (ours): a cut of up to a minute heals within seconds of its end;
 - with a stranger (ours): a ping from a member we do not know, or hold
   dead, means our view misses what it knows; at most one per probe
   interval.
@@ -40,6 +42,7 @@ from shoal.membership.events import JoinCompleted
 from shoal.membership.member import LocalState
 from shoal.membership.messages import Alive, Leave, MemberRecord, PushPull, Suspect
 from shoal.membership.profiles import SwimConfig
+from shoal.membership.reconnect import Reconnects
 from shoal.membership.table import ALIVE, LEFT, SUSPECT, IndexedSet, MemberTable
 
 # Retrying the configured seeds: 1 s, doubling to 30 s (Serf retry_interval 30 s).
@@ -60,6 +63,7 @@ class Exchange:
         out: Outbox,
         counters: SwimCounters,
         claims: Claims,
+        reconnects: Reconnects,
     ) -> None:
         """Share the node's state with the exchange role.
 
@@ -73,6 +77,8 @@ class Exchange:
             counters: the node's counters.
             claims: applies the merged records; its `dead` set is whom
                 reconnects try.
+            reconnects: the pings to recently dead members, whose answers
+                start a push-pull here.
         """
         self._local = local
         self._table = table
@@ -87,6 +93,7 @@ class Exchange:
         self._on_leave = claims.on_leave
         self._on_suspect = claims.on_suspect
         self._refuse = claims.refuse
+        self._reconnects = reconnects
         self._joining: set[Address] = set()
         self._seeds: list[Address] = []
         self._rejoin_armed = False
@@ -139,14 +146,35 @@ class Exchange:
                 self._joining.add(addr)
                 self._stream_push_pull(addr, join=True)
 
-    def sync_with_stranger(self, sender: Address, now: float) -> None:
+    def reconnect_acked(self, seq: int, sender: Address, now: float) -> bool:
+        """An ack with `seq`: if it answers a reconnect ping, the member we
+        hold dead is back, or was never gone: push-pull with it (its answer
+        or ours tells the side that declared the other dead to refute), and
+        ping the other recently dead members now. Whether it was ours."""
+        name = self._reconnects.answered(seq)
+        if name is None:
+            return False
+        self._counters.reconnects_answered += 1
+        if name in self._dead and not self._local.leaving:
+            # To the address we hold for it, not the ack's source: an ack
+            # does not pick where our table goes.
+            self._stream_push_pull(self._table.addr_of(name), join=False)
+            self._reconnects.heard(name, now)
+        return True
+
+    def sync_with_stranger(self, source: str, sender: Address, now: float) -> None:
         """A member we do not know (or hold dead or left) probes us, so our view misses
         what it knows: a node that joined in the same instant as many others
         got its seed's table before they were in it, and gossip may have used
         up its retransmits before reaching it. Sync with the prober at once
         instead of waiting up to a push-pull interval (30 s). At most one such
-        sync per probe interval."""
-        if self._local.leaving or now < self._stranger_sync_after:
+        sync per probe interval. A prober we hold dead is back from a cut:
+        the other recently dead members are pinged now (reconnect.py)."""
+        if self._local.leaving:
+            return
+        if source in self._dead:
+            self._reconnects.heard(source, now)
+        if now < self._stranger_sync_after:
             return
         self._stranger_sync_after = now + self._config.probe_interval_s
         self._counters.stranger_syncs += 1

@@ -89,7 +89,8 @@ class Prober:
         scheduler: ProbeScheduler,
         send_packet: SendPacket,
         suspect: Callable[[Suspect, Address, float], None],
-        sync_with_stranger: Callable[[Address, float], None],
+        sync_with_stranger: Callable[[str, Address, float], None],
+        reconnect_acked: Callable[[int, Address, float], bool],
         new_round: Callable[[], None],
         offsets: ClockOffsets,
         coordinates: CoordinateCache,
@@ -107,7 +108,10 @@ class Prober:
             scheduler: the round-robin order of targets.
             send_packet: sends a datagram, piggybacking gossip if asked.
             suspect: applies a `Suspect` claim (the verdict on a round).
-            sync_with_stranger: a member we do not know pinged us.
+            sync_with_stranger: a member we do not know (or hold dead)
+                pinged us.
+            reconnect_acked: an ack of no probe round: whether it answers
+                a reconnect ping (reconnect.py), which it handles.
             new_round: told when each probe round begins.
             offsets: this node's clock offset, sampled from direct acks.
             coordinates: this node's network coordinate and its peers',
@@ -127,6 +131,7 @@ class Prober:
         self._send_packet = send_packet
         self._suspect = suspect
         self._sync_with_stranger = sync_with_stranger
+        self._reconnect_acked = reconnect_acked
         self._new_round = new_round
         self._probe: ProbeRound | None = None
         self._relays: dict[int, RelayedProbe] = {}
@@ -145,9 +150,18 @@ class Prober:
             ack = Ack(msg.seq, wall_ms, self.coordinates.client.coordinate)
         else:
             ack = Ack(msg.seq, wall_ms)
-        self._send_packet(sender, [ack], piggyback=True)
+        source = self._table.get(msg.source)
+        if source is not None and source.state is SUSPECT:
+            # The buddy system, answering (ours): a suspect that pings us is
+            # told, as our probe of it would tell it. After a cut heals, the
+            # suspicions raised during it reach the suspects this way within
+            # a probe round or two; gossip spent its retransmits in the cut.
+            msgs: list[Any] = [ack, Suspect(source.incarnation, msg.source, self._name)]
+            self._send_packet(sender, msgs, piggyback=True)
+        else:
+            self._send_packet(sender, [ack], piggyback=True)
         if msg.source not in self._table.live and msg.source != self._name:
-            self._sync_with_stranger(sender, now)
+            self._sync_with_stranger(msg.source, sender, now)
 
     def on_ping_req(self, msg: PingReq, sender: Address, now: float) -> None:
         """Ping `msg.target` on `sender`'s behalf."""
@@ -166,7 +180,8 @@ class Prober:
             return
         probe = self._probe
         if probe is None or probe.seq != msg.seq or probe.acked:
-            self._counters.late_acks += 1
+            if not self._reconnect_acked(msg.seq, sender, now):
+                self._counters.late_acks += 1
             return
         probe.acked = True
         if now <= probe.timeout_at:  # a direct answer in time: we are healthy

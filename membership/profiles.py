@@ -56,6 +56,11 @@ class SwimConfig(msgspec.Struct, frozen=True):
     # Ours: a node whose join was answered tells up to this many of the
     # members it just learned that it is alive, directly (see swim.join).
     join_direct_max: int = 64
+    # Ours: a member declared dead is pinged again, at most one per probe
+    # interval in turn, for this long after its death, then with a backoff
+    # doubling to reconnect_interval_s (membership/reconnect.py): a cut of
+    # up to a minute heals within seconds, not at Serf's 30 s timer.
+    reconnect_fast_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in self.__struct_fields__:

@@ -61,6 +61,7 @@ from shoal.membership.messages import (
 from shoal.membership.probe import ProbeScheduler
 from shoal.membership.probing import Prober
 from shoal.membership.profiles import SwimConfig
+from shoal.membership.reconnect import Reconnects
 from shoal.membership.table import LEFT, MemberTable
 from shoal.membership.vivaldi import (
     Coordinate,
@@ -106,15 +107,20 @@ class SwimNode:
         scheduler = ProbeScheduler(rng)
         self.offsets = ClockOffsets()
         self.coordinates = CoordinateCache(VivaldiConfig(), rng)
+        self.reconnects = reconnects = Reconnects(
+            local, table, config, rng, deadlines, self.gossip.send_packet, counters
+        )
         self.claims = claims = Claims(
-            local, table, config, health, deadlines, out, counters, self.gossip, scheduler
+            local, table, config, health, deadlines, out, counters, self.gossip, scheduler,
+            reconnects,
         )
         self.exchange = exchange = Exchange(
-            local, table, config, rng, deadlines, out, counters, claims
+            local, table, config, rng, deadlines, out, counters, claims, reconnects
         )
         self.prober = prober = Prober(
             local, table, config, rng, health, deadlines, counters, scheduler,
             self.gossip.send_packet, claims.on_suspect, exchange.sync_with_stranger,
+            exchange.reconnect_acked,
             claims.new_round, self.offsets, self.coordinates,
         )  # fmt: skip
         # Dispatch by exact type: one dict lookup on the hottest path, where a

@@ -33,10 +33,14 @@ its `MetaState`; the leader then answers the proposal: committed (with its
 revision), or a conflict of its `cas`.
 
 **Outcomes.** A write proposed anywhere is forwarded to the controller. Its
-origin is told exactly one of: committed, conflict, *not applied* (nobody
-to append it: no controller known, or the one asked is not it), or
-*unknown* (appended, then the leadership was lost or the answer did not
-come in time: it may yet commit). A minority never acknowledges a write.
+origin is told exactly one of: committed, conflict, *not applied* (nothing
+was sent: no controller known), or *unknown* (sent: the controller asked
+no longer leads, or lost its leadership after appending it, or did not
+answer in time: it may yet commit). A minority never acknowledges a write.
+A controller that no longer leads the epoch a proposal names refuses it,
+but its origin still reports it unknown: with a network that duplicates
+datagrams, the refusal may answer a copy of a proposal whose original it
+appended while it led.
 
 **Reads** (ReadIndex, Ongaro's thesis §6.4): the leader, once an entry of
 its epoch is committed, notes its commit index, sends a heartbeat round
@@ -502,9 +506,17 @@ class MetaLog:
     def _on_result(self, msg: ProposeResult, sender: Address, now: float) -> None:
         if self._asked.pop(msg.pid, None) is None:
             return  # answered already (timed out as unknown), or not ours
-        if msg.outcome == OUTCOME_UNKNOWN:
+        outcome = msg.outcome
+        if outcome == OUTCOME_NOT_APPLIED:
+            # The controller asked no longer leads that epoch, but it may
+            # have appended a copy of this proposal while it did (a
+            # duplicated datagram answered after the original was appended:
+            # the swarm's checker found it), and that copy may yet commit.
+            # Only a write never sent is surely not applied.
+            outcome = OUTCOME_UNKNOWN
+        if outcome == OUTCOME_UNKNOWN:
             self.counters.proposals_unknown += 1
-        self.out.event(ProposalDone(msg.pid, msg.outcome, msg.revision))
+        self.out.event(ProposalDone(msg.pid, outcome, msg.revision))
 
     def _on_read_result(self, msg: ReadResult, sender: Address, now: float) -> None:
         if self._reading.pop(msg.rid, None) is None:

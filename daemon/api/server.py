@@ -52,9 +52,9 @@ from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.meta import META_PREFIX, meta_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
-from shoal.daemon.config import parse_address
 from shoal.daemon.disk.dataformat import FORMAT_VERSION
 from shoal.daemon.health import HEALTH_TAG, PASSING
+from shoal.daemon.network.addresses import parse_address
 from shoal.kernel.errors import ConfigError
 from shoal.kernel.versions import PROTOCOLS
 from shoal.membership.member import MemberState

@@ -2,7 +2,11 @@
 
 Usage errors and bad settings print one line on stderr and exit 2 (argparse
 does the same for unknown flags); other failures exit 1. Imports are lazy so
-that `shoal members` and the agent's start-up stay fast.
+that `shoal members` and the agent's start-up stay fast: a command named
+first on the command line gets a parser of that command alone (`_parser`),
+so it loads neither the other commands' modules nor the agent's
+configuration and logging; `tests/unit/daemon/test_cli_imports.py` pins what
+`shoal members` loads.
 """
 
 from __future__ import annotations
@@ -11,9 +15,13 @@ import argparse
 import gc
 import os
 import sys
-from typing import Any
 
 from shoal.kernel.errors import ShoalError
+
+# Not `typing` itself: `shoal members` would load it for annotations alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_API = "127.0.0.1:7947"
 
@@ -30,15 +38,82 @@ def _api_arg(p: argparse.ArgumentParser) -> None:
                    "or the token in $SHOAL_API_TOKEN)")  # fmt: skip
 
 
-def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
-    """The command line. With `only_agent`, just `shoal agent`: its start is
-    timed (a whole cluster may start at once), and the other commands'
-    parsers cost it about 4 ms."""
+# Every command, and the module whose `add_parsers` adds it (None: here).
+COMMANDS: dict[str, str | None] = {
+    "agent": None, "members": None, "tags": None, "info": None, "join": None, "leave": None,
+    "monitor": None, "controller": None, "rtt": None, "force-leave": None, "kv": None,
+    "demo": None, "history": "history", "churn": "history", "keys": "keys",
+    "sessions": "liveness", "checks": "liveness", "event": "events", "query": "events",
+    "completion": "manual", "man": "manual", "simulate": None, "features": None,
+    "meta": "meta",
+}  # fmt: skip
+
+
+def _columns() -> int:
+    """`shutil.get_terminal_size().columns`, without importing shutil (with
+    bz2 and lzma: about 8 ms of a `shoal members`): $COLUMNS, else the
+    terminal's width, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            stdout = sys.__stdout__
+            columns = 0 if stdout is None else os.get_terminal_size(stdout.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter at the width it would choose (see `_columns`)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:  # fmt: skip
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with `_Formatter`; its subcommands' parsers are of
+    this class too (argparse makes them of the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
+class _OneCommand:
+    """The subcommands action, building the parser of one command only: the
+    others' parsers are throwaways, never attached (and their modules are
+    not imported, see `_parser`)."""
+
+    def __init__(self, sub: Any, only: str | None) -> None:
+        self._sub = sub
+        self._only = only
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if self._only is None or name == self._only:
+            parser: argparse.ArgumentParser = self._sub.add_parser(name, **kwargs)
+            return parser
+        return _Parser(add_help=False)
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `only` (a command's name), that command alone.
+
+    `shoal agent`'s start is timed (a whole cluster may start at once), and
+    the other commands' parsers cost it about 4 ms; a client command such as
+    `shoal members` is run in loops by scripts and health checks, and the
+    modules the other commands' parsers live in (keys, history, events...)
+    cost it more than its own work (issue 42)."""
     from shoal import __version__
 
-    parser = argparse.ArgumentParser(prog="shoal", description="shoal cluster membership")
+    parser = _Parser(prog="shoal", description="shoal cluster membership")
     parser.add_argument("--version", action="version", version=f"shoal {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = _OneCommand(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"),
+                      only)  # fmt: skip
 
     agent = sub.add_parser("agent", help="run the agent in the foreground")
     agent.add_argument("--config", help="TOML config file (or $SHOAL_CONFIG)")
@@ -89,7 +164,7 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
                        help="a one-node cluster for trying shoal as any user: loopback only, "
                        "a fresh data directory removed at exit, no discovery, bootstrap "
                        "expect 1 (flags given beside it win)")  # fmt: skip
-    if only_agent:
+    if only == "agent":
         return parser
 
     members = sub.add_parser("members", help="list the members an agent knows")
@@ -188,16 +263,31 @@ def _parser(only_agent: bool = False) -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=5, help="agents to start (default 5)")
     demo.add_argument("--keep", action="store_true", help="keep the cluster running at the end")
 
-    from shoal.daemon.cli import events, liveness, manual, meta
-    from shoal.daemon.cli.history import add_parsers
-    from shoal.daemon.cli.keys import add_parsers as add_keys_parsers
+    modules = {COMMANDS[only]} if only is not None else set(COMMANDS.values())
+    if "history" in modules:
+        from shoal.daemon.cli.history import add_parsers
 
-    add_parsers(sub)
-    add_keys_parsers(sub, _api_arg)
-    liveness.add_parsers(sub, _api_arg)
-    events.add_parsers(sub, _api_arg)
-    meta.add_parsers(sub, _api_arg)
-    manual.add_parsers(sub)
+        add_parsers(sub)
+    if "keys" in modules:
+        from shoal.daemon.cli.keys import add_parsers as add_keys_parsers
+
+        add_keys_parsers(sub, _api_arg)
+    if "liveness" in modules:
+        from shoal.daemon.cli import liveness
+
+        liveness.add_parsers(sub, _api_arg)
+    if "events" in modules:
+        from shoal.daemon.cli import events
+
+        events.add_parsers(sub, _api_arg)
+    if "meta" in modules:
+        from shoal.daemon.cli import meta
+
+        meta.add_parsers(sub, _api_arg)
+    if "manual" in modules:
+        from shoal.daemon.cli import manual
+
+        manual.add_parsers(sub)
 
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
     sim.add_argument("--nodes", type=int, default=200)
@@ -238,7 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     gc.disable()
     exits = argv is None  # the console script: the process ends with this call
     argv = sys.argv[1:] if argv is None else argv
-    args = _parser(only_agent=argv[:1] == ["agent"]).parse_args(argv)
+    first = argv[0] if argv else ""
+    args = _parser(first if first in COMMANDS else None).parse_args(argv)
     if args.command != "agent":
         gc.enable()
     try:

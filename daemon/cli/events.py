@@ -5,6 +5,11 @@ when the query is sent): its name, what it did, and its answer. It exits 0
 only when at least `--min-responses` members answered (default: all that
 were expected), so a script can gate on it. A bad regex, timeout or count is
 one line on stderr and exit 2, and nothing is sent.
+
+The payload: the argument, or `-` for stdin; without one, a piped (or
+redirected) stdin is read, as `echo data | shoal event deploy` means, and a
+terminal or anything else (a socket, /dev/null) is never read: the payload
+is empty, as it was before, and the command never waits for a keyboard.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,14 +37,16 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
                            "for NAME at least once")  # fmt: skip
     api_arg(event)
     event.add_argument("name", help="the event's name (1 to 128 characters, no spaces)")
-    event.add_argument("payload", nargs="?", default="",
-                       help="the payload (at most 64 KiB), or - to read it from stdin")
+    event.add_argument("payload", nargs="?", default=None,
+                       help="the payload (at most 64 KiB), or - to read it from stdin (the "
+                       "default when stdin is a pipe or a file)")
     query = sub.add_parser("query", help="ask members to run their handler for NAME and "
                            "print each one's answer")  # fmt: skip
     api_arg(query)
     query.add_argument("name", help="the query's name")
-    query.add_argument("payload", nargs="?", default="",
-                       help="the payload (at most 64 KiB), or - to read it from stdin")
+    query.add_argument("payload", nargs="?", default=None,
+                       help="the payload (at most 64 KiB), or - to read it from stdin (the "
+                       "default when stdin is a pipe or a file)")
     query.add_argument("--node", metavar="REGEX",
                        help="only members whose name matches (re.search: anchor with ^...$)")
     query.add_argument("--tag", action="append", default=[], metavar="KEY=REGEX",
@@ -50,8 +59,24 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
     query.add_argument("--json", action="store_true", help="print the agent's JSON answer")
 
 
-def _payload(text: str) -> bytes:
+def _payload(text: str | None) -> bytes:
+    """The payload argument; `-`, or none with a piped stdin: stdin."""
+    if text is None:
+        return sys.stdin.buffer.read() if _stdin_is_data() else b""
     return sys.stdin.buffer.read() if text == "-" else text.encode()
+
+
+def _stdin_is_data() -> bool:
+    """Whether stdin is a pipe or a regular file: what a script hands over.
+    A terminal is never read without `-` (the command would wait for the
+    keyboard), nor a socket or a device (a service's stdin)."""
+    if sys.stdin is None:
+        return False
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
 def event_command(client: Client, args: argparse.Namespace) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+# Not `typing` itself: `shoal members` would load it for annotations alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def format_members(members: list[dict[str, Any]], detailed: bool = False) -> str:

@@ -126,7 +126,7 @@ def collect_command(args: argparse.Namespace) -> int:
 
     from shoal.client import Client, ShoalError
     from shoal.daemon.cli.remote import make_client
-    from shoal.daemon.config import parse_address
+    from shoal.daemon.network.addresses import parse_address
 
     out = Path(args.out)
     local = make_client(args)

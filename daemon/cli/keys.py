@@ -11,8 +11,6 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from shoal.daemon.keys import generate_key
-
 if TYPE_CHECKING:
     from shoal.client import Client
 
@@ -69,5 +67,7 @@ def _print_errors(answer: dict[str, Any]) -> None:
 
 def generate() -> int:
     """`shoal keys generate`."""
+    from shoal.daemon.keys import generate_key  # the agent's keyring module: not for `keys list`
+
     print(generate_key())
     return 0

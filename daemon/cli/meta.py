@@ -15,11 +15,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
 
-from shoal.client import Client, NotFound
 from shoal.kernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shoal.client import Client
 
 
 def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -47,6 +48,10 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
 
 def meta_command(client: Client, args: argparse.Namespace) -> int:
     """Run one `shoal meta` action; returns the exit code."""
+    from urllib.parse import quote
+
+    from shoal.client import NotFound
+
     action: str = args.meta_command
     if not args.key:
         raise ConfigError("key: must not be empty")

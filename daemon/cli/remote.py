@@ -3,6 +3,10 @@ members, info, tags, join, leave, monitor, controller, force-leave, kv,
 keys, sessions, checks, event and query. A refusal or an absent agent
 becomes one line on stderr and exit 1 (`ApiError`): "cannot reach the
 agent at ...", or "the agent refused: ...".
+
+`shoal members` (the command scripts poll) asks with one plain GET
+(oneshot.py) and imports `shoal.client` only when that does not get a plain
+answer, or for `--near`; the other commands use `Client`.
 """
 
 from __future__ import annotations
@@ -17,17 +21,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import msgspec
-
-from shoal.client import Client, NotFound, ShoalError
 from shoal.kernel.errors import ApiError, ConfigError
 
+# Not `typing` itself: `shoal members` would load it for annotations alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from shoal.client import Client
+
 STATUSES = ("alive", "suspect", "dead", "left")
+# `shoal.client.Member`'s fields in its order, with their defaults: what
+# `members --json` prints for each member (a test holds the two together).
+MEMBER_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("name", ""), ("node_id", ""), ("address", ""), ("status", ""), ("incarnation", 0),
+    ("tags", {}), ("health", None), ("versions", None),
+)  # fmt: skip
 
 
 @contextmanager
 def agent_errors() -> Iterator[None]:
     """Turn the client's errors into the CLI's one-line ApiError."""
+    from shoal.client import ShoalError
+
     try:
         yield
     except ShoalError as exc:
@@ -38,8 +54,21 @@ def agent_errors() -> Iterator[None]:
 
 def make_client(args: argparse.Namespace) -> Client:
     """The client for `--api` and `--token-file` (or $SHOAL_API_TOKEN[_FILE])."""
-    from shoal.daemon.config import parse_address
+    from shoal.client import Client
 
+    check_api(args)
+    return Client(args.api, token=_token(args))
+
+
+def check_api(args: argparse.Namespace) -> None:
+    """`--api` is ADDR:PORT or unix:PATH (ConfigError naming the flag)."""
+    from shoal.daemon.network.addresses import parse_address
+
+    if not args.api.startswith("unix:"):
+        parse_address("--api", args.api)  # its error names the flag
+
+
+def _token(args: argparse.Namespace) -> str:
     token = os.environ.get("SHOAL_API_TOKEN", "")
     if args.token_file:
         from pathlib import Path
@@ -47,13 +76,14 @@ def make_client(args: argparse.Namespace) -> Client:
         from shoal.daemon.api.access import read_token_file
 
         token = read_token_file(Path(args.token_file), "--token-file")
-    if not args.api.startswith("unix:"):
-        parse_address("--api", args.api)  # its error names the flag
-    return Client(args.api, token=token)
+    return token
 
 
 def remote_command(args: argparse.Namespace) -> int:
     """Run one command against the agent; its exit code."""
+    if args.command == "members" and not args.near:
+        check_api(args)
+        return _members(None, args)
     client = make_client(args)
     with agent_errors():
         return _dispatch(client, args)
@@ -173,6 +203,50 @@ def _compile(flag: str, pattern: str) -> re.Pattern[str]:
         raise ConfigError(f"{flag}: {pattern!r} is not a regular expression: {exc}") from None
 
 
+def _members_by_client(client: Client, status: str | None, health: str | None,
+                       tags: dict[str, re.Pattern[str]],
+                       name: re.Pattern[str] | None) -> list[dict[str, Any]]:  # fmt: skip
+    import msgspec
+
+    listed: list[dict[str, Any]] = msgspec.to_builtins(
+        client.members(status=status, tags=tags, name=name, health=health))
+    return listed
+
+
+def _members_plainly(args: argparse.Namespace, health: str | None,
+                     tags: dict[str, re.Pattern[str]],
+                     name: re.Pattern[str] | None) -> list[dict[str, Any]] | None:  # fmt: skip
+    """The members as `_members_by_client` gives them, from one plain GET
+    (oneshot.py), filtered as `shoal.client.calls.member_filter` filters;
+    None when that got no plain answer, or a token file is to be read."""
+    if args.token_file:
+        return None
+    from shoal.daemon.cli import oneshot
+
+    query = "&".join(f"{k}={v}" for k, v in (("status", args.status), ("health", health)) if v)
+    body = oneshot.get(args.api, "/v1/members" + ("?" + query if query else ""),
+                       os.environ.get("SHOAL_API_TOKEN", ""))  # fmt: skip
+    if body is None:
+        return None
+    try:
+        listed = json.loads(body)["members"]
+        members = [{k: m.get(k, default) for k, default in MEMBER_FIELDS} for m in listed]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return [m for m in members if _selected(m, tags, name)]
+
+
+def _selected(member: dict[str, Any], tags: dict[str, re.Pattern[str]],
+              name: re.Pattern[str] | None) -> bool:  # fmt: skip
+    if name is not None and not name.fullmatch(member["name"]):
+        return False
+    for key, pattern in tags.items():
+        value = member["tags"].get(key)
+        if value is None or not pattern.fullmatch(value):
+            return False
+    return True
+
+
 def _info(client: Client, args: argparse.Namespace) -> int:
     """Serf's `info`: this agent, its controller, its counters."""
     me = client.request("GET", "/v1/self")
@@ -221,6 +295,8 @@ def _features(client: Client, args: argparse.Namespace) -> int:
         client.kv.put(_CAP_KEY, str(args.cap).encode())
     elif args.uncap:
         client.kv.delete(_CAP_KEY)
+    from shoal.client import NotFound
+
     me = client.request("GET", "/v1/self")
     try:
         cap: str | None = client.kv.get(_CAP_KEY).value.decode(errors="replace")
@@ -256,7 +332,8 @@ def _rtt(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def _members(client: Client, args: argparse.Namespace) -> int:
+def _members(client: Client | None, args: argparse.Namespace) -> int:
+    """`shoal members`; without `client`, asked with one plain GET first."""
     if args.status and args.status not in STATUSES:
         raise ConfigError(f"--status: expected alive, suspect, dead or left, got {args.status!r}")
     name = _compile("--name", args.name) if args.name else None
@@ -264,9 +341,14 @@ def _members(client: Client, args: argparse.Namespace) -> int:
     if args.healthy and args.health not in (None, "passing"):
         raise ConfigError(f"--healthy is --health passing: not with --health {args.health}")
     health = "passing" if args.healthy else args.health
-    members = msgspec.to_builtins(client.members(status=args.status, tags=tags, name=name,
-                                                 health=health))  # fmt: skip
+    members = _members_plainly(args, health, tags, name) if client is None else None
+    if members is None:
+        if client is None:
+            client = make_client(args)
+        with agent_errors():
+            members = _members_by_client(client, args.status, health, tags, name)
     if args.near:  # the agent's order by estimated distance (GET /v1/coordinates?near=)
+        assert client is not None
         from urllib.parse import quote
 
         rows = client.request("GET", f"/v1/coordinates?near={quote(args.near)}")["coordinates"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from shoal.daemon.network.addresses import parse_address
 from shoal.kernel.contract import Address
 from shoal.kernel.errors import ConfigError
 
@@ -47,8 +48,6 @@ def parse_dns(raw: Any) -> DnsConfig:
     Raises:
         ConfigError: naming the setting, e.g. ``dns.bind: expected ADDR:PORT``.
     """
-    from shoal.daemon.config import parse_address  # (config imports this module)
-
     if not isinstance(raw, Mapping):
         raise ConfigError("dns: expected a table of settings")
     for key in raw:

@@ -87,8 +87,8 @@ def test_a_cut_off_host_is_marked_dead_and_comes_back(make_lan):
     victim.cut()
     wait_all_see(others, ["host-4"], 30, status="dead")
     victim.reconnect()
-    # It refutes as soon as anyone reaches it: reconnect attempts (30 s) or
-    # its own probes and gossip towards the members it still lists.
+    # It refutes as soon as anyone reaches it: the others' reconnect pings
+    # (membership/reconnect.py) or its own probes and gossip.
     wait_all_see(lan.hosts, names_of(lan.hosts), 60)
 
 

@@ -4,9 +4,11 @@ side, then healed (issue 28).
 During the cut the small side keeps replicating its own writes, names no
 controller once the old lease has run out, and raises no epoch the large side
 will have to move above; the large side elects a controller at a higher
-epoch. After the heal: at most one new epoch, no epoch churn, one controller
-that every agent names, and every key written on either side on every agent
-within 3 s of membership healing.
+epoch. After the heal: every agent lists every agent alive within 3 s
+(issue 42: both sides have declared each other dead by then, and only the
+30 s reconnect timer used to bring them back), at most one new epoch, no
+epoch churn, one controller that every agent names, and every key written on
+either side on every agent within 3 s of membership healing.
 
 A background thread asks every agent `GET /v1/controller` and
 `GET /v1/members` every 0.2 s from the cut to 15 s after the heal; the checks
@@ -46,6 +48,7 @@ MINORITY_REPLICATION_S = 6.0
 MAJORITY_REPLICATION_S = 10.0
 KEYS_AFTER_MEMBERSHIP_S = 3.0  # issue 28: every key on every node within 3 s of membership healing
 MEMBERSHIP_HEAL_S = 30.0  # a generous deadline: the time itself is a figure
+ALL_SEE_ALL_S = 3.0  # issue 42: all see all within 3 s of the heal of a cut of at most 60 s
 WATCH_AFTER_HEAL_S = 15.0  # epochs are watched this long after the heal
 SAMPLE_INTERVAL_S = 0.2
 SECOND_WRITE_S = 10.0  # the second batch of writes, this long into the cut
@@ -370,9 +373,10 @@ def check_one_claimant_per_epoch(watch: AgentWatch) -> None:
 def test_a_4_2_cut_with_the_controller_on_the_small_side_heals_without_churn(make_lan):
     """Cut 4 | 2 for 30 s with the controller on the small side, then healed:
     each side replicates its writes, the small side names no controller past
-    the lease, the large one elects at a higher epoch; after the heal at most
-    one new epoch, one controller, and every key on every agent within 3 s of
-    membership healing."""
+    the lease, the large one elects at a higher epoch; after the heal every
+    agent lists every agent alive within 3 s, at most one new epoch, one
+    controller, and every key on every agent within 3 s of membership
+    healing."""
     lan = make_lan(N_HOSTS)
     sc = Scenario(lan)
     for host in lan.hosts:
@@ -410,6 +414,45 @@ def test_a_4_2_cut_with_the_controller_on_the_small_side_heals_without_churn(mak
         sc.figures.unanswered = sc.watch.unanswered
         print("\n" + sc.figures.report())
     check_one_claimant_per_epoch(sc.watch)
+    assert sc.figures.membership_heal_s <= ALL_SEE_ALL_S, (
+        f"all saw all {sc.figures.membership_heal_s:.2f} s after the heal")  # fmt: skip
     lag = sc.figures.keys_heal_s - sc.figures.membership_heal_s
     assert lag <= KEYS_AFTER_MEMBERSHIP_S, (
         f"keys reached every agent {lag:.2f} s after membership healed")  # fmt: skip
+
+
+@pytest.mark.parametrize("cut_s", [8.0, pytest.param(60.0, marks=pytest.mark.slow)])
+def test_all_see_all_within_3_s_of_the_heal_of_a_cut_of_any_length(make_lan, cut_s):
+    """Six agents with discovery on, cut 4 | 2 for 8 s (suspicions still
+    running on both sides) or 60 s (each side declared the other dead long
+    ago): within 3 s of the heal every agent lists every agent alive, and
+    none of them lists a member dead again afterwards (no flapping)."""
+    lan = make_lan(N_HOSTS)
+    for host in lan.hosts:
+        host.start_agent(extra=("--bootstrap-expect", str(N_HOSTS)))
+    poll_until(lambda: all_alive(lan.hosts), 40, interval_s=0.1)
+    small, large = lan.hosts[:2], lan.hosts[2:]
+    cut_at = time.monotonic()
+    lan.partition(small, large)
+    # The cut is the scenario: it lasts cut_s whatever happens meanwhile.
+    poll_until(lambda: time.monotonic() >= cut_at + cut_s, cut_s + 5, interval_s=0.2)
+    if cut_s >= 30:
+        view = large[0].members()
+        assert all(view.get(name_of(h)) != "alive" for h in small), view  # the cut was real
+    before = event_counts(lan.hosts)
+    heal_at = time.monotonic()
+    lan.heal(lan.hosts)
+    try:
+        poll_until(lambda: all_alive(lan.hosts), MEMBERSHIP_HEAL_S, interval_s=0.05)
+    except AssertionError:
+        raise AssertionError(f"not all see all {MEMBERSHIP_HEAL_S} s after the heal\n"
+                             f"{evidence(lan.hosts)}") from None  # fmt: skip
+    healed_s = time.monotonic() - heal_at
+    print(f"\ncut 4|2 for {cut_s:.0f} s: all see all {healed_s:.2f} s after the heal")
+    assert healed_s <= ALL_SEE_ALL_S, f"all saw all {healed_s:.2f} s after the heal"
+    settled_at = time.monotonic()
+    poll_until(lambda: time.monotonic() >= settled_at + 5.0, 10, interval_s=0.5)
+    assert all_alive(lan.hosts), evidence(lan.hosts)
+    after = event_counts(lan.hosts)
+    failed_after = after["member-failed"] - before["member-failed"]
+    print(f"  member-failed logged after the heal (all agents): {failed_after}")

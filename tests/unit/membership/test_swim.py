@@ -25,6 +25,7 @@ from shoal.membership.messages import (
     PushPull,
     Suspect,
 )  # fmt: skip
+from shoal.membership.probing import COORD_SEQ_MIN
 from shoal.membership.suspicion import suspicion_min_s
 from shoal.membership.swim import SwimNode
 from tests.unit.membership.helpers import CONFIG, Net, ident
@@ -362,11 +363,12 @@ def test_a_relay_whose_ping_is_refused_nacks_at_once():
 
 
 def _next_probe(node: SwimNode, now: float) -> tuple[str, float]:
-    """Tick `node` deadline by deadline until it sends a probe; its target and time."""
+    """Tick `node` deadline by deadline until it sends a probe; its target and time
+    (reconnect pings to lost members, numbered below COORD_SEQ_MIN, are not probes)."""
     while True:
         for send in node.drain().send:
             for m in send.messages:
-                if isinstance(m, Ping):
+                if isinstance(m, Ping) and m.seq >= COORD_SEQ_MIN:
                     return m.target, now
         now = node.next_deadline()
         assert now is not None

@@ -1,0 +1,221 @@
+"""Reconnects: members recently declared dead are tried again, fast (ours).
+
+Theory of operation. A member declared dead is no longer probed, and a node
+that holds us dead no longer probes us: once both sides of a cut have given
+each other up, nothing crosses it after it heals but Serf's reconnect, one
+push-pull with one random dead member every `reconnect_interval_s` (30 s),
+and the heal waits for that timer's phase (issue 42: 21.9 s once, 6 real
+agents; ~27 s in 4 of 12 simulated seeds). Here each member declared dead
+(not one that left) is tried again with a `Ping` of its own:
+
+- for `reconnect_fast_s` (60 s) after its death, at most one such ping per
+  probe interval, round robin over the recently dead: a cut of up to a
+  minute is noticed within about a probe interval of its heal;
+- then with a backoff that doubles from 2 s up to `reconnect_interval_s`
+  (2, 4, 8, 16 s), after which only Serf's reconnect tries it;
+- a death again (after it was heard alive) starts again from the first.
+
+Whoever answers has been heard again: the member pinged, holding us dead,
+syncs with us at once (exchange.py, a stranger sync), and its ack (it may
+hold us alive) makes us push-pull with it (`Exchange.reconnect_acked`).
+Either exchange carries the news that each side declared the other dead,
+each refutes, and the refutations spread on both sides by gossip. The first
+answer across a healed cut is also a sign that the others behind it are
+back: every other recently dead member gets a ping at once (at most
+`_HEARD_BURST_MAX`, once per probe interval).
+
+Cost, per observer: at most one ping per probe interval however many are
+dead, while any death is younger than `reconnect_fast_s`, plus four per
+dead member after that, plus one burst of at most `_HEARD_BURST_MAX` per
+probe interval while dead members answer. Per dead member, at most
+`reconnect_fast_s / probe_interval_s + 4` (64 on the LAN profile) from each
+observer, fewer when several are dead at once. A crashed agent's host
+answers each with ICMP port unreachable (ignored for a dead member); a ping
+that reaches another node now at that address names the member it is for,
+and is dropped there.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from shoal.kernel.contract import Address
+from shoal.kernel.deadlines import Deadlines
+from shoal.membership.counters import SwimCounters
+from shoal.membership.member import LocalState
+from shoal.membership.messages import Ping, Suspect
+from shoal.membership.profiles import SwimConfig
+from shoal.membership.table import DEAD, SUSPECT, MemberTable
+
+# Sequence numbers of reconnect pings: below the prober's (probing.py,
+# COORD_SEQ_MIN), so an ack is never mistaken for one of a probe round.
+_SEQ_FIRST: Final = 1
+_SEQ_END: Final = 2**31
+# The first gap of the backoff once the fast period is over.
+_LADDER_FIRST_S: Final = 2.0
+# Pings sent at once when a dead member is heard again (see the docstring).
+_HEARD_BURST_MAX: Final = 16
+# Above this many live members, each observer's pace slows in proportion,
+# so the whole cluster sends about this many per probe interval (see the
+# module docstring).
+_PACE_MEMBERS: Final = 16
+# A suspicion raised by others is pinged only once it is this many probe
+# intervals old: a false one (loss) is refuted well within that, and one
+# that lasts longer was raised in a cut, or its refutation passed us by.
+_OTHERS_SUSPICION_ROUNDS: Final = 2
+
+SendPacket = Callable[[Address, list[Any]], None]
+
+
+class Reconnects:
+    """Which lost members (suspected by us, or recently dead) to ping, and when."""
+
+    def __init__(
+        self,
+        local: LocalState,
+        table: MemberTable,
+        config: SwimConfig,
+        rng: random.Random,
+        deadlines: Deadlines,
+        send_packet: SendPacket,
+        counters: SwimCounters,
+    ) -> None:
+        """Share the node's state with the reconnect role.
+
+        Args:
+            local: this node's identity and leaving flag.
+            table: the view: who is suspect or dead, since when, and where.
+            config: probe interval, fast period and reconnect interval.
+            rng: the node's only source of randomness (the first ping's phase).
+            deadlines: the node's deadline heap.
+            send_packet: sends one datagram.
+            counters: the node's counters.
+        """
+        self._local = local
+        self._table = table
+        self._config = config
+        self._rng = rng
+        self._deadlines = deadlines
+        self._send_packet = send_packet
+        self._counters = counters
+        # Round robin of (name, since, suspect): `since` is when it died,
+        # or for a suspicion when it may first be pinged; stale entries are
+        # dropped at their turn.
+        self._fast: deque[tuple[str, float, bool]] = deque()
+        self._suspected: set[str] = set()  # names queued as suspicions
+        self._armed = False
+        self._pings: dict[int, str] = {}  # seq -> member, sent this probe interval
+        self._seq = _SEQ_FIRST - 1
+        self._burst_after = 0.0
+
+    def died(self, name: str, now: float) -> None:
+        """Member `name` was declared dead at `now`: try it again soon."""
+        self._queue(name, now, False, now)
+
+    def suspected(self, name: str, ours: bool, now: float) -> None:
+        """`name` is suspect (`ours`: our own probe of it failed): while it
+        stays suspect, ping it with the suspicion (the buddy system,
+        repeated), so that a cut that heals before the suspicion ends
+        reaches the suspect within a probe interval, not whenever the round
+        robin of probes comes to it; one raised by others, only once it has
+        lasted `_OTHERS_SUSPICION_ROUNDS` probe intervals."""
+        if name not in self._suspected:
+            self._suspected.add(name)
+            wait_s = 0.0 if ours else _OTHERS_SUSPICION_ROUNDS * self._config.probe_interval_s
+            self._queue(name, now + wait_s, True, now)
+
+    def _queue(self, name: str, since: float, suspect: bool, now: float) -> None:
+        self._fast.append((name, since, suspect))
+        if not self._armed:
+            # At a random phase of the pace: observers that learn of a death
+            # together do not all ping at the same instants.
+            self._armed = True
+            self._deadlines.push(now + self._rng.uniform(0.5, 1.0) * self._pace_s(),
+                                 self._due_retry)  # fmt: skip
+
+    def _pace_s(self) -> float:
+        """Between two pings of the round robin: a probe interval, longer
+        in proportion above `_PACE_MEMBERS` live members."""
+        scale = self._table.num_live() / _PACE_MEMBERS
+        return self._config.probe_interval_s * (scale if scale > 1.0 else 1.0)
+
+    def answered(self, seq: int) -> str | None:
+        """The member an ack with `seq` answers for, if it is one of ours."""
+        return self._pings.pop(seq, None)
+
+    def heard(self, name: str, now: float) -> None:
+        """Dead member `name` answered: ping the other recently dead at once."""
+        if now < self._burst_after or self._local.leaving:
+            return
+        self._burst_after = now + self._config.probe_interval_s
+        sent = 0
+        for other, since, suspect in list(self._fast):
+            if sent >= _HEARD_BURST_MAX:
+                break
+            if other != name and not suspect and self._still_dead(other, since):
+                self._ping(other)
+                sent += 1
+
+    def _still_dead(self, name: str, died_at: float) -> bool:
+        m = self._table.get(name)
+        return m is not None and m.state is DEAD and self._table.down_at(name) == died_at
+
+    def _ping(self, name: str) -> None:
+        self._seq += 1
+        if self._seq >= _SEQ_END:
+            self._seq = _SEQ_FIRST
+        self._pings[self._seq] = name
+        self._counters.reconnect_pings += 1
+        m = self._table.get(name)
+        assert m is not None
+        me = self._local.ident.name
+        msgs: list[Any] = [Ping(self._seq, name, me)]
+        if m.state is SUSPECT:
+            msgs.append(Suspect(m.incarnation, name, me))
+        self._send_packet(m.ident.addr, msgs)
+
+    def _next(self, now: float) -> str | None:
+        """The next member in turn still lost, its entry requeued."""
+        fast = self._fast
+        for _ in range(len(fast)):
+            name, since, suspect = fast.popleft()
+            if suspect:
+                m = self._table.get(name)
+                if m is None or m.state is not SUSPECT:
+                    self._suspected.discard(name)
+                    continue
+                if now < since:  # not yet: keep its place
+                    fast.append((name, since, suspect))
+                    continue
+            elif not self._still_dead(name, since):
+                continue  # heard again, or dead again since (queued anew)
+            elif now - since >= self._config.reconnect_fast_s:
+                self._deadlines.push(now + _LADDER_FIRST_S, self._due_ladder,
+                                     (name, since, _LADDER_FIRST_S))  # fmt: skip
+                continue
+            fast.append((name, since, suspect))
+            return name
+        return None
+
+    def _due_retry(self, _: None, now: float) -> None:
+        """One ping, to the next lost member in turn."""
+        self._pings.clear()  # acks later than a probe interval are not awaited
+        name = self._next(now)
+        if name is not None and not self._local.leaving:
+            self._ping(name)
+        self._armed = bool(self._fast)
+        if self._armed:
+            self._deadlines.push(now + self._pace_s(), self._due_retry)
+
+    def _due_ladder(self, arg: tuple[str, float, float], now: float) -> None:
+        name, died_at, gap_s = arg
+        if not self._still_dead(name, died_at):
+            return
+        if not self._local.leaving:
+            self._ping(name)
+        gap_s *= 2
+        if gap_s < self._config.reconnect_interval_s:
+            self._deadlines.push(now + gap_s, self._due_ladder, (name, died_at, gap_s))
