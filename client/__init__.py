@@ -20,12 +20,15 @@ from shoal.client.errors import (
     Conflict,
     Gone,
     IncompatibleAgent,
+    NotApplied,
     NotFound,
     ShoalError,
     TooLarge,
     Unauthorized,
     Unavailable,
+    Unknown,
 )
+from shoal.client.meta import AsyncMetaApi, MetaApi
 from shoal.client.session import Session
 from shoal.client.sync import Client, KvApi, Watch
 from shoal.client.types import (
@@ -41,6 +44,8 @@ from shoal.client.types import (
     Member,
     MemberAnswer,
     MemberEvent,
+    MetaValue,
+    MetaWritten,
     QueryResult,
     SelfInfo,
     SessionInfo,
@@ -53,12 +58,12 @@ if TYPE_CHECKING:
     from shoal.client.aiosession import AsyncSession
 
 __all__ = [
-    "AsyncClient", "AsyncKvApi", "AsyncSession", "AsyncWatch", "BadRequest", "Busy", "Check",
-    "CheckListing", "Client", "Conflict", "Controller", "ControllerEvent", "Event", "EventSent",
-    "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi", "KvEvent", "Member",
-    "MemberAnswer", "MemberEvent", "NotFound", "QueryResult", "SelfInfo", "Session",
-    "SessionInfo", "ShoalError", "TooLarge", "Unauthorized", "Unavailable", "UserEvent", "Watch",
-    "Written",
+    "AsyncClient", "AsyncKvApi", "AsyncMetaApi", "AsyncSession", "AsyncWatch", "BadRequest",
+    "Busy", "Check", "CheckListing", "Client", "Conflict", "Controller", "ControllerEvent",
+    "Event", "EventSent", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi",
+    "KvEvent", "Member", "MemberAnswer", "MemberEvent", "MetaApi", "MetaValue", "MetaWritten",
+    "NotApplied", "NotFound", "QueryResult", "SelfInfo", "Session", "SessionInfo", "ShoalError",
+    "TooLarge", "Unauthorized", "Unavailable", "Unknown", "UserEvent", "Watch", "Written",
 ]  # fmt: skip
 
 _ASYNC = ("AsyncClient", "AsyncKvApi", "AsyncWatch")

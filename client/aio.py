@@ -18,6 +18,7 @@ from shoal.client import calls
 from shoal.client.aiosession import AsyncSession
 from shoal.client.endpoint import parse_endpoint, resolve_token
 from shoal.client.errors import ShoalError, Unavailable
+from shoal.client.meta import AsyncMetaApi
 from shoal.client.types import (
     TOPICS,
     CheckListing,
@@ -127,6 +128,7 @@ class AsyncClient:
         self.token = resolve_token(token, token_file)
         self.timeout = timeout
         self.kv = AsyncKvApi(self)
+        self.meta = AsyncMetaApi(self)  # the metadata log (client/meta.py)
 
     @property
     def base(self) -> str:
@@ -275,7 +277,7 @@ class AsyncClient:
                 finally:
                     response.close()
         except (OSError, TimeoutError, httptools.HttpParserError) as exc:
-            raise calls.unreachable(self.base, exc) from None
+            raise calls.unreachable(self.base, exc, call) from None
         return calls.answer(call, response.status, "", body)
 
     async def open(self, method: str, path: str, body: bytes | None = None) -> _Response:

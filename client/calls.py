@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from shoal.client.errors import IncompatibleAgent, ShoalError, Unavailable, error_for
+from shoal.client.errors import IncompatibleAgent, ShoalError, Unavailable, Unknown, error_for
 from shoal.client.types import (
     CheckListing,
     Controller,
@@ -29,6 +29,8 @@ from shoal.client.types import (
     KeyValue,
     Member,
     MemberListing,
+    MetaValue,
+    MetaWritten,
     QueryResult,
     SelfInfo,
     SessionInfo,
@@ -68,6 +70,8 @@ class Call(Generic[T]):
     body: bytes | None = None
     wait_s: float = 0.0
     needs: str = ""
+    # A metadata write: when no answer comes, its outcome is unknown.
+    unknown_unanswered: bool = False
 
 
 Steps = Generator[Call[Any], Any, T]
@@ -382,7 +386,46 @@ def _pattern_text(pattern: Pattern) -> str:
     return pattern.pattern if isinstance(pattern, re.Pattern) else re.compile(pattern).pattern
 
 
-def unreachable(base: str, exc: BaseException) -> ShoalError:
-    """The Unavailable error for an agent that gave no answer."""
+def unreachable(base: str, exc: BaseException, call: Call[Any] | None = None) -> ShoalError:
+    """The error for an agent that gave no answer: Unavailable, or Unknown
+    for a metadata write that may have reached it (anything but a refused
+    connection: it may have been committed)."""
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    if call is not None and call.unknown_unanswered and not isinstance(
+            exc, ConnectionRefusedError | FileNotFoundError):  # fmt: skip
+        return Unknown(f"no answer from the agent at {base} ({reason}): the write may have "
+                       "been committed; read it back or retry with cas")  # fmt: skip
     return Unavailable(f"cannot reach the agent at {base}: {reason}")
+
+
+def _meta_path(key: str, query: dict[str, Any]) -> str:
+    if not key:
+        raise ValueError("a key must not be empty")
+    path = "/v1/meta/" + quote(key, safe="/")
+    return path + ("?" + urlencode(query) if query else "")
+
+
+def _cas(cas: int | None) -> dict[str, Any]:
+    if cas is None:
+        return {}
+    if isinstance(cas, bool) or not isinstance(cas, int) or cas < 0:
+        raise ValueError(f"cas is a mod revision, a non-negative int: got {cas!r}")
+    return {"cas": cas}
+
+
+def meta_get(key: str, stale: bool = False) -> Call[MetaValue]:
+    """`GET /v1/meta/<key>[?stale]` (NotFound when absent)."""
+    return Call("GET", _meta_path(key, {"stale": 1} if stale else {}), typed(MetaValue))
+
+
+def meta_put(key: str, value: bytes | str, cas: int | None = None) -> Call[MetaWritten]:
+    """`PUT /v1/meta/<key>[?cas=R]`."""
+    data = value.encode() if isinstance(value, str) else bytes(value)
+    return Call("PUT", _meta_path(key, _cas(cas)), typed(MetaWritten), data, needs="/v1/meta",
+                unknown_unanswered=True)  # fmt: skip
+
+
+def meta_delete(key: str, cas: int | None = None) -> Call[MetaWritten]:
+    """`DELETE /v1/meta/<key>[?cas=R]`."""
+    return Call("DELETE", _meta_path(key, _cas(cas)), typed(MetaWritten), needs="/v1/meta",
+                unknown_unanswered=True)  # fmt: skip

@@ -4,11 +4,14 @@
     ├── BadRequest          400: the request was malformed (a bad fence, prefix, index)
     ├── Unauthorized        401: the call needs the API token
     ├── NotFound            404: no such key, member, voter, session or check
-    ├── Conflict            409: refused by a fence (`.fence`, `.epoch`), or by the cluster's state
+    ├── Conflict            409: refused by a fence (`.fence`, `.epoch`), by a meta `cas`
+    │                       (`.current`), or by the cluster's state
     ├── Gone                410: a watch position the agent no longer holds (`.run`, `.index`)
     ├── TooLarge            413: a payload or note over the agent's limit
     ├── Busy                429: the agent's queue is full (user events): retry later
     ├── Unavailable         503, or no answer at all (no agent, refused, reset, timed out)
+    │   └── NotApplied      503 from the metadata log: the write was not appended; safe to retry
+    ├── Unknown             504, or no answer to a metadata write: it may have been committed
     └── IncompatibleAgent   the agent lacks an endpoint this call needs, or answered unreadably
 
 Local misuse (an empty key, a bad regular expression) raises ValueError or
@@ -53,13 +56,16 @@ class Conflict(ShoalError):
     Attributes:
         fence: the fence the write carried (None when the refusal was not a fence's).
         epoch: the epoch that outranks it: the controller's, or the key's.
+        current: a metadata key's mod revision when its `cas` did not
+            match (0: the key is absent); None otherwise.
     """
 
     def __init__(self, message: str, status: int | None = 409, fence: int | None = None,
-                 epoch: int | None = None) -> None:  # fmt: skip
+                 epoch: int | None = None, current: int | None = None) -> None:  # fmt: skip
         super().__init__(message, status)
         self.fence = fence
         self.epoch = epoch
+        self.current = current
 
 
 class Gone(ShoalError):
@@ -88,13 +94,23 @@ class Unavailable(ShoalError):
     """503 (the agent cannot serve this now), or no agent answered at all."""
 
 
+class NotApplied(Unavailable):
+    """503 from the metadata log: nothing was appended (no controller known,
+    or the agent asked was not it): the same write may simply be retried."""
+
+
+class Unknown(ShoalError):
+    """504, or no answer to a metadata write: it reached the agent and may
+    have been committed, or not. Read the key back, or retry with `cas`."""
+
+
 class IncompatibleAgent(ShoalError):
     """The agent lacks what this call needs (an older shoal), or its answer did not parse."""
 
 
 _BY_STATUS: dict[int, type[ShoalError]] = {
     400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone, 413: TooLarge,
-    429: Busy, 503: Unavailable,
+    429: Busy, 503: Unavailable, 504: Unknown,
 }  # fmt: skip
 
 
@@ -120,7 +136,10 @@ def error_for(status: int, body: Any, reason: str = "") -> ShoalError:
     cls = _BY_STATUS.get(status, ShoalError)
     if cls is Conflict:
         return Conflict(message, status, _int_or_none(fields.get("fence")),
-                        _int_or_none(fields.get("epoch")))  # fmt: skip
+                        _int_or_none(fields.get("epoch")),
+                        _int_or_none(fields.get("current")))  # fmt: skip
+    if cls is Unavailable and fields.get("outcome") == "not_applied":
+        return NotApplied(message, status)
     if cls is Gone:
         run = fields.get("run")
         return Gone(message, status, run if isinstance(run, str) else None,

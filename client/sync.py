@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from shoal.client import calls
 from shoal.client.endpoint import parse_endpoint, resolve_token
 from shoal.client.errors import ShoalError, Unavailable
+from shoal.client.meta import MetaApi
 from shoal.client.session import Session
 from shoal.client.types import (
     TOPICS,
@@ -82,6 +83,7 @@ class Client:
         self.token = resolve_token(token, token_file)
         self.timeout = timeout
         self.kv = KvApi(self)
+        self.meta = MetaApi(self)  # the metadata log (client/meta.py)
 
     @property
     def base(self) -> str:
@@ -278,7 +280,7 @@ class Client:
             resp = conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            raise calls.unreachable(self.base, exc) from None
+            raise calls.unreachable(self.base, exc, call) from None
         finally:
             conn.close()
         return calls.answer(call, resp.status, resp.reason, body)

@@ -177,6 +177,36 @@ class ControllerEvent(msgspec.Struct, frozen=True, kw_only=True):
     resync: bool = False
 
 
+class MetaValue(msgspec.Struct, frozen=True, kw_only=True):
+    """A key of the metadata log (docs/metadata.md).
+
+    Attributes:
+        revision: the log's revision the answer was read at.
+        create_revision: the revision that created the key (0: not yet
+            applied by the agent asked, which answered from the controller).
+        mod_revision: the revision that last changed it: the `cas` to give
+            to change it only if nobody else did meanwhile.
+        version: changes since its creation (0 as for create_revision).
+        stale: read from the agent's own applied state (`stale=True`).
+    """
+
+    key: str
+    value: bytes = msgspec.field(default=b"", name="value_base64")
+    revision: int = 0
+    create_revision: int = 0
+    mod_revision: int = 0
+    version: int = 0
+    stale: bool = False
+
+
+class MetaWritten(msgspec.Struct, frozen=True, kw_only=True):
+    """A committed metadata write: held by a majority of the voters' disks
+    at `revision` (the key's mod revision now; a delete's revision)."""
+
+    key: str
+    revision: int
+
+
 class KvEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A key put or deleted, with why: `write` (here), `sync` (from a peer),
     `owner-failed` / `owner-left` (an ephemeral key's owner went), `resync`."""

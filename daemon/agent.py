@@ -44,6 +44,7 @@ from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
 from shoal.daemon.health import HEALTH_TAG
 from shoal.daemon.liveness import Liveness
+from shoal.daemon.meta import LocalDelivery, MetaService, channel_for, reply_to
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.discovery import preload as preload_discovery
@@ -54,12 +55,13 @@ from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
 from shoal.daemon.systemd import Notifier
 from shoal.daemon.userevents import UserEvents
-from shoal.kernel.contract import Address, Output, Tags
+from shoal.kernel.contract import Address, Output, Send, Tags
 from shoal.kernel.errors import ConfigError, VersionError
 from shoal.kernel.sealing import KeyCommand, KeyReply
 from shoal.kernel.versions import NEXT_RELEASE_STANDIN, THIS_BUILD, TWO_AHEAD_STANDIN, Versions
 from shoal.membership.events import JoinCompleted
 from shoal.membership.member import MemberState, MemberView, NodeIdentity, make_tags
+from shoal.metalog.core import ProposalDone, ReadDone
 from shoal.node import nextrelease
 from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelUnsupported
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     from shoal.membership.vivaldi import CoordinateSnapshot
 
 SLOW_FLUSH_S = 0.05
+_META_EVENTS = (ProposalDone, ReadDone)  # answers for the API (daemon/meta.py), not news
 _AGENT_COUNTERS = ("datagrams_in", "datagrams_out", "bytes_in", "bytes_out", "streams_in",
                    "streams_out", "stream_errors", "key_commands", "slow_flushes",
                    "election_sends_dropped")  # fmt: skip
@@ -121,6 +124,9 @@ class Agent:
         self._failure: ConfigError | VersionError | None = None
         self._clock_off = False  # last seen: clock further than store.max_offset_ms
         self._started_as: tuple[str, Address, str]  # node id, advertised address, why
+        # The metadata log's roles, with `[meta] enabled` (daemon/meta.py).
+        self.meta: MetaService | None = None
+        self.local: LocalDelivery | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -208,7 +214,8 @@ class Agent:
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
-                              self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
+                              self.data_dir.load_election(), cfg.bootstrap_expect,
+                              **self._meta_parts(advertise))  # fmt: skip
         self.node.sync.replica.changes = []  # numbered for the watch streams (publisher)
         self._wire_roles(observer)
         self.user_events = UserEvents(engine, lambda: self.node, lambda: self.config,
@@ -233,6 +240,32 @@ class Agent:
             await self.discovery.start(advertise, stored.node_id.hex())
         self._started_as = (stored.node_id.hex(), advertise, why)
 
+    def _meta_parts(self, me: Address) -> dict[str, Any]:
+        """With `[meta] enabled`: the metadata log's settings and its
+        entries from the data directory, for the node; the service the API
+        asks, and the local delivery of what the log sends to itself."""
+        settings = self.config.meta
+        if not settings.enabled:
+            return {}
+        from shoal.metalog.core import MetaConfig
+
+        assert self.data_dir is not None
+        self.local = LocalDelivery(self._loop, me, self._receive)
+        self.meta = MetaService(self._loop, lambda: self.node, self.flush,
+                                settings.answer_timeout_s)  # fmt: skip
+        return {"meta": MetaConfig(settings.heartbeat_s, settings.answer_timeout_s),
+                "meta_log": self.data_dir.load_log()}
+
+    def _send(self, send: Send) -> None:
+        """Send one `Send`; one to this agent itself is delivered here."""
+        local = self.local
+        if local is None:
+            self.net.send(send)
+        elif send.to == local.me:
+            local.send(send)
+        else:  # the log's large batches go on a stream (daemon/meta.py)
+            self.net.send(channel_for(send, self.node.swim.config.mtu_bytes))
+
     def _log_started(self) -> None:
         cfg = self.config
         node_id, advertise, why = self._started_as
@@ -249,7 +282,7 @@ class Agent:
         cfg, node = self.config, self.node
         assert self.data_dir is not None and self.commits is not None and self.history is not None
         self.keys = KeyService(self.wire, self.net.contact, cfg, node)
-        self.persister = Persister(self.data_dir, self.commits, self.net.send,
+        self.persister = Persister(self.data_dir, self.commits, self._send,
                                    lambda: self.net.sending, self.counters)  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
@@ -312,6 +345,8 @@ class Agent:
         if not self.node.understands(messages):
             self.net.dropped("unexpected", sender, "a message no core takes")
             return
+        if self.local is not None:
+            sender = reply_to(self.node, messages, sender)
         self.node.receive_all(messages, sender, self._loop.time())
         self.flush()
 
@@ -536,6 +571,8 @@ class Agent:
                 break
             self._handle(out)
         self.publisher.publish_records(self.node.sync.replica)
+        if self.meta is not None:
+            self.meta.note_applied()
         deadline = self.node.next_deadline()
         if deadline != self._armed_at:
             if self._timer is not None:
@@ -551,12 +588,16 @@ class Agent:
         """Persist (releasing what waits on it), then send, then publish."""
         if out.persist:
             self.persister.write(out.persist)
-        send = self.net.send
+        send = self._send
         for item in out.send:
             send(item)
         publish = self.publisher.publish
         for event in out.events:
-            publish(event)
+            if type(event) in _META_EVENTS:
+                assert self.meta is not None
+                self.meta.done(event)
+            else:
+                publish(event)
 
     def _join_completed(self, event: JoinCompleted) -> None:
         """A join attempt finished (published): answer its waiters."""

@@ -53,6 +53,22 @@ class FaultConfig(msgspec.Struct, frozen=True):
         return bool(self.drop or self.duplicate or self.delay_s or self.fsync_delay_s)
 
 
+class MetaSettings(msgspec.Struct, frozen=True):
+    """`[meta]`: the metadata log (docs/metadata.md)."""
+
+    # Off by default in this release: the log is a preview (no snapshots,
+    # no voter changes yet). Turn it on on every agent of a cluster.
+    enabled: bool = False
+    heartbeat_s: float = 0.1  # the controller's heartbeat (metalog/core.py, MetaConfig)
+    answer_timeout_s: float = 3.0  # a forwarded write unanswered: unknown (504)
+
+    def __post_init__(self) -> None:
+        if not 0.01 <= self.heartbeat_s <= 5.0:
+            raise ValueError("heartbeat_s must be 0.01 to 5 seconds")
+        if not 0.1 <= self.answer_timeout_s <= 60.0:
+            raise ValueError("answer_timeout_s must be 0.1 to 60 seconds")
+
+
 class AgentConfig(msgspec.Struct, frozen=True):
     """Everything `shoal agent` needs, validated."""
 
@@ -85,6 +101,7 @@ class AgentConfig(msgspec.Struct, frozen=True):
     checks: tuple[CheckConfig, ...] = ()  # [[checks]] tables (daemon/checks.py)
     enable_script_checks: bool = False
     dns: DnsConfig = msgspec.field(default_factory=DnsConfig)  # [dns] (daemon/dns/config.py)
+    meta: MetaSettings = msgspec.field(default_factory=MetaSettings)
 
 
 # -- parsing single values ------------------------------------------------------
@@ -151,7 +168,7 @@ _TOP_KEYS = {
     "profile", "swim", "store", "log_level", "log_format", "leave_timeout_s", "faults",
     "discovery", "discovery_interfaces", "discovery_service", "election", "bootstrap_expect",
     "controller_handler", "event_handlers", "history", "encryption", "encrypt", "api_token",
-    "api_token_file", "api_socket", "checks", "enable_script_checks", "dns",
+    "api_token_file", "api_socket", "checks", "enable_script_checks", "dns", "meta",
 }  # fmt: skip
 
 _ENV = {
@@ -218,7 +235,8 @@ def build(layers: list[Mapping[str, Any]]) -> AgentConfig:
         for key, value in layer.items():
             if value is None:
                 continue
-            sections = ("swim", "store", "election", "faults", "history", "encryption", "dns")
+            sections = ("swim", "store", "election", "faults", "history", "encryption", "dns",
+                        "meta")  # fmt: skip
             if key in sections and isinstance(value, Mapping):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
@@ -293,6 +311,7 @@ def _validate(raw: Mapping[str, Any]) -> AgentConfig:
         checks=parse_checks(raw.get("checks", []), scripts),
         enable_script_checks=scripts,
         dns=parse_dns(raw.get("dns", {})),
+        meta=_section("meta", MetaSettings(), raw.get("meta", {})),
     )
 
 

@@ -153,13 +153,24 @@ def _enc_op(op: MetaOp) -> list[Any]:
 def _entries(v: object) -> tuple[Entry, ...]:
     if type(v) is not list or len(v) > MAX_ENTRIES_PER_APPEND:
         raise DecodeError("shape", "bad entries")
-    out = []
-    for e in v:
-        if type(e) is not list or len(e) != 5:
-            raise DecodeError("shape", "bad entry")
-        origin = e[3] if e[3] == "" else name(e[3])
-        out.append(Entry(counter(e[0]), u64(e[1]), _op(e[2]), origin, u64(e[4])))
-    return tuple(out)
+    return tuple(entry_from_wire(e) for e in v)
+
+
+def entry_to_wire(e: Entry) -> list[Any]:
+    """One entry as the codec carries it (also its form on disk)."""
+    return [e.epoch, e.index, _enc_op(e.op), e.origin, e.pid]
+
+
+def entry_from_wire(v: object) -> Entry:
+    """An entry from `entry_to_wire`'s form.
+
+    Raises:
+        DecodeError: not an entry.
+    """
+    if type(v) is not list or len(v) != 5:
+        raise DecodeError("shape", "bad entry")
+    origin = v[3] if v[3] == "" else name(v[3])
+    return Entry(counter(v[0]), u64(v[1]), _op(v[2]), origin, u64(v[4]))
 
 
 def _outcome(v: object) -> int:
@@ -172,7 +183,7 @@ def _encode(msg: Any) -> list[Any] | None:
     match msg:
         case Append(epoch, leader, prev_index, prev_epoch, entries, commit, read_seq):
             return [70, epoch, leader, prev_index, prev_epoch,
-                    [[e.epoch, e.index, _enc_op(e.op), e.origin, e.pid] for e in entries],
+                    [entry_to_wire(e) for e in entries],
                     commit, read_seq]
         case AppendAck(epoch, follower, ok, match_index, read_seq):
             return [71, epoch, follower, ok, match_index, read_seq]

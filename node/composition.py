@@ -26,6 +26,7 @@ from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
 from shoal.kernel.errors import FenceRefused, WriteRefused
 from shoal.kernel.outbox import Outbox
+from shoal.kernel.versions import META_LOG_FEATURE
 from shoal.membership.events import (
     MemberDied,
     MemberJoined,
@@ -288,6 +289,15 @@ class ShoalNode:
     def _compose_meta(self, config: MetaConfig, entries: tuple[Entry, ...],
                       rng: random.Random) -> MetaLog:  # fmt: skip
         election = self.election
+        features = self.features
+
+        # The gate: until the cluster's feature level includes the log, this
+        # node neither leads it (no no-op, nothing appended, so its lease
+        # requests keep their 0.2.0 shape) nor asks a controller anything
+        # (a proposal or a read is not applied): an agent of a release
+        # before the log never receives one of its messages.
+        def leading_epoch() -> int | None:
+            return election.lease_epoch if features.known >= META_LOG_FEATURE else None
 
         def highest_epoch() -> int:
             return max(election.epoch_known, election.granted_epoch)
@@ -300,10 +310,10 @@ class ShoalNode:
             return sets
 
         def controller() -> tuple[str, int] | None:
-            return election.known
+            return election.known if features.known >= META_LOG_FEATURE else None
 
         meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
-                       leading_epoch=lambda: election.lease_epoch, highest_epoch=highest_epoch,
+                       leading_epoch=leading_epoch, highest_epoch=highest_epoch,
                        saw_epoch=election.saw_epoch, voters=voters, controller=controller,
                        addr_of=self._addr_of)  # fmt: skip
         election.log_position = meta.log.last
@@ -353,6 +363,12 @@ class ShoalNode:
             level = election.feature_level
         else:
             level = election.following.level
+            if level:
+                # What this node announces if it is elected, until it
+                # decides: the level it knows, not the election's initial 1
+                # (a successor's first notices would lower everyone's level,
+                # and turn the metadata log off, for up to a second).
+                election.feature_level = level
         self.features.learn(level, self.out.events)
         if self._probes and self.features.known >= LEVEL_PROBE_FEATURE:
             peers = self._sample_peers(self._rng, 1)
@@ -529,6 +545,8 @@ class ShoalNode:
         out.update({f"store_{k}": v for k, v in self.sync.replica.counters.as_dict().items()})
         out.update({f"election_{k}": v for k, v in self.election.counters.as_dict().items()})
         out["node_level_probes_received"] = self.level_probes_received
+        if self.meta is not None:
+            out.update({f"meta_{k}": v for k, v in self.meta.counters.as_dict().items()})
         return out
 
     def _view(self) -> Iterator[ViewMember]:

@@ -138,6 +138,18 @@ class Engine:
         for name in names:
             self._local.delete(name, self._unsynced)
 
+    def local_batch(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        """Put and delete names of this node's own state in one atomic,
+        unsynced WriteBatch (the next `sync()` makes it durable): after a
+        crash it is there whole or not at all."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        handle = self._db.get_column_family_handle("local")
+        for name, value in puts:
+            batch.put(name, value, handle)
+        for name in deletes:
+            batch.delete(name, handle)
+        self._db.write(batch, self._unsynced)
+
     def sync(self) -> None:
         """Make every write so far durable: write the staged records, then
         fsync the write-ahead log (from any thread)."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.liveness import Liveness
+    from shoal.daemon.meta import MetaService
     from shoal.daemon.network.keyops import KeyService
     from shoal.daemon.network.queries import QueryReply, QueryService
     from shoal.daemon.userevents import UserEvents
@@ -86,6 +87,10 @@ class AgentPort(Protocol):
     @property
     def keys(self) -> KeyService:
         """Keyring commands, here and across the cluster."""
+
+    @property
+    def meta(self) -> MetaService | None:
+        """The metadata log's writes and reads (None: `[meta]` is off)."""
 
     def status(self) -> AgentStatus:
         """A fresh snapshot."""

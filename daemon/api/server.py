@@ -50,6 +50,7 @@ from shoal.daemon.api.answers import Handler, HttpError, Raw, Request, Result
 from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
 from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
+from shoal.daemon.api.meta import META_PREFIX, meta_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.disk.dataformat import FORMAT_VERSION
 from shoal.daemon.health import HEALTH_TAG, PASSING
@@ -120,7 +121,9 @@ class ApiServer:
     @staticmethod
     def body_limit(method: str, path: str) -> int:
         """The largest request body accepted for `method path`."""
-        return MAX_VALUE_BYTES if method == "PUT" and path.startswith(KV_PREFIX) else MAX_BODY_BYTES
+        if method == "PUT" and (path.startswith(KV_PREFIX) or path.startswith(META_PREFIX)):
+            return MAX_VALUE_BYTES
+        return MAX_BODY_BYTES
 
     def handle(self, request: Request) -> Any:
         """Route one request (see the module docstring)."""
@@ -133,6 +136,8 @@ class ApiServer:
                             "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
         if path.startswith(KV_PREFIX):
             return kv_route(self.agent, request)
+        if path.startswith(META_PREFIX):
+            return meta_route(self.agent, request)
         if path.startswith(EVENT_ROUTE):
             return events.user_event_route(self.agent, request)
         if path.startswith(QUERY_ROUTE):
@@ -172,7 +177,8 @@ class ApiServer:
         """What answers here (for a browser or `curl` pointed at the port)."""
         from shoal.native import describe
 
-        paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>"})
+        paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>",
+                                                         "GET|PUT|DELETE /v1/meta/<key>"})
         return 200, {"name": "shoal", "version": __version__, "hot_path": describe(),
                      "node": self.agent.config.node_name, "cluster": self.agent.config.cluster,
                      "endpoints": paths, "docs": "docs/operations.md"}  # fmt: skip

@@ -45,6 +45,7 @@ COMMANDS: dict[str, str | None] = {
     "demo": None, "history": "history", "churn": "history", "keys": "keys",
     "sessions": "liveness", "checks": "liveness", "event": "events", "query": "events",
     "completion": "manual", "man": "manual", "simulate": None, "features": None,
+    "meta": "meta",
 }  # fmt: skip
 
 
@@ -140,6 +141,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="IPv4 address of an interface for discovery (repeatable; default: "
                        "the advertised address)")  # fmt: skip
 
+    agent.add_argument("--meta", dest="meta", action="store_const", const={"enabled": True},
+                       help="run the metadata log (a preview: docs/metadata.md; "
+                       "[meta] enabled in the config)")  # fmt: skip
     agent.add_argument("--bootstrap-expect", dest="bootstrap_expect", type=int,
                        help="eligible nodes to wait for before the first controller "
                        "election (default 3; 1 for a single node)")  # fmt: skip
@@ -276,6 +280,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from shoal.daemon.cli import events
 
         events.add_parsers(sub, _api_arg)
+    if "meta" in modules:
+        from shoal.daemon.cli import meta
+
+        meta.add_parsers(sub, _api_arg)
     if "manual" in modules:
         from shoal.daemon.cli import manual
 
@@ -399,6 +407,7 @@ def _agent(args: argparse.Namespace) -> int:
             "encrypt",
             "api_socket",
             "api_token_file",
+            "meta",
         )  # fmt: skip
     }
     dev_dir = _dev_defaults(flags) if args.dev else None

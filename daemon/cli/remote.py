@@ -99,6 +99,10 @@ def _dispatch(client: Client, args: argparse.Namespace) -> int:
         from shoal.daemon.cli.kv import kv_command
 
         return kv_command(client, args)
+    if command == "meta":
+        from shoal.daemon.cli.meta import meta_command
+
+        return meta_command(client, args)
     if command in ("sessions", "checks"):
         from shoal.daemon.cli import liveness
 

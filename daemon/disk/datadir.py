@@ -37,6 +37,9 @@ from shoal.storage.records import NODE_ID_BYTES
 _RUN = b"run"
 TAGS_FILE = "tags.json"  # the tags `shoal tags` set; they win over the config's
 _ELECTION = b"election"
+# The metadata log's entries (metalog/): this prefix + the index, 8 bytes
+# big-endian, so that a scan reads them in order.
+_LOG = b"meta/log/"
 
 
 class StoredIdentity(msgspec.Struct, frozen=True):
@@ -63,6 +66,7 @@ class DataDir:
                 format or another cluster (then left untouched).
         """
         self.path = path
+        self._log_last = 0  # the metadata log's last index on disk (load_log, save_log)
         dataformat.check_format(path, cluster)  # before anything is created
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -157,6 +161,41 @@ class DataDir:
         on return unless `sync` is False, then at the engine's next sync."""
         enc = None if config is None else [config.lineage, config.version, list(config.voters)]
         self.engine.local_put(_ELECTION, cbor2.dumps([granted_epoch, enc]), sync)
+
+    def load_log(self) -> tuple[Any, ...]:
+        """The metadata log's entries a previous run left durable, in order.
+
+        Raises:
+            DataDirError: an entry is damaged, or one is missing.
+        """
+        from shoal.kernel.codec import DecodeError
+        from shoal.metalog.messages import entry_from_wire
+
+        entries = []
+        try:
+            for _, raw in self.engine.local_scan(_LOG):
+                entries.append(entry_from_wire(cbor2.loads(raw)))
+        except (ValueError, TypeError, cbor2.CBORDecodeError, DecodeError):
+            raise DataDirError(f"data_dir: the metadata log in {self.path} is damaged; "
+                               "move the directory away") from None  # fmt: skip
+        if any(e.index != i + 1 for i, e in enumerate(entries)):
+            raise DataDirError(f"data_dir: the metadata log in {self.path} has a gap; "
+                               "move the directory away")  # fmt: skip
+        self._log_last = len(entries)
+        return tuple(entries)
+
+    def save_log(self, write: Any) -> None:
+        """Replace the log from `write.from_index` on with `write.entries`
+        (a `PersistLog`), unsynced and atomic: the group commit's next sync
+        makes it durable."""
+        from shoal.metalog.messages import entry_to_wire
+
+        puts = [(_LOG + e.index.to_bytes(8, "big"), cbor2.dumps(entry_to_wire(e)))
+                for e in write.entries]  # fmt: skip
+        end = write.from_index + len(write.entries)  # the first index no longer held
+        deletes = [_LOG + i.to_bytes(8, "big") for i in range(end, self._log_last + 1)]
+        self.engine.local_batch(puts, deletes)
+        self._log_last = end - 1
 
     def close(self) -> None:
         """Close the database and release the directory."""

@@ -7,7 +7,9 @@ unsynced, the group-commit thread syncs it, and meanwhile the sends that the
 election's `Persist` items release wait (in order) while SWIM's go out at
 once: which sends wait is in the core's output, not chosen here by message
 type (kernel/contract.py). The incarnation, persisted once per refutation,
-is still synced in place.
+is still synced in place. The metadata log's entries (`PersistLog`) are
+written as election state is, and the answers that confirm them wait the
+same way (a follower's acknowledgement, the controller's own).
 
 The rule, exactly: an item's write is done, then its `releases` are sent at
 once unless a sync is pending, in which case they are held, in order, until
@@ -27,6 +29,7 @@ from shoal.daemon.disk.commit import GroupCommit
 from shoal.daemon.disk.datadir import DataDir
 from shoal.election.events import PersistElection
 from shoal.kernel.contract import Persist, PersistIncarnation, Send
+from shoal.metalog.log import PersistLog
 
 log = structlog.get_logger("shoal")
 
@@ -61,6 +64,9 @@ class Persister:
                 self._data_dir.save_incarnation(write.incarnation)  # synced in place
             elif isinstance(write, PersistElection):
                 self._data_dir.save_election(write.granted_epoch, write.config, sync=False)
+                self._hold_for_sync()
+            elif isinstance(write, PersistLog):  # the metadata log, as election state
+                self._data_dir.save_log(write)
                 self._hold_for_sync()
             if item.releases:
                 if self._held_for is not None:

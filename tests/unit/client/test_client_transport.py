@@ -189,7 +189,8 @@ def test_the_public_names_are_pinned():
     import shoal.client
 
     assert sorted(shoal.client.__all__) == sorted([
-        "AsyncClient", "AsyncKvApi", "AsyncSession", "AsyncWatch", "BadRequest", "Busy", "Check",
+        "AsyncClient", "AsyncKvApi", "AsyncMetaApi", "AsyncSession", "AsyncWatch", "BadRequest",
+        "Busy", "Check", "MetaApi", "MetaValue", "MetaWritten", "NotApplied", "Unknown",
         "CheckListing", "Client", "Conflict", "Controller", "ControllerEvent", "Event",
         "EventSent", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi", "KvEvent",
         "Member", "MemberAnswer", "MemberEvent", "NotFound", "QueryResult", "SelfInfo",

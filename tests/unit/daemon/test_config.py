@@ -111,7 +111,7 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
     assert cfg.swim == SwimConfig()
     text = path.read_text()
     for f in msgspec.structs.fields(AgentConfig):
-        if f.name in ("swim", "store", "election", "history", "encryption", "dns"):
+        if f.name in ("swim", "store", "election", "history", "encryption", "dns", "meta"):
             assert f"[{f.name}]" in text
         elif f.name == "access":
             assert all(f"{k} =" in text for k in ("api_socket", "api_token_file"))
@@ -123,6 +123,9 @@ def test_the_shipped_config_file_is_valid_and_lists_every_setting():
 
     fields = msgspec.structs.fields(SwimConfig) + msgspec.structs.fields(SyncConfig)
     fields += msgspec.structs.fields(EncryptionConfig)
+    from shoal.daemon.config import MetaSettings
+
+    fields += msgspec.structs.fields(MetaSettings)
     for f in fields + msgspec.structs.fields(LeaseConfig) + msgspec.structs.fields(HistoryConfig):
         assert f"{f.name} =" in text, f.name
     assert cfg.store == SyncConfig()
@@ -186,3 +189,18 @@ def test_serf_event_names_are_accepted_in_handlers():
     assert cfg.event_handlers == (("member-joined", "a"), ("member-left", "b"),
                                   ("member-failed", "c"), ("member-updated", "d"),
                                   ("user:deploy", "e"), ("query:load", "f"))  # fmt: skip
+
+
+def test_the_metadata_log_is_off_unless_enabled_and_its_settings_are_checked():
+    """`[meta] enabled` (or `--meta`) turns the preview on; a bad value is one
+    line naming the setting."""
+    assert config.build([{"node_name": "x"}]).meta.enabled is False
+    flags = {"meta": {"enabled": True}}  # what `--meta` gives
+    cfg = config.build([{"node_name": "x", "meta": {"heartbeat_s": 0.2}}, flags])
+    assert cfg.meta.enabled and cfg.meta.heartbeat_s == 0.2
+    with pytest.raises(ConfigError, match=r"^meta\.enabled: expected true or false"):
+        config.build([{"node_name": "x", "meta": {"enabled": "yes"}}])
+    with pytest.raises(ConfigError, match=r"meta\.heartbeat_s = 9.*0\.01 to 5 seconds"):
+        config.build([{"node_name": "x", "meta": {"heartbeat_s": 9}}])
+    with pytest.raises(ConfigError, match=r"^meta\.voters: unknown setting"):
+        config.build([{"node_name": "x", "meta": {"voters": 3}}])

@@ -9,6 +9,9 @@ from collections import Counter
 from shoal.daemon.disk.persister import Persister
 from shoal.election.events import PersistElection
 from shoal.kernel.contract import Persist, PersistIncarnation, Send
+from shoal.metalog.log import PersistLog
+from shoal.metalog.messages import Entry
+from shoal.metalog.state import NoOp
 
 
 class FakeDataDir:
@@ -20,6 +23,9 @@ class FakeDataDir:
 
     def save_election(self, granted_epoch: int, config: object, sync: bool = True) -> None:
         self.writes.append(("election", granted_epoch, sync))
+
+    def save_log(self, write: PersistLog) -> None:
+        self.writes.append(("log", write.from_index, False))
 
 
 class FakeCommits:
@@ -117,5 +123,21 @@ def test_nothing_held_is_sent_once_the_agent_closes():
         commits.pending.set_result(None)
         await asyncio.sleep(0)
         assert sent == []
+
+    asyncio.run(run())
+
+
+def test_a_log_acknowledgement_waits_for_the_sync_of_its_entries():
+    """The metadata log's entries are written unsynced; the acknowledgement
+    they release (and a barrier after them) leaves only once the sync is done."""
+
+    async def run():
+        persister, disk, commits, _, sent = make()
+        persister.write([Persist(PersistLog(1, (Entry(1, 1, NoOp()),)), (send(1),)),
+                         Persist(None, (send(2),))])  # fmt: skip
+        assert disk.writes == [("log", 1, False)] and sent == []
+        commits.pending.set_result(None)
+        await asyncio.sleep(0)
+        assert sent == [send(1), send(2)]
 
     asyncio.run(run())

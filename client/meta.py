@@ -1,0 +1,73 @@
+"""`client.meta`: the metadata log (docs/metadata.md), for `Client` and
+`AsyncClient` alike.
+
+Every write is told one of four outcomes: committed (`MetaWritten`, with
+its revision); refused by its `cas` (`Conflict`, `.current` the key's mod
+revision); not applied (`NotApplied`: safe to retry); or unknown
+(`Unknown`: it may have been committed; read it back or retry with `cas`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shoal.client import calls
+from shoal.client.types import MetaValue, MetaWritten
+
+if TYPE_CHECKING:
+    from shoal.client.aio import AsyncClient
+    from shoal.client.sync import Client
+
+
+class MetaApi:
+    """`Client.meta`: writes a majority made durable, compare-and-set, and
+    reads that see every acknowledged write."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def get(self, key: str, stale: bool = False) -> MetaValue:
+        """The key, read through the controller (linearizable); with
+        `stale`, from the agent's own applied state (fast, maybe behind).
+
+        Raises:
+            NotFound: no such key. NotApplied: no controller could serve
+                the read now (safe to retry).
+        """
+        return self._client.run(calls.one(calls.meta_get(key, stale)))
+
+    def put(self, key: str, value: bytes | str, cas: int | None = None) -> MetaWritten:
+        """Write `value` (text as UTF-8); returns once committed.
+
+        Args:
+            cas: write only if the key's mod revision is `cas` (0: only if
+                the key is absent).
+
+        Raises:
+            Conflict: `cas` did not match (`.current`). NotApplied: not
+                appended, retry. Unknown: may have been committed.
+        """
+        return self._client.run(calls.one(calls.meta_put(key, value, cas)))
+
+    def delete(self, key: str, cas: int | None = None) -> MetaWritten:
+        """Delete the key (committed as `put` is); `cas` as for `put`."""
+        return self._client.run(calls.one(calls.meta_delete(key, cas)))
+
+
+class AsyncMetaApi:
+    """`AsyncClient.meta`: `MetaApi` for asyncio."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def get(self, key: str, stale: bool = False) -> MetaValue:
+        """See `MetaApi.get`."""
+        return await self._client.run(calls.one(calls.meta_get(key, stale)))
+
+    async def put(self, key: str, value: bytes | str, cas: int | None = None) -> MetaWritten:
+        """See `MetaApi.put`."""
+        return await self._client.run(calls.one(calls.meta_put(key, value, cas)))
+
+    async def delete(self, key: str, cas: int | None = None) -> MetaWritten:
+        """See `MetaApi.delete`."""
+        return await self._client.run(calls.one(calls.meta_delete(key, cas)))

@@ -1,0 +1,85 @@
+"""`shoal meta put|get|delete`: the metadata log from the shell (docs/metadata.md).
+
+Each write prints its outcome: `Committed: KEY at revision R` (exit 0); a
+`--cas` that did not match, a write not applied (safe to retry) or one
+whose outcome is unknown (it may have been committed: read it back) is one
+line on stderr and exit 1, saying which. `get` writes the raw value to
+stdout as `shoal kv get` does (a newline only at a terminal); `--json`
+prints the key with its revisions; `--stale` reads this agent's applied
+state instead of asking the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from shoal.kernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shoal.client import Client
+
+
+def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add `meta` and its actions to the CLI's subcommands."""
+    meta = sub.add_parser("meta", help="read and write the metadata log (one history, a "
+                          "majority's disks; a preview: [meta] enabled)")  # fmt: skip
+    actions = meta.add_subparsers(dest="meta_command", required=True, metavar="ACTION")
+    for name, help_text in (("put", "set KEY to VALUE (or stdin with -), once committed"),
+                            ("get", "print the value of KEY (read through the controller)"),
+                            ("delete", "delete KEY, once committed")):  # fmt: skip
+        p = actions.add_parser(name, help=help_text)
+        api_arg(p)
+        p.add_argument("key")
+        if name == "put":
+            p.add_argument("value", help="the value, or - to read it from stdin")
+        if name in ("put", "delete"):
+            p.add_argument("--cas", metavar="REVISION",
+                           help="only if the key's mod revision is REVISION (0: only if "
+                           "absent); refused otherwise, with the current one")  # fmt: skip
+        else:
+            p.add_argument("--stale", action="store_true",
+                           help="read this agent's applied state (fast; may be behind)")
+            p.add_argument("--json", action="store_true", help="print JSON with revisions")
+
+
+def meta_command(client: Client, args: argparse.Namespace) -> int:
+    """Run one `shoal meta` action; returns the exit code."""
+    from urllib.parse import quote
+
+    from shoal.client import NotFound
+
+    action: str = args.meta_command
+    if not args.key:
+        raise ConfigError("key: must not be empty")
+    if action == "put":
+        value = sys.stdin.buffer.read() if args.value == "-" else args.value.encode()
+        written = client.meta.put(args.key, value, cas=_cas(args.cas))
+        print(f"Committed: {args.key} at revision {written.revision}")
+        return 0
+    if action == "delete":
+        written = client.meta.delete(args.key, cas=_cas(args.cas))
+        print(f"Committed: deleted {args.key} at revision {written.revision}")
+        return 0
+    try:
+        if args.json:
+            path = "/v1/meta/" + quote(args.key, safe="/") + ("?stale" if args.stale else "")
+            print(json.dumps(client.request("GET", path), indent=2))
+            return 0
+        value = client.meta.get(args.key, stale=args.stale).value
+    except NotFound:
+        print(f"shoal: no key {args.key!r}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(value + b"\n" if sys.stdout.isatty() else value)
+    return 0
+
+
+def _cas(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise ConfigError(f"--cas: a mod revision (an integer, 0: only if absent), got {text!r}")
+    return int(text)

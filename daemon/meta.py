@@ -1,0 +1,179 @@
+"""The metadata log in the agent: the API's writes and reads, and their answers.
+
+A write or a read asked through the API becomes one `ShoalNode.meta_propose`
+or `meta_read` call, which returns an id; the node's `ProposalDone` or
+`ReadDone` event with that id (from a flush, maybe much later, maybe at
+once) completes the caller's future. A caller waits a bounded time
+(`[meta] answer_timeout_s` and a margin): a write handed to the controller
+and not answered by then has an *unknown* outcome, and is told so.
+
+Messages the log sends to this agent's own address (the controller's own
+durable answer to itself) are delivered here, in the next pass of the
+loop, not through the socket (`LocalDelivery`). The log sends datagrams;
+an `Append` (a proposal, a read's answer) larger than the MTU goes on a stream instead
+(`channel_for`), and what arrives on a stream is answered at the sender's
+gossip address, found by the name the message carries (`reply_to`): a
+stream's source port is not one anybody listens on.
+
+docs/metadata.md says what each outcome means to a user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from shoal.kernel import codec
+from shoal.kernel.contract import Address, Channel, Send
+from shoal.metalog.core import ProposalDone, ReadDone
+from shoal.metalog.messages import Append, Propose, ReadRequest, ReadResult
+from shoal.metalog.state import KeyState, MetaOp
+from shoal.node.composition import ShoalNode
+
+# What a caller waits beyond the log's own answer timeout: the origin's
+# timeout answers first, as unknown, when the controller is silent.
+_MARGIN_S = 1.0
+
+
+class MetaService:
+    """Futures for the API's metadata writes and reads, by id."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, node: Callable[[], ShoalNode],
+                 flush: Callable[[], None], timeout_s: float) -> None:  # fmt: skip
+        """Args:
+        loop: the agent's loop.
+        node: the node (built after this service's owner starts).
+        flush: the agent's flush (drains the node, sends, publishes).
+        timeout_s: the log's answer timeout (`[meta] answer_timeout_s`).
+        """
+        self._loop = loop
+        self._node = node
+        self._flush = flush
+        self.wait_s = timeout_s + _MARGIN_S
+        self._writes: dict[int, asyncio.Future[ProposalDone]] = {}
+        self._reads: dict[int, asyncio.Future[ReadDone]] = {}
+        # Readers waiting for this agent to apply up to a revision.
+        self._applying: list[tuple[int, asyncio.Future[None]]] = []
+
+    async def propose(self, op: MetaOp) -> ProposalDone | None:
+        """Write `op` through the controller; its outcome, or None when no
+        answer came in time (unknown: it may yet commit)."""
+        fut: asyncio.Future[ProposalDone] = self._loop.create_future()
+        pid = self._node().meta_propose(op, self._loop.time())
+        self._writes[pid] = fut
+        self._flush()  # the outcome may be known at once (not applied)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._writes.pop(pid, None)
+
+    async def read(self, key: bytes) -> ReadDone | None:
+        """Read `key` linearizably through the controller; None when no
+        answer came in time. Once served, wait (within the same bound) for
+        this agent to have applied as far, so that the key's whole state
+        can be answered from here (`stale`): any state at or after the
+        controller's read revision is one the read may return."""
+        fut: asyncio.Future[ReadDone] = self._loop.create_future()
+        started = self._loop.time()
+        rid = self._node().meta_read(key, started)
+        self._reads[rid] = fut
+        self._flush()
+        try:
+            done = await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._reads.pop(rid, None)
+        if done.ok and self.stale(key)[1] < done.revision:
+            applied: asyncio.Future[None] = self._loop.create_future()
+            self._applying.append((done.revision, applied))
+            left = max(0.0, started + self.wait_s - self._loop.time())
+            try:
+                await asyncio.wait_for(asyncio.shield(applied), left)
+            except TimeoutError:  # answered from the controller's values alone
+                self._applying = [w for w in self._applying if w[1] is not applied]
+        return done
+
+    def note_applied(self) -> None:
+        """After a flush: wake the readers this agent has applied far enough for."""
+        if not self._applying:
+            return
+        meta = self._node().meta
+        assert meta is not None
+        revision = meta.state.revision
+        waiting = []
+        for until, fut in self._applying:
+            if until <= revision:
+                if not fut.done():
+                    fut.set_result(None)
+            elif not fut.done():
+                waiting.append((until, fut))
+        self._applying = waiting
+
+    def stale(self, key: bytes) -> tuple[KeyState | None, int]:
+        """`key` as this agent has applied it, and the revision applied."""
+        meta = self._node().meta
+        assert meta is not None
+        return meta.state.get(key), meta.state.revision
+
+    def done(self, event: ProposalDone | ReadDone) -> None:
+        """An outcome from the node: complete its caller's future."""
+        if isinstance(event, ProposalDone):
+            fut: Any = self._writes.get(event.pid)
+        else:
+            fut = self._reads.get(event.rid)
+        if fut is not None and not fut.done():
+            fut.set_result(event)
+
+
+class LocalDelivery:
+    """Sends addressed to this agent itself, delivered in the loop's next
+    pass (after the flush that made them), in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, me: Address,
+                 receive: Callable[[list[Any], Address], None]) -> None:  # fmt: skip
+        self._loop = loop
+        self.me = me
+        self._receive = receive
+        self._queued: list[Send] = []
+
+    def send(self, send: Send) -> None:
+        """Queue `send` (addressed to `me`) for delivery here."""
+        if not self._queued:
+            self._loop.call_soon(self._deliver)
+        self._queued.append(send)
+
+    def _deliver(self) -> None:
+        queued, self._queued = self._queued, []
+        for send in queued:
+            self._receive(list(send.messages), self.me)
+
+
+def channel_for(send: Send, mtu_bytes: int) -> Send:
+    """`send`, on a stream when it carries log entries (or a value) that do
+    not fit one datagram of `mtu_bytes`."""
+    if send.channel is Channel.PACKET and any(
+        (type(m) is Append and m.entries) or type(m) is Propose
+        or (type(m) is ReadResult and m.value) for m in send.messages
+    ):  # fmt: skip
+        if len(codec.encode_payload(send.messages)) > mtu_bytes:
+            return Send(send.to, send.messages, Channel.STREAM)
+    return send
+
+
+def reply_to(node: ShoalNode, messages: list[Any], sender: Address) -> Address:
+    """Where the answers to `messages` go: the gossip address of the member
+    that a log request names (its leader or origin), else `sender`."""
+    first = messages[0] if messages else None
+    kind = type(first)
+    if kind is Append:
+        name = first.leader  # type: ignore[union-attr]
+    elif kind is Propose or kind is ReadRequest:
+        name = first.origin  # type: ignore[union-attr]
+    else:
+        return sender
+    ident = node.identity_of(name)
+    return sender if ident is None else ident.addr
