@@ -58,6 +58,7 @@ def test_the_next_release_joins_and_members_detailed_shows_each_ones_versions(ag
     assert f"feature_level = {mine}" in info
     assert f"held_back_by = {', '.join(sorted(a.name for a in members))}" in info
     assert "cluster_speaks = {'envelope': 1, 'membership': 1" in info
+    poll_until(lambda: nxt.api.get("/v1/self")["feature_level"] == mine, 30)
     features = shoal_cli("features", "--api", f"{nxt.ip}:7947")
     assert features.returncode == 0, features.stderr
     assert f"feature level: {mine} (this agent supports up to {theirs})" in features.stdout
