@@ -24,7 +24,7 @@ from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
-from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.kernel.errors import WriteRefused
 from shoal.kernel.outbox import Outbox
 from shoal.membership.events import (
     MemberDied,
@@ -40,6 +40,7 @@ from shoal.membership.swim import SwimNode
 from shoal.node import nextrelease
 from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
 from shoal.node.nextrelease import LEVEL_PROBE_FEATURE, LevelProbe
+from shoal.storage import fences
 from shoal.storage.antientropy import AntiEntropy
 from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
@@ -384,14 +385,7 @@ class ShoalNode:
                 does not know `fence` at all, or see `Replica.write`.
         """
         if fence is not None:
-            known = self.known_epoch()
-            if known != fence:
-                self.sync.replica.counters.fence_refused += 1
-                why = (f"this agent knows controller epoch {known}, above the write's fence "
-                       f"{fence}: the writer acts for a deposed controller") if known > fence \
-                    else (f"fence {fence} is above the highest controller epoch this agent "
-                          f"knows ({known})")  # fmt: skip
-                raise FenceRefused(why, fence, known)
+            fences.check(self.sync.replica.counters, fence, self.known_epoch(), None)
         offset = self.swim.clock_offset_ms(now)
         limit = self.sync.config.max_offset_ms
         if offset is not None and abs(offset) > limit:

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from shoal.kernel.counters import Counters
-from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.kernel.errors import WriteRefused
+from shoal.storage import fences
 from shoal.storage import hlc as hlc_mod
 from shoal.storage.hlc import HybridClock
 from shoal.storage.merkle import MerkleTree, leaf_of
@@ -265,11 +266,7 @@ class Replica:
         """
         old = self.store.get(key)
         if old is not None and old.epoch > epoch:
-            self.counters.fence_refused += 1
-            what = f"under fence {epoch}" if epoch else "without a fence"
-            raise FenceRefused(
-                f"this key was written under controller epoch {old.epoch}: a write {what} "
-                "would lose to it (the writer acts for a deposed controller)", epoch, old.epoch)
+            fences.check(self.counters, epoch, None, old.epoch)  # raises
         ahead = self._ahead.get(key)
         if ahead is not None:
             if hlc_mod.physical_ms(ahead) < wall_ms:
