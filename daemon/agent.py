@@ -64,6 +64,7 @@ from shoal.node import nextrelease
 from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelUnsupported
 from shoal.node.history import JOINED, Observer, member_row
+from shoal.services.delivery import UserEventReceived
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 
@@ -192,11 +193,10 @@ class Agent:
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
                               self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
-        self.node.sync.replica.changes = []  # numbered for the watch streams (publisher)
+        self.node.collect_changes()  # numbered for the watch streams (publisher)
         self._wire_roles(observer)
-        self.user_events = UserEvents(engine, lambda: self.node, lambda: self.config,
+        self.user_events = UserEvents(engine, self.node, lambda: self.config,
                                       self.publisher.publish_user, self.flush, self._loop)
-        self.publisher.user_events = self.user_events.offer
         self.queries = QueryService(self.wire, self.net.contact, lambda: self.node,
                                     lambda: self.config)  # fmt: skip
         self.net.streams.answer_query = self.queries.answer
@@ -233,7 +233,8 @@ class Agent:
         assert self.data_dir is not None and self.commits is not None and self.history is not None
         self.keys = KeyService(self.wire, self.net.contact, cfg, node)
         self.persister = Persister(self.data_dir, self.commits, self.net.send,
-                                   lambda: self.net.sending, self.counters)  # fmt: skip
+                                   lambda: self.net.sending, self.counters,
+                                   lambda write: self.user_events.persist(write))  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
                                    self.notifier, self._join_completed,
@@ -518,7 +519,7 @@ class Agent:
             if not out:
                 break
             self._handle(out)
-        self.publisher.publish_records(self.node.sync.replica)
+        self.publisher.publish_records(self.node.take_changes(), self.node.sync.replica.visible)
         deadline = self.node.next_deadline()
         if deadline != self._armed_at:
             if self._timer is not None:
@@ -539,7 +540,10 @@ class Agent:
             send(item)
         publish = self.publisher.publish
         for event in out.events:
-            publish(event)
+            if type(event) is UserEventReceived:  # run its handlers (daemon/userevents.py)
+                self.user_events.deliver(event.record)
+            else:
+                publish(event)
 
     def _join_completed(self, event: JoinCompleted) -> None:
         """A join attempt finished (published): answer its waiters."""

@@ -52,6 +52,10 @@ MAX_AHEAD_KEYS = 10_000
 # that, so none brings one back). The key-value API refuses keys starting
 # with a zero byte.
 EVENT_PREFIX = b"\x00e/"
+RecordChange = tuple[Record, bool, str]
+"""A record, whether the key's previous version was visible, and why it
+changed (the watch streams' `reason`: one of the names below)."""
+
 # Why a record changed, in `Replica.changes` (the watch streams' `reason`).
 WRITE, SYNC, OWNER_FAILED, OWNER_LEFT = "write", "sync", "owner-failed", "owner-left"
 
@@ -200,7 +204,7 @@ class Replica:
         self.gone_now: set[bytes] = set()
         # (record, whether the key's previous version was visible, why):
         # collected only when the driver sets a list here.
-        self.changes: list[tuple[Record, bool, str]] | None = None
+        self.changes: list[RecordChange] | None = None
         tree, newest = self.tree, 0
         for rec in store.all():
             tree.add(tree.leaf_of(rec.key), digest(rec))

@@ -33,6 +33,7 @@ PINNED = {
     "churn": [],
     "kernel": [],
     "node": ["ShoalNode"],
+    "services": ["EventLedger", "Services", "UserEventReceived"],
 }  # fmt: skip
 
 
