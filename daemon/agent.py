@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from shoal import __version__, native
-from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
@@ -64,6 +63,7 @@ from shoal.node import nextrelease
 from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelUnsupported
 from shoal.node.history import JOINED, Observer, member_row
+from shoal.services.checkconfig import CheckConfig
 from shoal.services.delivery import UserEventReceived
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record

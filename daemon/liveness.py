@@ -14,13 +14,13 @@ from collections.abc import Callable
 
 import structlog
 
-from shoal.daemon.checks import CheckConfig
 from shoal.daemon.health import CRITICAL, HEALTH_TAG, HealthChecks
 from shoal.daemon.sessions import Session, SessionTable
 from shoal.kernel.contract import Tags
 from shoal.kernel.errors import ShoalError
 from shoal.membership.member import make_tags
 from shoal.node.composition import ShoalNode
+from shoal.services.checkconfig import CheckConfig
 
 log = structlog.get_logger("shoal")
 

@@ -33,7 +33,7 @@ PINNED = {
     "churn": [],
     "kernel": [],
     "node": ["ShoalNode"],
-    "services": ["EventLedger", "Services", "UserEventReceived"],
+    "services": ["CheckMachines", "EventLedger", "Services", "UserEventReceived"],
 }  # fmt: skip
 
 
