@@ -47,7 +47,7 @@ from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.discovery import preload as preload_discovery
 from shoal.daemon.network.keyops import KeyService
-from shoal.daemon.network.queries import QueryReply, QueryService
+from shoal.daemon.network.queries import QueryService
 from shoal.daemon.network.sockets import Network, open_wire
 from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
@@ -65,6 +65,7 @@ from shoal.node.features import FeatureLevelUnsupported
 from shoal.node.history import JOINED, Observer, member_row
 from shoal.services.checkconfig import CheckConfig
 from shoal.services.delivery import UserEventReceived
+from shoal.services.queries import QueryReply
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 

@@ -53,7 +53,7 @@ async def query_route(agent: AgentPort, request: Request) -> Result:
     import re
 
     from shoal.daemon.config import valid_event_name
-    from shoal.daemon.network.queries import MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S
+    from shoal.services.queries import MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S
 
     if request.method != "POST":
         raise HttpError(405, f"no {request.method} {QUERY_ROUTE}<name>")
