@@ -42,7 +42,7 @@ from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
 from shoal.daemon.health import HEALTH_TAG
-from shoal.daemon.liveness import Liveness
+from shoal.daemon.liveness import Liveness, tags_with_health
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.discovery import preload as preload_discovery
@@ -64,6 +64,7 @@ from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelUnsupported
 from shoal.node.history import JOINED, Observer, member_row
 from shoal.services.checkconfig import CheckConfig
+from shoal.services.checks import CheckChanged, starting_health
 from shoal.services.delivery import UserEventReceived
 from shoal.services.queries import QueryReply
 from shoal.storage.history import HistoryWriter
@@ -186,15 +187,15 @@ class Agent:
             log.info("tags set by `shoal tags` win over the configured ones",
                      tags=dict(runtime_tags))  # fmt: skip
         tags = cfg.tags if runtime_tags is None else runtime_tags
-        self.liveness = Liveness(self._loop, lambda: getattr(self, "node", None), self.flush)
-        self.liveness.configure_checks(cfg.checks)  # every check starts critical
+        health = starting_health(cfg.checks)  # every check starts critical
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise,
-                             self.liveness.with_health(tags), versions)  # fmt: skip
+                             tags_with_health(tags, health), versions)  # fmt: skip
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
                               self.data_dir.load_election(), cfg.bootstrap_expect)  # fmt: skip
         self.node.collect_changes()  # numbered for the watch streams (publisher)
+        self.liveness = Liveness(self._loop, self.node, self.flush)
         self._wire_roles(observer)
         self.user_events = UserEvents(engine, self.node, lambda: self.config,
                                       self.publisher.publish_user, self.flush, self._loop)
@@ -204,6 +205,7 @@ class Agent:
         self.queries.internal["_force-leave"] = self.force_leave_here
         now = self._loop.time()
         self.node.start(now)
+        self.liveness.configure_checks(cfg.checks)  # probes start; TTL deadlines in the node
         # The agent's own start is the first row of its history: the churn
         # job sees a restart even before any peer has noticed it.
         me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
@@ -543,6 +545,8 @@ class Agent:
         for event in out.events:
             if type(event) is UserEventReceived:  # run its handlers (daemon/userevents.py)
                 self.user_events.deliver(event.record)
+            elif type(event) is CheckChanged:  # out of this flush: it may change the node
+                self._loop.call_soon(self.liveness.check_changed, event)
             else:
                 publish(event)
 

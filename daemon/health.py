@@ -1,25 +1,25 @@
 """Runs this agent's health checks and says the result: the IO half.
 
 The checks' state machines (statuses, `passing_after` / `critical_after`,
-TTL deadlines, the member's health) are pure: services/checks.py. This
-module probes: a script, HTTP or TCP check runs every `interval_s` (one
-asyncio task each; HTTP in a worker thread with urllib, a script as a
-subprocess, so nothing blocks the loop) and hands each result to the
-machines; one timer fires at the machines' next TTL deadline.
+TTL deadlines, the member's health) are pure: services/checks.py, held by
+the node's platform core (`node.services.checks`), whose TTL deadlines the
+agent's one timer serves. This module probes: a script, HTTP or TCP check
+runs every `interval_s` (one asyncio task each; HTTP in a worker thread
+with urllib, a script as a subprocess, so nothing blocks the loop) and
+hands each result to the machines, then flushes the node: a change of
+status comes out of its drain as `CheckChanged`.
 
 The member's health is the worst of its checks. The agent publishes it in
 gossip as the tag `shoal:health` (passing/warning/critical), so every agent
 can answer `shoal members --healthy` and fire `member-health-changed`
 (daemon/publisher.py); a member without checks has no such tag and counts
-as passing. On every change the agent's `on_change(check, old, new)` runs.
+as passing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-
-import structlog
 
 from shoal.daemon.handlers import run_command
 from shoal.services.checkconfig import CheckConfig
@@ -29,18 +29,14 @@ from shoal.services.checks import OUTPUT_CHARS, CheckMachines, CheckState
 from shoal.services.checks import PASSING as PASSING
 from shoal.services.checks import WARNING as WARNING
 
-log = structlog.get_logger("shoal")
-
 
 class HealthChecks:
     """The running checks of one agent (module docstring)."""
 
-    def __init__(self, on_change: Callable[[str, str, str], None]) -> None:
-        self._on_change = on_change
-        self.machines = CheckMachines()
+    def __init__(self, machines: CheckMachines, flush: Callable[[], None]) -> None:
+        self.machines = machines
+        self._flush = flush
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
 
     @property
     def checks(self) -> dict[str, CheckState]:
@@ -63,7 +59,7 @@ class HealthChecks:
                 task.cancel()
         for state in probed:
             self._tasks[state.config.id] = loop.create_task(self._run(state.config))
-        self._settle()
+        self._flush()
 
     def update_ttl(self, check_id: str, status: str, note: str) -> CheckState:
         """The application says how it is (`PUT /v1/check/ID/pass|warn|fail`).
@@ -72,7 +68,7 @@ class HealthChecks:
             KeyError: no TTL check `check_id` (the API answers 404).
         """
         state = self.machines.update_ttl(check_id, status, note, asyncio.get_running_loop().time())
-        self._settle()
+        self._flush()
         return state
 
     def stop(self) -> None:
@@ -80,30 +76,8 @@ class HealthChecks:
         for task in self._tasks.values():
             task.cancel()
         self._tasks.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = self._timer_at = None
 
     # -- running ----------------------------------------------------------------------
-
-    def _settle(self) -> None:
-        """Publish what the machines decided, then re-arm the one timer."""
-        for event in self.machines.drain().events:
-            log.info("check changed", check=event.check, status=event.new, previous=event.old,
-                     output=event.output)  # fmt: skip
-            self._on_change(event.check, event.old, event.new)
-        at = self.machines.next_deadline()
-        if at == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = at
-        self._timer = None if at is None else asyncio.get_running_loop().call_at(at, self._due)
-
-    def _due(self) -> None:
-        self._timer = self._timer_at = None
-        self.machines.tick(asyncio.get_running_loop().time())
-        self._settle()
 
     async def _run(self, config: CheckConfig) -> None:
         while True:
@@ -116,7 +90,7 @@ class HealthChecks:
             except Exception as exc:  # a probe's failure is the check's result, never fatal
                 status, output = CRITICAL, f"{type(exc).__name__}: {exc}"
             self.machines.result(config.id, status, output)
-            self._settle()
+            self._flush()
             await asyncio.sleep(config.interval_s)
 
 

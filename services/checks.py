@@ -67,13 +67,25 @@ def worst(statuses: list[str]) -> str:
     return max(statuses, key=_RANK.__getitem__, default=PASSING)
 
 
-class CheckMachines:
-    """The state of every check of one member (module docstring)."""
+def starting_health(configs: tuple[CheckConfig, ...]) -> str | None:
+    """The health of a member whose checks have not run yet: critical, as
+    every new check starts; None without checks."""
+    return CRITICAL if configs else None
 
-    def __init__(self) -> None:
+
+class CheckMachines:
+    """The state of every check of one member (module docstring).
+
+    Args:
+        out: where the events go (the façade's outbox; a new one if None).
+        deadlines: where the TTL deadlines go (the façade's heap; a new
+            one if None).
+    """
+
+    def __init__(self, out: Outbox | None = None, deadlines: Deadlines | None = None) -> None:
         self.checks: dict[str, CheckState] = {}
-        self.out = Outbox()
-        self._deadlines = Deadlines()
+        self.out = Outbox() if out is None else out
+        self._deadlines = Deadlines() if deadlines is None else deadlines
 
     @property
     def health(self) -> str | None:

@@ -10,8 +10,9 @@ randomness and never does IO. What is IO stays in the driver: running a
 handler process, probing a port, writing the data directory.
 
 User-event delivery (services/delivery.py) is off until `deliver_events`
-is called: the simulator runs clusters without it, and a core that is off
-has no deadline, so it changes nothing in those runs.
+is called, and the health checks' machines (services/checks.py) hold no
+deadline until a TTL check is configured: the simulator runs clusters
+without either, and a core with no deadline changes nothing in those runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from shoal.kernel.contract import Address, Output
 from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
+from shoal.services.checks import CheckMachines
 from shoal.services.delivery import EventLedger
 from shoal.storage.store import EVENT_PREFIX, RecordChange, RecordStore
 
@@ -37,7 +39,7 @@ class Services:
         out: the outbox to write to (ShoalNode shares its own).
     """
 
-    __slots__ = ("_store", "_retention_ms", "rng", "out", "_deadlines", "events",
+    __slots__ = ("_store", "_retention_ms", "rng", "out", "_deadlines", "events", "checks",
                  "_wall_offset_ms")  # fmt: skip
 
     def __init__(self, store: RecordStore, retention_ms: int, rng: random.Random,
@@ -48,6 +50,8 @@ class Services:
         self.out = Outbox() if out is None else out
         self._deadlines = Deadlines()
         self.events: EventLedger | None = None  # user-event delivery, once turned on
+        # The health checks' machines: no deadline until a TTL check is configured.
+        self.checks = CheckMachines(self.out, self._deadlines)
         self._wall_offset_ms = wall_offset_ms
 
     # -- the core contract -----------------------------------------------------
