@@ -100,8 +100,10 @@ class _Handlers:
 
 def burst_run(seed: int, n: int = 100, events: int = 1000, loss: float = 0.10,
               restart_fraction: float = 0.05, burst_s: float = 10.0, settle_s: float = 120.0,
-              handler_s: tuple[float, float] = (0.01, 0.5)) -> BurstRun:  # fmt: skip
-    """Run the scenario of the module docstring once."""
+              handler_s: tuple[float, float] = (0.01, 0.5),
+              new_address: bool = False) -> BurstRun:  # fmt: skip
+    """Run the scenario of the module docstring once (`new_address`: the
+    restarted hosts come back at another address, as after a DHCP renewal)."""
     run = BurstRun(seed, n, events)
     rng = random.Random(seed * 31 + 7)
     cluster = SimCluster(n, seed, PROFILES["lan"], LinkProfile(loss=loss))
@@ -131,7 +133,8 @@ def burst_run(seed: int, n: int = 100, events: int = 1000, loss: float = 0.10,
     for i in rng.sample(range(n), int(n * restart_fraction)):
         down = start + rng.uniform(0, burst_s)
         cluster.crash(i, down)
-        cluster.restart(i, down + rng.uniform(3.0, 8.0), [j for j in range(n) if j != i][:3])
+        cluster.restart(i, down + rng.uniform(3.0, 8.0), [j for j in range(n) if j != i][:3],
+                        new_address)  # fmt: skip
         run.restarted += 1
 
     def everywhere() -> bool:
