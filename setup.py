@@ -62,7 +62,7 @@ COMPILED = (
     "election/lease",
     "storage/antientropy", "storage/hlc", "storage/merkle", "storage/store",
     "daemon/api/changes", "daemon/api/http", "daemon/api/kv", "daemon/disk/commit",
-    "node/composition",
+    "services/core", "node/composition",
     "sim/checks", "sim/clock", "sim/cluster", "sim/disk", "sim/network",
 )  # fmt: skip
 

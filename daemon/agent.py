@@ -37,19 +37,18 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from shoal import __version__, native
-from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
 from shoal.daemon.health import HEALTH_TAG
-from shoal.daemon.liveness import Liveness
+from shoal.daemon.liveness import Liveness, tags_with_health
 from shoal.daemon.meta import LocalDelivery, MetaService, channel_for, reply_to
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.discovery import preload as preload_discovery
 from shoal.daemon.network.keyops import KeyService
-from shoal.daemon.network.queries import QueryReply, QueryService
+from shoal.daemon.network.queries import QueryService
 from shoal.daemon.network.sockets import Network, open_wire
 from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
@@ -66,6 +65,10 @@ from shoal.node import nextrelease
 from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelUnsupported
 from shoal.node.history import JOINED, Observer, member_row
+from shoal.services.checkconfig import CheckConfig
+from shoal.services.checks import CheckChanged, starting_health
+from shoal.services.delivery import UserEventReceived
+from shoal.services.queries import QueryReply
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 
@@ -207,26 +210,26 @@ class Agent:
             log.info("tags set by `shoal tags` win over the configured ones",
                      tags=dict(runtime_tags))  # fmt: skip
         tags = cfg.tags if runtime_tags is None else runtime_tags
-        self.liveness = Liveness(self._loop, lambda: getattr(self, "node", None), self.flush)
-        self.liveness.configure_checks(cfg.checks)  # every check starts critical
+        health = starting_health(cfg.checks)  # every check starts critical
         ident = NodeIdentity(cfg.node_name, stored.node_id, advertise,
-                             self.liveness.with_health(tags), versions)  # fmt: skip
+                             tags_with_health(tags, health), versions)  # fmt: skip
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.node = ShoalNode(ident, swim_cfg, rng, stored.incarnation, engine.records,
                               cfg.store, self._wall_offset_ms(), cfg.election,
                               self.data_dir.load_election(), cfg.bootstrap_expect,
                               **self._meta_parts(advertise))  # fmt: skip
-        self.node.sync.replica.changes = []  # numbered for the watch streams (publisher)
+        self.node.collect_changes()  # numbered for the watch streams (publisher)
+        self.liveness = Liveness(self._loop, self.node, self.flush)
         self._wire_roles(observer)
-        self.user_events = UserEvents(engine, lambda: self.node, lambda: self.config,
+        self.user_events = UserEvents(engine, self.node, lambda: self.config,
                                       self.publisher.publish_user, self.flush, self._loop)
-        self.publisher.user_events = self.user_events.offer
         self.queries = QueryService(self.wire, self.net.contact, lambda: self.node,
                                     lambda: self.config)  # fmt: skip
         self.net.streams.answer_query = self.queries.answer
         self.queries.internal["_force-leave"] = self.force_leave_here
         now = self._loop.time()
         self.node.start(now)
+        self.liveness.configure_checks(cfg.checks)  # probes start; TTL deadlines in the node
         # The agent's own start is the first row of its history: the churn
         # job sees a restart even before any peer has noticed it.
         me = MemberView(ident.name, ident.node_id, ident.addr, ident.tags,
@@ -283,7 +286,8 @@ class Agent:
         assert self.data_dir is not None and self.commits is not None and self.history is not None
         self.keys = KeyService(self.wire, self.net.contact, cfg, node)
         self.persister = Persister(self.data_dir, self.commits, self._send,
-                                   lambda: self.net.sending, self.counters)  # fmt: skip
+                                   lambda: self.net.sending, self.counters,
+                                   lambda write: self.user_events.persist(write))  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
                                    self.notifier, self._join_completed,
@@ -570,7 +574,7 @@ class Agent:
             if not out:
                 break
             self._handle(out)
-        self.publisher.publish_records(self.node.sync.replica)
+        self.publisher.publish_records(self.node.take_changes(), self.node.sync.replica.visible)
         if self.meta is not None:
             self.meta.note_applied()
         deadline = self.node.next_deadline()
@@ -596,6 +600,10 @@ class Agent:
             if type(event) in _META_EVENTS:
                 assert self.meta is not None
                 self.meta.done(event)
+            elif type(event) is UserEventReceived:  # run its handlers (daemon/userevents.py)
+                self.user_events.deliver(event.record)
+            elif type(event) is CheckChanged:  # out of this flush: it may change the node
+                self._loop.call_soon(self.liveness.check_changed, event)
             else:
                 publish(event)
 

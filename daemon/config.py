@@ -19,7 +19,6 @@ import msgspec
 import msgspec.structs
 
 from shoal.daemon.api.access import ApiAccess, parse_access
-from shoal.daemon.checks import CheckConfig, parse_checks
 from shoal.daemon.dns.config import DnsConfig, parse_dns
 from shoal.daemon.keys import EncryptionConfig, parse_encryption
 from shoal.daemon.network.addresses import parse_address
@@ -28,6 +27,7 @@ from shoal.kernel.contract import Address
 from shoal.kernel.errors import ConfigError
 from shoal.membership.member import Tags, make_tags
 from shoal.membership.profiles import PROFILES, SwimConfig
+from shoal.services.checkconfig import CheckConfig, parse_checks
 from shoal.storage.config import SyncConfig
 from shoal.storage.history import HistoryConfig
 
@@ -98,7 +98,7 @@ class AgentConfig(msgspec.Struct, frozen=True):
     discovery_service: str = "_shoal._udp.local."
     encryption: EncryptionConfig = msgspec.field(default_factory=EncryptionConfig)
     access: ApiAccess = msgspec.field(default_factory=ApiAccess)
-    checks: tuple[CheckConfig, ...] = ()  # [[checks]] tables (daemon/checks.py)
+    checks: tuple[CheckConfig, ...] = ()  # [[checks]] tables (services/checkconfig.py)
     enable_script_checks: bool = False
     dns: DnsConfig = msgspec.field(default_factory=DnsConfig)  # [dns] (daemon/dns/config.py)
     meta: MetaSettings = msgspec.field(default_factory=MetaSettings)

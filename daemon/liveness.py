@@ -14,13 +14,14 @@ from collections.abc import Callable
 
 import structlog
 
-from shoal.daemon.checks import CheckConfig
 from shoal.daemon.health import CRITICAL, HEALTH_TAG, HealthChecks
 from shoal.daemon.sessions import Session, SessionTable
 from shoal.kernel.contract import Tags
 from shoal.kernel.errors import ShoalError
 from shoal.membership.member import make_tags
 from shoal.node.composition import ShoalNode
+from shoal.services.checkconfig import CheckConfig
+from shoal.services.checks import CheckChanged
 
 log = structlog.get_logger("shoal")
 
@@ -30,27 +31,23 @@ class Liveness:
 
     Args:
         loop: the agent's event loop.
-        node: a callable giving the agent's node (None before it starts).
+        node: the agent's node (its platform core holds the checks' machines).
         flush: the agent's flush, after changing the node.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, node: Callable[[], ShoalNode | None],
+    def __init__(self, loop: asyncio.AbstractEventLoop, node: ShoalNode,
                  flush: Callable[[], None]) -> None:  # fmt: skip
         self._loop = loop
         self._node = node
         self._flush = flush
         self.sessions = SessionTable()
-        self.checks = HealthChecks(self._check_changed)
+        self.checks = HealthChecks(node.services.checks, flush)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
 
     def with_health(self, tags: Tags) -> Tags:
         """`tags` with this member's health tag (none without checks)."""
-        out = {k: v for k, v in tags if k != HEALTH_TAG}
-        health = self.checks.health
-        if health is not None:
-            out[HEALTH_TAG] = health
-        return make_tags(out)
+        return tags_with_health(tags, self.checks.health)
 
     # -- sessions -------------------------------------------------------------------
 
@@ -89,20 +86,19 @@ class Liveness:
 
     def _end(self, session: Session, why: str) -> None:
         """Delete the keys still holding the version written under `session`."""
-        node = self._node()
+        node = self._node
         deleted = 0
-        if node is not None:
-            now = self._loop.time()
-            for key, stamp in session.keys.items():
-                rec = node.read(key)
-                if rec is not None and rec.value is not None and rec.hlc == stamp:
-                    try:
-                        node.expire(rec, now)
-                        deleted += 1
-                    except ShoalError as exc:  # a clock refusal: the member's own end covers it
-                        log.warning("a session key could not be deleted", key=key.decode(
-                            errors="replace"), error=str(exc))  # fmt: skip
-            self._flush()
+        now = self._loop.time()
+        for key, stamp in session.keys.items():
+            rec = node.read(key)
+            if rec is not None and rec.value is not None and rec.hlc == stamp:
+                try:
+                    node.expire(rec, now)
+                    deleted += 1
+                except ShoalError as exc:  # a clock refusal: the member's own end covers it
+                    log.warning("a session key could not be deleted", key=key.decode(
+                        errors="replace"), error=str(exc))  # fmt: skip
+        self._flush()
         log.info(f"session {why}", session=session.id, name=session.name, keys=deleted)
 
     # -- checks ---------------------------------------------------------------------
@@ -112,17 +108,19 @@ class Liveness:
         self.checks.configure(checks)
         self._publish_health()
 
-    def _check_changed(self, check_id: str, old: str, new: str) -> None:
-        if new == CRITICAL:
-            for session in self.sessions.bound_to(check_id):
-                self._end(session, f"ended: check {check_id} is critical")
+    def check_changed(self, event: CheckChanged) -> None:
+        """A check's status changed (out of the node's drain): log it, end
+        the sessions bound to a check gone critical, say the health."""
+        log.info("check changed", check=event.check, status=event.new, previous=event.old,
+                 output=event.output)  # fmt: skip
+        if event.new == CRITICAL:
+            for session in self.sessions.bound_to(event.check):
+                self._end(session, f"ended: check {event.check} is critical")
             self._arm()
         self._publish_health()
 
     def _publish_health(self) -> None:
-        node = self._node()
-        if node is None:
-            return
+        node = self._node
         tags = self.with_health(node.swim.ident.tags)
         if tags != node.swim.ident.tags:
             node.set_tags(tags, self._loop.time())
@@ -133,3 +131,11 @@ class Liveness:
         self.checks.stop()
         if self._timer is not None:
             self._timer.cancel()
+
+
+def tags_with_health(tags: Tags, health: str | None) -> Tags:
+    """`tags` with the health tag `health` (none when None: no checks)."""
+    out = {k: v for k, v in tags if k != HEALTH_TAG}
+    if health is not None:
+        out[HEALTH_TAG] = health
+    return make_tags(out)

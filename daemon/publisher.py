@@ -41,7 +41,7 @@ from shoal.node.history import Observer, history_row
 from shoal.node.status import summary
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
-from shoal.storage.store import EVENT_PREFIX, Replica
+from shoal.storage.store import RecordChange
 from shoal.storage.syncstate import SyncCompleted
 
 log = structlog.get_logger("shoal")
@@ -65,8 +65,6 @@ class Publisher:
         self.controller_watch = ControllerWatch()
         self.changes = ChangeLog(run)
         self._health: dict[str, str] = {}  # member -> its last health (shoal:health tag)
-        # Takes each user-event record (daemon/userevents.py), set by the agent.
-        self.user_events: Callable[[Record], None] | None = None
         self._status = ""
         # Told of a feature level above this build's (the agent stops).
         self.on_feature_unsupported: Callable[[FeatureLevelUnsupported], None] | None = None
@@ -138,25 +136,22 @@ class Publisher:
         self.watchers.offer(changed)
         self.changes.append("members", changed, _same)
 
-    def publish_records(self, replica: Replica) -> None:
-        """Number the key changes `replica` collected since the last call:
+    def publish_records(self, changes: list[RecordChange],
+                        visible: Callable[[Record], bool]) -> None:  # fmt: skip
+        """Number the key changes since the last call (`ShoalNode.take_changes`):
         a put when the record is visible now, a delete when it is not and
         its previous version was (a tombstone, or an ephemeral key hidden
         because its owner failed or left)."""
-        changes = replica.changes
         if not changes:
             return
-        append, visible, render = self.changes.append, replica.visible, self._render_record
+        append, render = self.changes.append, self._render_record
         for rec, was_visible, reason in changes:
-            if rec.key[:1] == b"\x00":  # user events (storage/store.py EVENT_PREFIX)
-                if self.user_events is not None and rec.key.startswith(EVENT_PREFIX):
-                    self.user_events(rec)
+            if rec.key[:1] == b"\x00":  # internal keys: user events (services/delivery.py)
                 continue
             if rec.value is not None and visible(rec):
                 append("kv", (rec, "put", reason), render, rec.key, len(rec.value))
             elif was_visible:
                 append("kv", (rec, "delete", reason), render, rec.key)
-        changes.clear()
 
     def publish_user(self, record: dict[str, Any]) -> None:
         """A user event is being delivered here: log it and give it to the

@@ -18,11 +18,11 @@ import structlog
 
 from shoal.daemon import config as config_mod
 from shoal.daemon import logging as shoal_logging
-from shoal.daemon.checks import CheckConfig
 from shoal.daemon.config import AgentConfig
 from shoal.daemon.systemd import Notifier
 from shoal.kernel.contract import Tags
 from shoal.kernel.errors import ConfigError
+from shoal.services.checkconfig import CheckConfig
 from shoal.storage.history import HistoryWriter
 
 # The settings a running agent applies without a restart.

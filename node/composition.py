@@ -24,7 +24,7 @@ from shoal.election.lease import LeaseElection
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
-from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.kernel.errors import WriteRefused
 from shoal.kernel.outbox import Outbox
 from shoal.kernel.versions import META_LOG_FEATURE
 from shoal.membership.events import (
@@ -44,10 +44,20 @@ from shoal.metalog.state import MetaOp
 from shoal.node import nextrelease
 from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
 from shoal.node.nextrelease import LEVEL_PROBE_FEATURE, LevelProbe
+from shoal.services.core import Services
+from shoal.services.delivery import EventLedger
+from shoal.storage import fences
 from shoal.storage.antientropy import AntiEntropy
 from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
-from shoal.storage.store import OWNER_FAILED, OWNER_LEFT, MemoryStore, RecordStore, Replica
+from shoal.storage.store import (
+    OWNER_FAILED,
+    OWNER_LEFT,
+    MemoryStore,
+    RecordChange,
+    RecordStore,
+    Replica,
+)
 
 # The election's reading of each SWIM state, indexed by state. A suspect is
 # live to the election: it acts on verdicts, not on suspicions.
@@ -137,6 +147,12 @@ class ShoalNode:
         # stand-in's message (node/features.py, node/nextrelease.py).
         self.out = Outbox()
         self._rng = random.Random(rng.getrandbits(64))  # drawn last: the cores' streams stay
+        # The platform features (services/): after every other stream, and
+        # writing to the node's own outbox, so a node without user events
+        # drains as before.
+        self.services = Services(replica.store, int(cfg.event_retention_s * 1000),
+                                 random.Random(rng.getrandbits(64)), wall_offset_ms, self.out)
+        self._changes: list[RecordChange] | None = None  # for `take_changes`, once asked
         self.features = FeatureLevel(ident.versions)
         self._level_at = -math.inf  # when the feature level is next looked at
         self.level_probes_received = 0
@@ -218,6 +234,7 @@ class ShoalNode:
         if self.meta is not None:
             self.meta.tick(now)
         self.known_epoch()  # remember the epoch while the lease or the notice lasts
+        self.services.tick(now)
         if now >= self._level_at:
             self._level_at = now + _LEVEL_EVERY_S
             self._due_feature_level(now)
@@ -229,8 +246,8 @@ class ShoalNode:
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
-        # Unrolled over the three cores: the simulator asks after every
-        # input, and the loop's overhead was 3.6 % of a 1,000-node run.
+        # Unrolled over the cores: the simulator asks after every input,
+        # and the loop's overhead was 3.6 % of a 1,000-node run.
         best = self.swim.next_deadline()
         d = self.sync.next_deadline()
         if d is not None and (best is None or d < best):
@@ -242,6 +259,9 @@ class ShoalNode:
             d = self.meta.next_deadline()
             if d is not None and (best is None or d < best):
                 best = d
+        d = self.services.next_deadline()
+        if d is not None and (best is None or d < best):
+            best = d
         return best
 
     def drain(self) -> Output:
@@ -249,6 +269,8 @@ class ShoalNode:
         (`EMPTY` itself when there is nothing)."""
         # Every core returns the shared EMPTY when it has nothing: an
         # identity test per core, on a path the simulator takes per message.
+        if self.sync.replica.changes:  # None unless a reader asked (collect_changes)
+            self._take_replica_changes()
         a, b, c = self.swim.drain(), self.sync.drain(), self.election.drain()
         self._swim_events_seen = 0  # swim's event list was emptied by its drain
         if self.out or self.meta is not None:
@@ -466,14 +488,7 @@ class ShoalNode:
                 does not know `fence` at all, or see `Replica.write`.
         """
         if fence is not None:
-            known = self.known_epoch()
-            if known != fence:
-                self.sync.replica.counters.fence_refused += 1
-                why = (f"this agent knows controller epoch {known}, above the write's fence "
-                       f"{fence}: the writer acts for a deposed controller") if known > fence \
-                    else (f"fence {fence} is above the highest controller epoch this agent "
-                          f"knows ({known})")  # fmt: skip
-                raise FenceRefused(why, fence, known)
+            fences.check(self.sync.replica.counters, fence, self.known_epoch(), None)
         offset = self.swim.clock_offset_ms(now)
         limit = self.sync.config.max_offset_ms
         if offset is not None and abs(offset) > limit:
@@ -500,6 +515,42 @@ class ShoalNode:
         """Wall clock minus monotonic `now`, in ms, for the cores that stamp."""
         self.sync.set_wall_offset(wall_offset_ms)
         self.swim.set_wall_offset(wall_offset_ms)
+        self.services.set_wall_offset(wall_offset_ms)
+
+    # -- record changes and user events (services/) ------------------------------
+
+    def collect_changes(self) -> None:
+        """From now on, keep every record change for `take_changes` (the
+        agent's watch streams read them; the simulator does not ask)."""
+        if self.sync.replica.changes is None:
+            self.sync.replica.changes = []
+        if self._changes is None:
+            self._changes = []
+
+    def take_changes(self) -> list[RecordChange]:
+        """The record changes since the last call, oldest first: (record,
+        whether the key's previous version was visible, why)."""
+        assert self._changes is not None, "take_changes without collect_changes"
+        if self.sync.replica.changes:
+            self._take_replica_changes()
+        taken, self._changes = self._changes, []
+        return taken
+
+    def deliver_events(self, delivered: dict[bytes, int], now: float) -> EventLedger:
+        """Deliver user events on this node from now on (`UserEventReceived`
+        events in the output; see services/delivery.py), starting from the
+        ledger a previous run persisted (key -> wall ms)."""
+        if self.sync.replica.changes is None:
+            self.sync.replica.changes = []
+        return self.services.deliver_events(delivered, now)
+
+    def _take_replica_changes(self) -> None:
+        changes = self.sync.replica.changes
+        assert changes is not None
+        self.services.records_changed(changes)
+        if self._changes is not None:
+            self._changes.extend(changes)
+        changes.clear()
 
     def clock_offset_ms(self, now: float) -> int | None:
         """This node's clock offset from its peers, once measured."""
@@ -547,6 +598,9 @@ class ShoalNode:
         out["node_level_probes_received"] = self.level_probes_received
         if self.meta is not None:
             out.update({f"meta_{k}": v for k, v in self.meta.counters.as_dict().items()})
+        if self.services.events is not None:
+            out.update({f"events_{k}": v
+                        for k, v in self.services.events.counters.as_dict().items()})  # fmt: skip
         return out
 
     def _view(self) -> Iterator[ViewMember]:

@@ -154,6 +154,9 @@ class SimCluster:
         self._fsync_rng = random.Random(seed * 104_729 + 3)
         # Called with the host index when it writes election state unsynced.
         self.write_hooks: list[Callable[[int], None]] = []
+        # Called with (host index, write) for every other durable write (the
+        # user-event ledger's: services/delivery.py), durable at once.
+        self.persist_hooks: list[Callable[[int, Any], None]] = []
         # Called with (host index, destination, messages, channel) for everything a host sends.
         self.send_hooks: list[Callable[[int, Address, tuple[Any, ...], Channel], None]] = []
         self.sync_config = sync_config or SyncConfig()
@@ -389,6 +392,9 @@ class SimCluster:
                     self._start_sync(i)
                 for hook in self.write_hooks:
                     hook(i)
+        elif write is not None:
+            for persisted in self.persist_hooks:
+                persisted(i, write)
         for send in disk.release(item.releases) if item.releases else ():
             self._transmit(i, send.to, send.messages, send.channel)
 

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from shoal.kernel.counters import Counters
-from shoal.kernel.errors import FenceRefused, WriteRefused
+from shoal.kernel.errors import WriteRefused
+from shoal.storage import fences
 from shoal.storage import hlc as hlc_mod
 from shoal.storage.hlc import HybridClock
 from shoal.storage.merkle import MerkleTree, leaf_of
@@ -51,6 +52,10 @@ MAX_AHEAD_KEYS = 10_000
 # that, so none brings one back). The key-value API refuses keys starting
 # with a zero byte.
 EVENT_PREFIX = b"\x00e/"
+RecordChange = tuple[Record, bool, str]
+"""A record, whether the key's previous version was visible, and why it
+changed (the watch streams' `reason`: one of the names below)."""
+
 # Why a record changed, in `Replica.changes` (the watch streams' `reason`).
 WRITE, SYNC, OWNER_FAILED, OWNER_LEFT = "write", "sync", "owner-failed", "owner-left"
 
@@ -199,7 +204,7 @@ class Replica:
         self.gone_now: set[bytes] = set()
         # (record, whether the key's previous version was visible, why):
         # collected only when the driver sets a list here.
-        self.changes: list[tuple[Record, bool, str]] | None = None
+        self.changes: list[RecordChange] | None = None
         tree, newest = self.tree, 0
         for rec in store.all():
             tree.add(tree.leaf_of(rec.key), digest(rec))
@@ -265,11 +270,7 @@ class Replica:
         """
         old = self.store.get(key)
         if old is not None and old.epoch > epoch:
-            self.counters.fence_refused += 1
-            what = f"under fence {epoch}" if epoch else "without a fence"
-            raise FenceRefused(
-                f"this key was written under controller epoch {old.epoch}: a write {what} "
-                "would lose to it (the writer acts for a deposed controller)", epoch, old.epoch)
+            fences.check(self.counters, epoch, None, old.epoch)  # raises
         ahead = self._ahead.get(key)
         if ahead is not None:
             if hlc_mod.physical_ms(ahead) < wall_ms:

@@ -29,7 +29,8 @@ QUERY_ROUTE = "/v1/query/"
 def user_event_route(agent: AgentPort, request: Request) -> Result:
     """`POST /v1/event/NAME`: fire a user event (the body is its payload)."""
     from shoal.daemon.config import valid_event_name
-    from shoal.daemon.userevents import MAX_PAYLOAD_BYTES, QueueFull
+    from shoal.daemon.userevents import QueueFull
+    from shoal.services.delivery import MAX_PAYLOAD_BYTES
 
     if request.method != "POST":
         raise HttpError(405, f"no {request.method} {EVENT_ROUTE}<name>")
@@ -52,7 +53,7 @@ async def query_route(agent: AgentPort, request: Request) -> Result:
     import re
 
     from shoal.daemon.config import valid_event_name
-    from shoal.daemon.network.queries import MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S
+    from shoal.services.queries import MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S
 
     if request.method != "POST":
         raise HttpError(405, f"no {request.method} {QUERY_ROUTE}<name>")

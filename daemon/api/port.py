@@ -23,10 +23,11 @@ if TYPE_CHECKING:
     from shoal.daemon.liveness import Liveness
     from shoal.daemon.meta import MetaService
     from shoal.daemon.network.keyops import KeyService
-    from shoal.daemon.network.queries import QueryReply, QueryService
+    from shoal.daemon.network.queries import QueryService
     from shoal.daemon.userevents import UserEvents
     from shoal.kernel.contract import Address, Tags
     from shoal.membership.vivaldi import CoordinateSnapshot
+    from shoal.services.queries import QueryReply
     from shoal.storage.records import Record
 
 

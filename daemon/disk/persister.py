@@ -38,7 +38,8 @@ class Persister:
     """Writes `Persist` items to the data directory; releases their sends."""
 
     def __init__(self, data_dir: DataDir, commits: GroupCommit, send: Callable[[Send], None],
-                 sending: Callable[[], bool], counters: Counter[str]) -> None:  # fmt: skip
+                 sending: Callable[[], bool], counters: Counter[str],
+                 other: Callable[[object], None] | None = None) -> None:  # fmt: skip
         """Args:
         data_dir: where the writes go.
         commits: the group commit whose syncs make unsynced writes durable.
@@ -46,12 +47,14 @@ class Persister:
         sending: False once the agent is shutting down (held sends are then
             not sent).
         counters: the agent's counters (`election_sends_dropped`).
+        other: writes any other write (the user-event ledger's).
         """
         self._data_dir = data_dir
         self._commits = commits
         self._send = send
         self._sending = sending
         self._counters = counters
+        self._other = other
         # Sends waiting for their state to be durable, and the sync they wait for.
         self._held: list[Send] = []
         self._held_for: asyncio.Future[None] | None = None
@@ -68,6 +71,8 @@ class Persister:
             elif isinstance(write, PersistLog):  # the metadata log, as election state
                 self._data_dir.save_log(write)
                 self._hold_for_sync()
+            elif write is not None and self._other is not None:
+                self._other(write)
             if item.releases:
                 if self._held_for is not None:
                     self._held.extend(item.releases)  # after the pending sync, in order

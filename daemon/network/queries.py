@@ -2,15 +2,11 @@
 
 Serf floods a query by gossip, collects acks and responses until a timeout
 computed from the cluster size (6.4 s for 20 members on this machine) and
-cannot say who it expected. Here the querying agent fixes the set of
-members expected to answer when the query is sent (the members alive or
-suspect in its view that match the filters, itself included), asks each
-one directly over a stream (sealed when the cluster is encrypted), and
+cannot say who it expected. Here the querying agent asks each expected
+member directly over a stream (sealed when the cluster is encrypted) and
 returns as soon as every one of them has answered, or at the timeout. The
-result names each expected member: `answered` (with its answer),
-`no-handler` (acknowledged without an answer), `error` (its handler
-failed or its answer was too large), `silent` (no answer in time), or
-`failed`/`left` when membership saw it go during the query.
+round's state, its messages and its result are pure (services/queries.py);
+this module is the IO: the streams and the handler processes.
 
 A member answers with its `query:NAME=COMMAND` handler: the payload on
 stdin, `SHOAL_QUERY_NAME` (and Serf's `SERF_EVENT=query`,
@@ -22,14 +18,10 @@ so, on both sides).
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import re
-import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
-import msgspec
 import structlog
 
 from shoal.daemon.config import AgentConfig
@@ -37,70 +29,17 @@ from shoal.daemon.handlers import run_command
 from shoal.daemon.network.ask import NoAnswer, ask
 from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.wire import Wire
-from shoal.kernel import codec
-from shoal.kernel.codec import DecodeError, u64
-from shoal.membership.member import MemberState
 from shoal.node.composition import ShoalNode
+from shoal.services.queries import (
+    MAX_ANSWER_BYTES,
+    MAX_TIMEOUT_S,
+    QueryReply,
+    QueryRequest,
+    QueryRound,
+)
 
-MAX_PAYLOAD_BYTES = 64 * 1024
-MAX_ANSWER_BYTES = 64 * 1024
-MAX_TIMEOUT_S = 300.0
 FANOUT_CONCURRENCY = 64
-_STATUSES = ("answered", "no-handler", "error")
 log = structlog.get_logger("shoal")
-
-
-class QueryRequest(msgspec.Struct, frozen=True):
-    """Querying agent -> member, on a stream: run your handler for `name`."""
-
-    id: int
-    name: str
-    payload: bytes
-    timeout_ms: int
-    expects_reply: ClassVar[bool] = True
-
-
-class QueryReply(msgspec.Struct, frozen=True):
-    """Member -> querying agent: `status` is one of _STATUSES."""
-
-    id: int
-    status: str
-    answer: bytes
-    error: str
-
-
-def _text(v: object, limit: int) -> str:
-    if type(v) is not str or len(v) > limit:
-        raise DecodeError("shape", "bad text")
-    return v
-
-
-def _blob(v: object, limit: int) -> bytes:
-    if type(v) is not bytes or len(v) > limit:
-        raise DecodeError("shape", "bad bytes")
-    return v
-
-
-def _status(v: object) -> str:
-    if v not in _STATUSES:
-        raise DecodeError("shape", "bad query status")
-    return str(v)
-
-
-def _encode(msg: Any) -> list[Any] | None:
-    match msg:
-        case QueryRequest(ident, name, payload, timeout_ms):
-            return [64, ident, name, payload, timeout_ms]
-        case QueryReply(ident, status, answer, error):
-            return [65, ident, status, answer, error]
-    return None
-
-
-codec.register(64, 5, lambda f: QueryRequest(
-    u64(f[1]), _text(f[2], 128), _blob(f[3], MAX_PAYLOAD_BYTES), u64(f[4])), _encode)  # fmt: skip
-codec.register(65, 5, lambda f: QueryReply(
-    u64(f[1]), _status(f[2]), _blob(f[3], MAX_ANSWER_BYTES), _text(f[4], 4096)),
-    _encode)  # fmt: skip
 
 
 class QueryService:
@@ -120,7 +59,7 @@ class QueryService:
     async def ask_one(self, addr: tuple[str, int], name: str, payload: bytes,
                       timeout_s: float) -> QueryReply:  # fmt: skip
         """Send one request to the agent at `addr` (an internal one, say)."""
-        ident = int.from_bytes(os.urandom(8), "big")
+        ident = self._node().services.rng.getrandbits(64)
         request = QueryRequest(ident, name, payload, int(timeout_s * 1000))
         try:
             return await self._ask(addr, request, timeout_s)
@@ -130,46 +69,32 @@ class QueryService:
     async def run(self, name: str, payload: bytes, node_re: re.Pattern[str] | None,
                   tag_res: dict[str, re.Pattern[str]],
                   timeout_s: float) -> dict[str, Any]:  # fmt: skip
-        """Ask every matching member; the outcome per member (module docstring)."""
+        """Ask every matching member; the outcome per member (services/queries.py)."""
         node = self._node()
-        started = time.monotonic()
-        ident = int.from_bytes(os.urandom(8), "big")
-        request = QueryRequest(ident, name, payload, int(timeout_s * 1000))
-        live = (MemberState.ALIVE, MemberState.SUSPECT)
-        expected = {m.name: m.addr for m in node.members() if m.state in live
-                    and (node_re is None or node_re.search(m.name))
-                    and all(p.search(dict(m.tags).get(k, "")) and k in dict(m.tags)
-                            for k, p in tag_res.items())}  # fmt: skip
+        loop = asyncio.get_running_loop()
+        request = QueryRequest(node.services.rng.getrandbits(64), name, payload,
+                               int(timeout_s * 1000))  # fmt: skip
+        query = QueryRound(request, node.members(), node_re, tag_res, loop.time())
         me = node.name
         limit = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
-        async def ask(member: str, addr: tuple[str, int]) -> tuple[str, QueryReply]:
+        async def ask(member: str, addr: tuple[str, int]) -> None:
             if member == me:
-                return member, await self.answer(request)
+                query.answered(member, await self.answer(request))
+                return
             async with limit:
-                return member, await self._ask(addr, request, timeout_s)
+                try:
+                    query.answered(member, await self._ask(addr, request, timeout_s))
+                except TimeoutError:
+                    pass  # silent
 
-        tasks = [asyncio.ensure_future(ask(n, a)) for n, a in expected.items()]
-        done, pending = await asyncio.wait(tasks, timeout=timeout_s) if tasks else (set(), set())
-        for task in pending:
-            task.cancel()
-        replies = dict(t.result() for t in done if not t.cancelled() and t.exception() is None)
-        states = {m.name: m.state for m in node.members()}
-        members: dict[str, dict[str, Any]] = {}
-        for member in sorted(expected):
-            reply = replies.get(member)
-            state = states.get(member)
-            if reply is not None:
-                members[member] = _reply_json(reply)
-            elif state in (MemberState.DEAD, MemberState.LEFT):
-                members[member] = {"status": "failed" if state is MemberState.DEAD else "left"}
-            else:
-                members[member] = {"status": "silent"}
-        answered = sum(1 for v in members.values() if v["status"] == "answered")
+        tasks = [asyncio.ensure_future(ask(n, a)) for n, a in query.expected.items()]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
         self.asked += 1
-        return {"id": f"{ident:016x}", "name": name, "expected": len(expected),
-                "answered": answered, "duration_s": round(time.monotonic() - started, 4),
-                "complete": not pending, "members": members}  # fmt: skip
+        return query.outcome({m.name: m.state for m in node.members()}, loop.time())
 
     async def answer(self, request: QueryRequest) -> QueryReply:
         """Run this member's handler for `request` (no handler: say so)."""
@@ -210,16 +135,3 @@ class QueryService:
             return await ask(self._wire, self._contact, addr, request, QueryReply, timeout_s)
         except NoAnswer as exc:
             return QueryReply(request.id, "error", b"", str(exc))
-
-
-def _reply_json(reply: QueryReply) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": reply.status}
-    if reply.status == "answered":
-        try:
-            out["answer"] = reply.answer.decode()
-        except UnicodeDecodeError:
-            out["answer"] = None
-        out["answer_base64"] = base64.b64encode(reply.answer).decode()
-    if reply.error:
-        out["error"] = reply.error
-    return out

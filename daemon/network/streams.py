@@ -22,12 +22,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shoal.daemon.network.first_contact import FirstContact
-from shoal.daemon.network.queries import QueryReply, QueryRequest
 from shoal.daemon.network.wire import Received, Wire
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.sealing import UNBOUND, Hello, KeyCommand, KeyReply, Welcome
 from shoal.membership.transport import read_frame
+from shoal.services.queries import QueryReply, QueryRequest
 
 Receive = Callable[[list[Any], Address], None]
 # Never the first frame of an inbound stream: answers, and first contact

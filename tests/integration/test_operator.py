@@ -19,6 +19,7 @@ from shoal import __version__
 from shoal.daemon.keys import generate_key
 from tests.conftest import poll_until
 from tests.integration.agents import AgentCluster, AgentProcess, shoal_cli
+from tests.integration.unprivileged import NOBODY, python_for_nobody
 
 
 def get(agent: AgentProcess, path: str) -> tuple[int, dict]:
@@ -168,16 +169,18 @@ def test_a_dev_agent_runs_as_a_non_root_user_and_leaves_nothing_behind():
     """`shoal agent --dev`: loopback, a fresh data directory it removes at
     exit, controller of its one-node cluster; as an unprivileged user."""
     api = "127.0.0.1:47947"
-    command = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--dev", "--node-name", "dev",
-               "--bind", "127.0.0.1:47946", "--api", api]  # fmt: skip
+    python, env = [sys.executable], {}
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         assert setpriv, "setpriv is missing: make test installs util-linux"
-        command = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+        python, env = python_for_nobody()  # wherever the checkout lies
+        python = [setpriv, *NOBODY, *python]
+    command = [*python, "-m", "shoal.daemon.cli", "agent", "--dev", "--node-name", "dev",
+               "--bind", "127.0.0.1:47946", "--api", api]  # fmt: skip
     base = Path(tempfile.mkdtemp(prefix="shoal-devtest-"))  # a TMPDIR anyone may use
     os.chmod(base, 0o1777)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "TMPDIR": str(base)}, cwd="/")  # fmt: skip
+                            env={**os.environ, **env, "TMPDIR": str(base)}, cwd="/")  # fmt: skip
     try:
         poll_until(lambda: '"is_self": true' in shoal_cli("controller", "--json", "--api",
                                                            api).stdout, 30)  # fmt: skip

@@ -42,6 +42,7 @@ PINNED = {
         "ReadDone",
     ],
     "node": ["ShoalNode"],
+    "services": ["CheckMachines", "EventLedger", "Services", "UserEventReceived"],
 }  # fmt: skip
 
 

@@ -1,14 +1,13 @@
 """The session table (daemon/sessions.py) and the check runner's rules
-(daemon/health.py, daemon/checks.py), without an agent."""
+(services/checks.py, services/checkconfig.py), without an agent."""
 
-import asyncio
 
 import pytest
 
-from shoal.daemon.checks import CheckConfig, parse_checks
-from shoal.daemon.health import CRITICAL, PASSING, WARNING, HealthChecks, worst
 from shoal.daemon.sessions import SessionError, SessionTable
 from shoal.kernel.errors import ConfigError
+from shoal.services.checkconfig import CheckConfig, parse_checks
+from shoal.services.checks import CRITICAL, PASSING, WARNING, CheckMachines, worst
 
 
 def test_a_session_expires_ttl_after_its_last_renewal_and_not_before():
@@ -70,22 +69,33 @@ def test_checks_parse_with_consuls_defaults_and_refuse_what_they_should():
 
 
 def test_thresholds_hold_a_status_until_enough_consecutive_results():
+    """A flapping probe changes the check's status only past its thresholds."""
+    machines = CheckMachines()
+    machines.configure((CheckConfig("t", "tcp", "h:1", passing_after=2, critical_after=3),), 0.0)
     changes = []
-
-    async def main():
-        checks = HealthChecks(lambda i, old, new: changes.append(new))
-        checks.configure((CheckConfig("t", "ttl", ttl_s=60.0),))
-        state = checks.checks["t"]
-        state.config = CheckConfig("t", "tcp", "h:1", passing_after=2, critical_after=3)
-        for result in (PASSING, PASSING, CRITICAL, CRITICAL, PASSING, CRITICAL, CRITICAL,
-                       CRITICAL, WARNING):  # fmt: skip
-            checks._result(state, result)
-        checks.stop()
-        return checks.health
-
-    assert asyncio.run(main()) == WARNING
+    for result in (PASSING, PASSING, CRITICAL, CRITICAL, PASSING, CRITICAL, CRITICAL,
+                   CRITICAL, WARNING):  # fmt: skip
+        machines.result("t", result, "")
+        changes += [e.new for e in machines.drain().events]
+    assert machines.health == WARNING
     assert changes == [PASSING, CRITICAL, WARNING]
     assert worst([]) == PASSING and worst([PASSING, WARNING, PASSING]) == WARNING
+
+
+def test_a_ttl_check_turns_critical_when_the_application_stops_saying_it_is_well():
+    """Updated within ttl_s it stays passing; silent past it, it turns critical."""
+    machines = CheckMachines()
+    machines.configure((CheckConfig("app", "ttl", ttl_s=15.0),), 0.0)
+    assert machines.health == CRITICAL and machines.next_deadline() == 15.0
+    machines.update_ttl("app", PASSING, "", 10.0)
+    machines.tick(15.0)  # the first deadline passed, but an update came since
+    assert machines.health == PASSING
+    machines.tick(25.0)
+    assert machines.health == CRITICAL
+    assert "no update within ttl_s = 15 s" in machines.checks["app"].output
+    assert [e.new for e in machines.drain().events] == [PASSING, CRITICAL]
+    with pytest.raises(KeyError):
+        machines.update_ttl("nope", PASSING, "", 26.0)
 
 
 def test_renewing_a_thousand_times_keeps_one_heap_entry():

@@ -19,7 +19,8 @@ otherwise; a TCP check passes when a connection opens; a script check
 passes on exit 0, warns on exit 1, fails on anything else or its timeout; a
 TTL check is what the application last said through `PUT
 /v1/check/ID/pass|warn|fail`, and critical when it stopped saying it. A new
-check starts critical (nothing is known yet). The runner is daemon/health.py.
+check starts critical (nothing is known yet). The state machines are
+services/checks.py, the runner daemon/health.py.
 
 Script checks run any command the config names as the agent's user, so
 they are off unless `enable_script_checks = true` (docs/security.md).
