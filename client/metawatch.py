@@ -172,6 +172,7 @@ class MetaWatch(Iterator[MetaEvent]):
         self.cursor = cursor
         self._client = client
         self._conn: Any = None
+        self._closed = False
         self._lines = self._follow()
         self._pending: list[MetaEvent] = []
         self._open(first=True)
@@ -209,6 +210,8 @@ class MetaWatch(Iterator[MetaEvent]):
             except (OSError, http.client.HTTPException):
                 pass  # dropped: resume
             self._conn.conn.close()
+            if self._closed:
+                return
             time.sleep(self.cursor.backoff())
             self._open(first=False)
 
@@ -216,8 +219,21 @@ class MetaWatch(Iterator[MetaEvent]):
         return next(self._lines)
 
     def close(self) -> None:
-        """End the watch and its connection."""
-        self._lines.close()
+        """End the watch and its connection (from any thread: one blocked
+        reading it sees the end)."""
+        import socket
+
+        self._closed = True
+        sock = None if self._conn is None else self._conn.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            self._lines.close()
+        except ValueError:
+            pass  # being read by another thread: it ends at the shutdown
         if self._conn is not None:
             self._conn.conn.close()
 

@@ -46,7 +46,10 @@ def collection_route(agent: AgentPort, request: Request) -> Any:
     query = request.query
     prefix = _bytes(query, "prefix")
     if "watch" in query:
-        return _watch(service, prefix, _revision(query, "from"))
+        start = _revision(query, "from")
+        if start == 0:
+            raise HttpError(400, "from must be a revision (revisions start at 1)")
+        return _watch(service, prefix, start)
     limit = _revision(query, "limit")
     if limit is not None and not 1 <= limit <= MAX_LIMIT:
         raise HttpError(400, f"limit must be 1 to {MAX_LIMIT}, not {limit}")
