@@ -266,11 +266,9 @@ class AsyncMetaWatch:
         return self
 
     async def _connect(self, first: bool) -> None:
-        from shoal.client.aio import _open_watch
-
         while True:
             try:
-                response = await _open_watch(self._client, self.cursor.path())
+                response = await _open_stream(self._client, self.cursor.path())
             except ShoalError as exc:
                 if first or exc.status == 410 or exc.status not in (None, 503):
                     raise
@@ -325,3 +323,25 @@ async def _sleep(seconds: float) -> None:
     import asyncio  # here: `import shoal.client` loads no asyncio
 
     await asyncio.sleep(seconds)
+
+
+async def _open_stream(client: AsyncClient, path: str) -> Any:
+    """Open a watch's stream (aio.py's `_open_watch`, which this module
+    cannot import: aio imports it); a refusal raises its ShoalError."""
+    import asyncio
+
+    import httptools
+
+    try:
+        async with asyncio.timeout(client.timeout):
+            response = await client.open("GET", path)
+            if response.status < 400:
+                return response
+            try:
+                body = await response.whole()
+            finally:
+                response.close()
+    except (OSError, TimeoutError, httptools.HttpParserError) as exc:
+        raise calls.unreachable(client.base, exc) from None
+    calls.answer(calls.Call("GET", path, calls._raw), response.status, "", body)
+    raise AssertionError("unreachable: answer() raises for a status >= 400")
