@@ -119,6 +119,8 @@ class ApiServer:
         """Close the listener and every open connection."""
         self.agent.watchers.end_all()
         self.agent.changes.end_all()
+        if self.agent.meta is not None:
+            self.agent.meta.watches.end_all()
         self._http.close()
 
     @staticmethod

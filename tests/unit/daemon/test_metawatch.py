@@ -161,3 +161,47 @@ def test_the_cursor_resumes_after_the_last_revision_and_drops_copies():
 def test_a_410_from_a_meta_watch_is_compacted_with_its_revision():
     exc = error_for(410, {"error": "revision 3 is compacted", "compacted_revision": 12})
     assert isinstance(exc, ClientCompacted) and exc.revision == 12 and exc.status == 410
+
+
+class _Agent:
+    """What the route asks of the agent: its metadata service."""
+
+    def __init__(self, meta):
+        self.meta = meta
+
+
+def test_the_route_answers_410_with_the_compacted_revision_and_streams_from_its_hello():
+    from shoal.daemon.api.answers import HttpError, Request, Stream
+    from shoal.daemon.api.metawatch import collection_route
+    from shoal.daemon.meta import MetaService
+
+    async def main():
+        service = MetaService(asyncio.get_running_loop(), lambda: None, lambda: None, 1.0)
+        service.watches = MetaWatches(keep=2)
+        state = MetaState()
+        for i in range(1, 6):
+            state.apply(i, MetaPut(b"a/%d" % i, b"v"))
+        service.watches.feed(state, 1)  # first fed at revision 5: nothing before is kept
+        state.apply(6, MetaPut(b"a/6", b"v"))
+        service.watches.feed(state, 1)
+        agent = _Agent(service)
+
+        def ask(**query):
+            query = {"prefix": ["a/"], "watch": ["1"], **{k: [v] for k, v in query.items()}}
+            return collection_route(agent, Request("GET", "/v1/meta/", query, b""))
+
+        with pytest.raises(HttpError) as gone:
+            ask(**{"from": "5"})
+        stream = ask(**{"from": "6"})
+        assert isinstance(stream, Stream)
+        hello = await anext(stream.lines)
+        first = json.loads(await anext(stream.lines))
+        with pytest.raises(HttpError) as bad:
+            ask(**{"from": "x"})
+        return gone.value, hello, first, bad.value.status
+
+    gone, hello, first, bad = run(main())
+    assert gone.status == 410 and gone.body()["compacted_revision"] == 5
+    assert "list again" in gone.body()["error"]
+    assert hello == {"type": "hello", "revision": 6, "compacted_revision": 5, "from": 6}
+    assert first["revision"] == 6 and bad == 400
