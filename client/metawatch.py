@@ -305,7 +305,7 @@ class AsyncMetaWatch:
     async def __anext__(self) -> MetaEvent:
         await self.open()
         assert self._events is not None
-        return await anext(self._events)  # type: ignore[call-overload]
+        return await anext(self._events)
 
     async def aclose(self) -> None:
         """End the watch and its connection."""

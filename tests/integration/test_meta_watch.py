@@ -76,7 +76,10 @@ class Writer:
     def write(self, through, prefix: str = "w/") -> None:
         n = self.counts[prefix] = self.counts.get(prefix, 0) + 1
         # Every fifth write deletes the key the one before it put: it exists.
-        kind, key = ("delete", f"{prefix}{(n - 1) % 7}") if n % 5 == 0 else ("put", f"{prefix}{n % 7}")
+        if n % 5 == 0:
+            kind, key = "delete", f"{prefix}{(n - 1) % 7}"
+        else:
+            kind, key = "put", f"{prefix}{n % 7}"
         value = None if kind == "delete" else f"v{n}".encode()
         deadline = time.monotonic() + 30
         unknown = False
@@ -220,8 +223,9 @@ def test_listing_pages_hold_every_key_once_and_see_every_acknowledged_write(agen
     assert listing.items[-1].value == b"fresh" and listing.revision >= written.revision
     stale = client_of(started[2]).meta.list("l/", stale=True)
     assert {i.key for i in stale.items} <= set(seen) | {"l/new"}
-    out = subprocess.run([sys.executable, "-m", "shoal.daemon.cli", "meta", "list", "--api",
-                          f"{started[1].ip}:7947", "l/0"], capture_output=True, timeout=60)  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "shoal.daemon.cli", "meta", "list",
+                          "--api", f"{started[1].ip}:7947", "l/0"],
+                         capture_output=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().splitlines() == [f"l/{i:02d} v{i}" for i in range(10)]
     for bad in ("limit=0", "limit=x", "watch=1&from=-1", "watch=1&from=0", "after=zz"):

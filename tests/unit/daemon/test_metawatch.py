@@ -89,7 +89,8 @@ def test_below_the_kept_history_is_compacted_with_the_revision_to_list_again_fro
         c.apply(MetaPut(b"k", b"6"))
         with pytest.raises(Compacted) as by_log:
             c.watches.subscribe(b"", 5)
-        return by_bound.value.floor, kept, by_log.value.floor, revisions(c.watches.subscribe(b"", 6))
+        after = revisions(c.watches.subscribe(b"", 6))
+        return by_bound.value.floor, kept, by_log.value.floor, after
 
     assert run(main()) == (3, [4, 5, 6], 5, [6, 7])
 
