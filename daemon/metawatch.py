@@ -13,8 +13,9 @@ nothing, on this agent or another (every agent applies the same entries).
 revision at or below `floor` (the highest revision whose changes are no
 longer all kept) is refused with 410 and that revision; its client lists
 again and watches from the listing's revision + 1. The floor also rises
-when the state was not followed from the start: when it is replaced (a
-snapshot installed) the history starts again at its revision.
+when the state was not followed from the start: when it is replaced, or
+its `changes` set back to None (a snapshot installed), the history starts
+again at its revision.
 
 A stream's queue is bounded: one that overflows is ended (its client
 resumes from its last revision + 1), so a slow reader costs nothing
@@ -90,7 +91,7 @@ class MetaWatches:
     def feed(self, state: MetaState, held_from: int) -> None:
         """After a flush: take the changes `state` applied, keep them, and
         give them to the streams; forget those before `held_from`."""
-        if state is not self._state:  # the first feed, or a state restored
+        if state is not self._state or state.changes is None:  # first, or restored
             self._state = state
             state.changes = []
             self.history.clear()

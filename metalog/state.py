@@ -89,7 +89,8 @@ class MetaState:
         # What watches follow (daemon/metawatch.py): None (off: the simulator,
         # a state just restored), or every key change applied since the driver
         # last took them, in order: (revision, key, its state after; None:
-        # deleted). An op that changes keys records each with `_changed`.
+        # deleted). An op that changes keys records each with `_changed`; a
+        # restore from a snapshot sets it back to None (the watches restart).
         self.changes: list[Change] | None = None
 
     def get(self, key: bytes) -> KeyState | None:

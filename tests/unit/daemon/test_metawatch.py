@@ -126,9 +126,14 @@ def test_a_replaced_state_ends_the_streams_behind_it_and_raises_the_floor():
         c.apply(MetaPut(b"a", b"2"))
         with pytest.raises(Compacted):
             c.watches.subscribe(b"", 5)
-        return revisions(behind), revisions(c.watches.subscribe(b"", 10))
+        replayed = revisions(c.watches.subscribe(b"", 10))
+        restored.revision, restored.changes = 20, None  # restored in place, at 20
+        c.watches.feed(restored, 1)
+        with pytest.raises(Compacted):
+            c.watches.subscribe(b"", 20)
+        return revisions(behind), replayed, c.watches.floor
 
-    assert run(main()) == ([None], [10])
+    assert run(main()) == ([None], [10], 20)
 
 
 def test_a_reader_that_falls_behind_is_ended_not_buffered_without_bound():
