@@ -130,8 +130,10 @@ def test_a_watcher_on_a_follower_sees_every_write_once_in_order_across_restart_a
     collector = Collector(watched, "w/")
     writer = Writer()
     for _ in range(20):
-        writer.write(started)
         writer.write(third, prefix="other/")  # not under the prefix: never delivered
+        writer.write(started)
+    # The last write is under the prefix: the next one, made while the watched
+    # agent is down, is the revision the watch resumes from.
     poll_until(lambda: collector.seen(max(writer.acked)), 30)
 
     watched.kill()  # the watch reconnects by itself once its agent is back
@@ -145,10 +147,10 @@ def test_a_watcher_on_a_follower_sees_every_write_once_in_order_across_restart_a
     old = leader.name
     leader.kill()
     alive = [watched, third]
-    poll_until(lambda: all(controller_name(a) not in (None, old) for a in alive), 30)
+    poll_until(lambda: all(controller_name(a) not in (None, old) for a in alive), 60)
     for _ in range(20):
         writer.write(alive)
-    poll_until(lambda: collector.seen(max(writer.acked)), 30)
+    poll_until(lambda: collector.seen(max(writer.acked)), 60)
     collector.watch.close()
     _check(collector, writer)
     assert len(collector.events) >= 45
