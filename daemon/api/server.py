@@ -382,7 +382,7 @@ class ApiServer:
 
         op = request.path.rpartition("/")[2]
         if op == "keys":
-            local = request.query.get("local", ["0"])[0] in ("1", "true")
+            local = request.query.get("local", ["0"])[0] in ("", "1", "true")
             outcome = await self.agent.keys.run("list", None, local)
             return 200, outcome.to_json()
         try:
