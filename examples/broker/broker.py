@@ -233,14 +233,18 @@ class Broker:
             log.info("agent reachable: serving again")
         self.connected = True
         try:
-            topics, topics_revision = await read_topics(self.meta)
-            current, revision = await read_assignment(self.meta)
+            # A read is safe to give up: one that waits on a controller that
+            # just died would hold up the refresh after the next election.
+            async with asyncio.timeout(self.refresh_s):
+                topics, topics_revision = await read_topics(self.meta)
+                current, revision = await read_assignment(self.meta)
             if controller.is_self:
                 current, revision = await self.controller.reconcile(
                     controller.epoch, self.brokers, topics, current, revision)  # fmt: skip
-        except ShoalError as exc:  # no controller serves reads (cut off, an election)
+        except (ShoalError, TimeoutError) as exc:  # no controller serves reads now
             if self.meta_readable:
-                log.warning("metadata log unreadable (%s): keeping what is in force", exc)
+                log.warning("metadata log unreadable (%s): keeping what is in force",
+                            exc or "no answer in time")  # fmt: skip
             self.meta_readable = False
             return
         self.meta_readable = True
