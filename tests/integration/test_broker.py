@@ -474,3 +474,78 @@ def test_kill_9_of_the_controllers_broker_moves_the_controller_and_its_partition
                    f"moved {marks['controller moved']:.2f} s, its partitions served elsewhere "
                    f"{marks['served elsewhere']:.2f} s")  # fmt: skip
     assert victim.agent.running()  # only the application died
+
+
+class AnswerLosingProxy:
+    """A TCP proxy in front of an agent's API that loses the next write of
+    the key `topics` (a network that fails mid-request, for real): either
+    the request never reaches the agent, or the agent's answer never comes
+    back. The client, having sent its request, cannot tell which."""
+
+    def __init__(self, agent) -> None:
+        self.agent = agent
+        self.lose: str | None = None  # "request" or "answer", for one write
+        self.lost: list[str] = []
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = await reader.read(65536)
+        lose = self.lose if first.startswith(b"PUT /v1/meta/topics") else None
+        if lose is not None:
+            self.lose = None
+            self.lost.append(lose)
+        if lose == "request":
+            writer.transport.abort()  # the client sent it; nobody will ever answer
+            return
+        up_reader, up_writer = await asyncio.open_connection(self.agent.ip, 7947)
+        up_writer.write(first)
+
+        async def upstream() -> None:
+            while data := await reader.read(65536):
+                up_writer.write(data)
+
+        pump = asyncio.create_task(upstream())
+        answer = await up_reader.read()  # the agent answers, then closes (Connection: close)
+        pump.cancel()
+        up_writer.close()
+        if lose == "answer":
+            writer.transport.abort()  # committed, but the client never hears it
+            return
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+
+def test_a_write_whose_answer_is_lost_is_read_back_and_never_taken_twice(cluster):
+    """(h) `create_topic` through a connection that fails after the request
+    was sent: the client gets Unknown. The broker's logic (metadata.py)
+    reads the key back: a topic committed under its token is `ok`; a topic
+    never written is written again with cas, once. A namesake with another
+    token is refused (`exists`)."""
+    from shoal.client import AsyncClient
+    from shoal.examples.broker.metadata import create_topic
+
+    agents, _ = cluster
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[str]]:
+        proxy = AnswerLosingProxy(agents[1])
+        client = AsyncClient(addr=await proxy.start(), timeout=5.0)
+        answers = []
+        for name, lose in (("answer-lost", "answer"), ("request-lost", "request")):
+            proxy.lose = lose
+            answers.append(await create_topic(client, name, 2, f"token-{name}", 10.0))
+        answers.append(await create_topic(client, "answer-lost", 4, "another", 10.0))
+        await client.close()
+        return answers, proxy.lost
+
+    answers, lost = run(scenario())
+    assert lost == ["answer", "request"]  # each creation's first write was lost
+    assert [a.get("ok") for a in answers[:2]] == [True, True], answers
+    assert answers[2] == {"error": "exists", "topic": "answer-lost", "partitions": 2}
+    with Client(addr=f"{agents[0].ip}:7947") as shoal:
+        held = json.loads(shoal.meta.get("topics").value)
+    assert held["answer-lost"] == {"partitions": 2, "token": "token-answer-lost"}
+    assert held["request-lost"] == {"partitions": 2, "token": "token-request-lost"}
