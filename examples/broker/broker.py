@@ -17,13 +17,14 @@ only through `shoal.client.AsyncClient`:
 - A lost session (a renewal answered 404: it expired, its check went
   critical, or the agent restarted) wakes a refresh, which opens a NEW
   session and registers again. Until then the broker serves nothing.
-- A watch (members + controller + `brokers/`) only says "something
-  changed". Each change, and a tick every `refresh_s`, runs one `_refresh`,
-  which re-reads what it needs from the agent: the controller and the
-  registered brokers (kv), the topics and the assignment (the metadata log,
-  read linearizably: the tick is how a broker learns of a new assignment
-  or topic). Reading the state again instead of applying events one by one
-  means a missed or repeated event can do no harm.
+- Two watches (members + controller + `brokers/`, and the kv key
+  `metadata-changed`, which a broker rings after each change it makes to
+  the log) only say "something changed". Each change, and a tick every
+  `refresh_s`, runs one `_refresh`, which re-reads what it needs from the
+  agent: the controller and the registered brokers (kv), the topics and the
+  assignment (the metadata log, read linearizably). Reading the state
+  again instead of applying events one by one means a missed or repeated
+  event can do no harm.
 - When the agent says `is_self`, the `PartitionController` writes a new
   assignment to the metadata log with compare-and-set (controller.py).
 - `create_topic` adds a topic to the key `topics` with compare-and-set
@@ -61,7 +62,15 @@ from shoal.client import AsyncClient, AsyncSession, AsyncWatch, NotFound, ShoalE
 
 from .assignment import Assignment, Part, part_name, valid_topic
 from .controller import BrokerInfo, PartitionController, read_brokers
-from .metadata import Topic, check_create, create_topic, read_assignment, read_topics
+from .metadata import (
+    DOORBELL,
+    Topic,
+    check_create,
+    create_topic,
+    read_assignment,
+    read_topics,
+    ring,
+)
 
 __all__ = ["Broker"]
 
@@ -126,6 +135,7 @@ class Broker:
             asyncio.create_task(self._refresh_loop()),
             asyncio.create_task(self._hold_agent()),
             asyncio.create_task(self._follow(self._cluster_events)),
+            asyncio.create_task(self._follow(self._doorbell)),
         ]
         try:
             await stop.wait()
@@ -219,6 +229,9 @@ class Broker:
 
     def _cluster_events(self) -> AsyncWatch[Any]:
         return self.client.watch(topics=("members", "controller", "kv"), prefix="brokers/")
+
+    def _doorbell(self) -> AsyncWatch[Any]:
+        return self.client.kv.watch(prefix=DOORBELL)
 
     # -- coordination -----------------------------------------------------------
 
@@ -372,7 +385,7 @@ class Broker:
                                     float(request.get("timeout", 5.0)))  # fmt: skip
         if answer.get("ok"):
             log.info("topic %s created (%d partitions)", answer["topic"], answer["partitions"])
-            self._changed.set()  # as controller, give its partitions leaders now
+            await ring(self.client, answer["revision"])  # the controller gives it leaders
         return {**answer, "token": token}
 
     def _refusal(self, part: Part) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from shoal.client import AsyncClient, Conflict, ShoalError, Unknown
 
 from .assignment import Assignment, assign
-from .metadata import ASSIGNMENT, Topic, read_assignment, read_topics
+from .metadata import ASSIGNMENT, Topic, read_assignment, read_topics, ring
 
 __all__ = ["BrokerInfo", "PartitionController", "read_brokers"]
 
@@ -121,6 +121,7 @@ class PartitionController:
                 return current, revision
             log.info("assignment written under epoch %d at revision %d over %s: %s", epoch,
                      written.revision, sorted(live), _summary(leaders))  # fmt: skip
+            await ring(self.client, written.revision)
             return wanted, written.revision
         return current, revision
 

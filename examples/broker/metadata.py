@@ -33,13 +33,16 @@ from shoal.client import AsyncClient, Conflict, NotFound, ShoalError, Unknown
 
 from .assignment import Assignment, valid_topic
 
-__all__ = ["ASSIGNMENT", "TOPICS", "Topic", "check_create", "create_topic", "read_assignment",
-           "read_topics"]
+__all__ = ["ASSIGNMENT", "DOORBELL", "TOPICS", "Topic", "check_create", "create_topic",
+           "read_assignment", "read_topics", "ring"]
 
 log = logging.getLogger("broker.metadata")
 
 TOPICS = "topics"
 ASSIGNMENT = "assignment"
+# A kv key, not the truth: its watch wakes every broker's refresh at once
+# after a change to the log (whose own watch is not built yet).
+DOORBELL = "metadata-changed"
 MAX_PARTITIONS = 1000  # per topic
 
 
@@ -88,6 +91,15 @@ async def read_assignment(client: AsyncClient) -> tuple[Assignment | None, int]:
     except ValueError as exc:
         log.warning("ignoring the key assignment: %s", exc)
         return None, revision
+
+
+async def ring(client: AsyncClient, revision: int) -> None:
+    """Tell every broker (their watch of `metadata-changed`) to read the
+    log again now rather than at its next tick; a lost ring costs a tick."""
+    try:
+        await client.kv.put(DOORBELL, str(revision))
+    except ShoalError as exc:
+        log.debug("doorbell not rung: %s", exc)
 
 
 def _encode(topics: dict[str, Topic]) -> bytes:
