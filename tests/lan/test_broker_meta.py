@@ -194,7 +194,7 @@ def _run(lan: VirtualLan, capsys: pytest.CaptureFixture[str]) -> None:
     t_cut = time.monotonic()
     new_name, _ = poll_until(lambda: (a := agreed(majority)) and a[1] > old_epoch and a, 30)
     t_new = time.monotonic()
-    first = poll_until(lambda: other.acked(after=t_new), 30)[0]
+    first = poll_until(lambda: [c for c in other.acked() if c.answered > t_new], 30)[0]
     # Let the cut-off broker go on trying for a while, then read what the
     # new controller holds: the view the heal must not change behind its back.
     poll_until(lambda: time.monotonic() > t_new + 6
