@@ -251,7 +251,7 @@ class Broker:
             async with asyncio.timeout(self.refresh_s):
                 topics, topics_revision = await read_topics(self.meta)
                 current, revision = await read_assignment(self.meta)
-            if controller.is_self:
+            if controller.is_self and controller.epoch is not None:
                 current, revision = await self.controller.reconcile(
                     controller.epoch, self.brokers, topics, current, revision)  # fmt: skip
         except (ShoalError, TimeoutError) as exc:  # no controller serves reads now
