@@ -95,7 +95,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     global _niced
-    in_groups = os.environ.get("PYTEST_XDIST_WORKER") and item.config.getoption("dist", None) == "loadgroup"
+    in_groups = (os.environ.get("PYTEST_XDIST_WORKER")
+                 and item.config.getoption("dist", None) == "loadgroup")  # fmt: skip
     if in_groups and not _niced and _group(item) == "cpu":
         os.nice(10)
         _niced = True

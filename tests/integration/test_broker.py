@@ -161,9 +161,8 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def report(capsys, text: str) -> None:
-    with capsys.disabled():
-        print(f"\n[broker timing] {text}")
+def report(figure, text: str) -> None:
+    figure(f"[broker timing] {text}")
 
 
 def test_assignment_is_sticky_and_balanced():
@@ -248,7 +247,7 @@ def test_every_partition_has_a_leader_and_produce_fetch_follow_redirects(cluster
     assert not_found(leaving.agent, f"brokers/{leaving.id}")
 
 
-def test_kill_9_of_a_brokers_agent_moves_its_partitions_to_the_live_brokers(cluster, capsys):
+def test_kill_9_of_a_brokers_agent_moves_its_partitions_to_the_live_brokers(cluster, figure):
     """(b) The broker beside a crashed agent stops serving, its key vanishes
     with the agent, and the controller gives its partitions to the others."""
     agents, brokers = cluster
@@ -269,7 +268,7 @@ def test_kill_9_of_a_brokers_agent_moves_its_partitions_to_the_live_brokers(clus
 
     poll_until(moved, 30, interval_s=0.02)
     took = time.monotonic() - t0
-    report(capsys, f"broker-agent kill -9 -> its {len(moving)} partitions served elsewhere: "
+    report(figure, f"broker-agent kill -9 -> its {len(moving)} partitions served elsewhere: "
                    f"{took:.2f} s (the controller's agent no longer saw it alive at "
                    f"{marks.get('suspected', took):.2f} s)")  # fmt: skip
     assert not victim.status()["connected"]  # it answers `unavailable` to everything
@@ -282,7 +281,7 @@ def test_kill_9_of_a_brokers_agent_moves_its_partitions_to_the_live_brokers(clus
         assert run(client.fetch(TOPIC, p)) == [(0, "after")]
 
 
-def test_kill_9_of_the_controllers_agent_gives_a_new_epoch_and_refuses_the_old(cluster, capsys):
+def test_kill_9_of_the_controllers_agent_gives_a_new_epoch_and_refuses_the_old(cluster, figure):
     """(c) A new controller writes a new assignment under its epoch; (d) a
     write of the assignment decided on what the deposed controller read (a
     cas on the revision it read) is refused and never seen anywhere."""
@@ -304,7 +303,7 @@ def test_kill_9_of_the_controllers_agent_gives_a_new_epoch_and_refuses_the_old(c
 
     new_epoch = poll_until(reassigned, 30, interval_s=0.02)
     took = time.monotonic() - t0
-    report(capsys, f"controller-agent kill -9 -> new assignment (epoch {old_epoch} -> "
+    report(figure, f"controller-agent kill -9 -> new assignment (epoch {old_epoch} -> "
                    f"{new_epoch}) in force: {took:.2f} s (new epoch seen at "
                    f"{marks.get('elected', took):.2f} s)")  # fmt: skip
     for a in (b.agent for b in survivors):
@@ -371,7 +370,7 @@ def non_controller_broker(agents, brokers) -> BrokerProcess:
 
 
 def test_kill_9_of_a_broker_process_unregisters_it_within_its_ttl_and_moves_its_partitions(
-    cluster, capsys
+    cluster, figure
 ):
     """(e) A broker process killed beside a healthy agent: its session's key
     leaves every agent within TTL + 1 s, its member's health turns critical
@@ -389,7 +388,7 @@ def test_kill_9_of_a_broker_process_unregisters_it_within_its_ttl_and_moves_its_
     conditions["critical"] = lambda: health_of(survivors[0].agent, victim.agent.name) == "critical"
     marks = timeline(conditions, 30)
     gone = max(t for name, t in marks.items() if name.startswith("key gone"))
-    report(capsys, f"broker kill -9 (TTL {SESSION_TTL_S} s) -> its {len(moving)} partitions "
+    report(figure, f"broker kill -9 (TTL {SESSION_TTL_S} s) -> its {len(moving)} partitions "
                    f"served elsewhere: {marks['served elsewhere']:.2f} s (key gone from every "
                    f"agent at {gone:.2f} s, member critical on the controller's side at "
                    f"{marks['critical']:.2f} s)")  # fmt: skip
@@ -405,7 +404,7 @@ def test_kill_9_of_a_broker_process_unregisters_it_within_its_ttl_and_moves_its_
 
 
 def test_sigstop_of_a_broker_unregisters_it_and_sigcont_brings_it_back_in_a_new_session(
-    cluster, capsys
+    cluster, figure
 ):
     """(f) A hung broker (SIGSTOP) stops passing its TTL check: its member
     turns critical, its session ends, its key leaves every agent within
@@ -440,7 +439,7 @@ def test_sigstop_of_a_broker_unregisters_it_and_sigcont_brings_it_back_in_a_new_
     new_session = victim.status()["session"]
     gone = max(t for name, t in stopped.items() if name.startswith("key gone"))
     critical = max(t for name, t in stopped.items() if name.startswith("critical"))
-    report(capsys, f"broker SIGSTOP (TTL {SESSION_TTL_S} s) -> its partitions served "
+    report(figure, f"broker SIGSTOP (TTL {SESSION_TTL_S} s) -> its partitions served "
                    f"elsewhere: {stopped['served elsewhere']:.2f} s (key gone from every agent "
                    f"at {gone:.2f} s, member critical on every agent at {critical:.2f} s); "
                    f"SIGCONT -> new session, leading {victim.status()['leading']}: "
@@ -455,7 +454,7 @@ def test_sigstop_of_a_broker_unregisters_it_and_sigcont_brings_it_back_in_a_new_
     assert all(run(client.produce(TOPIC, p, "x")) >= 0 for p in range(PARTITIONS))
 
 
-def test_kill_9_of_the_controllers_broker_moves_the_controller_and_its_partitions(cluster, capsys):
+def test_kill_9_of_the_controllers_broker_moves_the_controller_and_its_partitions(cluster, figure):
     """(g) The broker beside the controller (the one that writes the
     assignment) dies while its agent lives: with `healthy_only` the agent's
     critical check makes it hand the controller over, and the broker beside
@@ -470,7 +469,7 @@ def test_kill_9_of_the_controllers_broker_moves_the_controller_and_its_partition
         and c[1] > epoch,
         "served elsewhere": lambda: in_force(survivors, {b.id for b in survivors}),
     }, 30)  # fmt: skip
-    report(capsys, f"kill -9 of the controller's broker (TTL {SESSION_TTL_S} s) -> controller "
+    report(figure, f"kill -9 of the controller's broker (TTL {SESSION_TTL_S} s) -> controller "
                    f"moved {marks['controller moved']:.2f} s, its partitions served elsewhere "
                    f"{marks['served elsewhere']:.2f} s")  # fmt: skip
     assert victim.agent.running()  # only the application died

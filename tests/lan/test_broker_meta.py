@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,12 +162,12 @@ def serving(hosts: list[Host], topics: set[str]) -> bool:
     return True
 
 
-def test_topics_created_through_a_cut_off_controller_are_refused_or_never_lost(make_lan, capsys):
+def test_topics_created_through_a_cut_off_controller_are_refused_or_never_lost(make_lan, figure):
     lan = make_lan(5)
     brokers: list[subprocess.Popen[bytes]] = []
     try:
         brokers = start_cluster(lan)
-        _run(lan, capsys)
+        _run(lan, figure)
     finally:
         for proc in brokers:
             proc.kill()
@@ -176,7 +177,7 @@ def test_topics_created_through_a_cut_off_controller_are_refused_or_never_lost(m
                   + (lan.workdir / f"broker-h{host.index}.log").read_text(errors="replace"))
 
 
-def _run(lan: VirtualLan, capsys: pytest.CaptureFixture[str]) -> None:
+def _run(lan: VirtualLan, figure: Callable[[str], None]) -> None:
     hosts = lan.hosts
     poll_until(lambda: (ask(hosts[0], {"op": "create_topic", "topic": "base", "partitions": 5,
                                        "timeout": 10, "token": "base"}, 30) or {}).get("ok"),
@@ -234,16 +235,15 @@ def _run(lan: VirtualLan, capsys: pytest.CaptureFixture[str]) -> None:
     controller_host = next(h for h in hosts if f"host-{h.index}" == agreed(hosts)[0])
     assert set((ask(controller_host, {"op": "status"}, 5) or {})["topics"]) == final
 
-    with capsys.disabled():
-        print(f"\n[broker meta] controller {old_name} cut off, {new_name} elected "
-              f"{t_new - t_cut:.2f} s after the cut; first majority-side topic created "
-              f"{first.answered - t_new:.2f} s after that; cut for {t_heal - t_cut:.1f} s")
-        for label, creator in (("cut-off broker", cut_off), ("majority broker", other)):
-            print(f"[broker meta] {label}: before the cut {creator.counts(0, t_cut)}; "
-                  f"during it {creator.counts(t_cut, t_heal)}; after the heal "
-                  f"{creator.counts(t_heal, float('inf'))}")
-        print(f"[broker meta] {len(final)} topics after the heal on every agent; the "
-              f"majority's view at the heal held {len(view)}")
+    figure(f"[broker meta] controller {old_name} cut off, {new_name} elected "
+           f"{t_new - t_cut:.2f} s after the cut; first majority-side topic created "
+           f"{first.answered - t_new:.2f} s after that; cut for {t_heal - t_cut:.1f} s")
+    for label, creator in (("cut-off broker", cut_off), ("majority broker", other)):
+        figure(f"[broker meta] {label}: before the cut {creator.counts(0, t_cut)}; "
+               f"during it {creator.counts(t_cut, t_heal)}; after the heal "
+               f"{creator.counts(t_heal, float('inf'))}")
+    figure(f"[broker meta] {len(final)} topics after the heal on every agent; the "
+           f"majority's view at the heal held {len(view)}")
 
 
 def agreed_topics(hosts: list[Host]) -> set[str] | None:
