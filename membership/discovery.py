@@ -276,8 +276,8 @@ class Discovery:
             return
         if self._info is not None:
             zc.zeroconf.async_send(zc.zeroconf.generate_service_broadcast(self._info, None))
-        self._browser.query_scheduler.async_send_ready_queries(
-            False, current_time_millis(), {self.service_type})
+        scheduler = self._browser.query_scheduler
+        scheduler.async_send_ready_queries(False, current_time_millis(), {self.service_type})
 
     async def stop(self) -> None:
         """Unregister (peers see us go) and close the sockets."""
