@@ -29,6 +29,7 @@ from shoal.client.errors import (
     Unknown,
 )
 from shoal.client.meta import AsyncMetaApi, MetaApi
+from shoal.client.metatxn import Compare, TxnDelete, TxnGet, TxnItem, TxnPut, TxnResult
 from shoal.client.session import Session
 from shoal.client.sync import Client, KvApi, Watch
 from shoal.client.types import (
@@ -64,6 +65,7 @@ __all__ = [
     "KvEvent", "Member", "MemberAnswer", "MemberEvent", "MetaApi", "MetaValue", "MetaWritten",
     "NotApplied", "NotFound", "QueryResult", "SelfInfo", "Session", "SessionInfo", "ShoalError",
     "TooLarge", "Unauthorized", "Unavailable", "Unknown", "UserEvent", "Watch", "Written",
+    "Compare", "TxnDelete", "TxnGet", "TxnItem", "TxnPut", "TxnResult",
 ]  # fmt: skip
 
 _ASYNC = ("AsyncClient", "AsyncKvApi", "AsyncWatch")

@@ -9,9 +9,11 @@ revision); not applied (`NotApplied`: safe to retry); or unknown
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from shoal.client import calls
+from shoal.client.metatxn import Compare, TxnOp, TxnResult, txn_call
 from shoal.client.types import MetaValue, MetaWritten
 
 if TYPE_CHECKING:
@@ -53,6 +55,19 @@ class MetaApi:
         """Delete the key (committed as `put` is); `cas` as for `put`."""
         return self._client.run(calls.one(calls.meta_delete(key, cas)))
 
+    # -- transactions (client/metatxn.py) ----------------------------------------
+
+    def txn(self, compare: Sequence[Compare] = (), success: Sequence[TxnOp] = (),
+            failure: Sequence[TxnOp] = ()) -> TxnResult:  # fmt: skip
+        """Run `success` if every compare holds, else `failure`, atomically
+        at one revision (at most 64 compares and operations together).
+
+        Raises:
+            NotApplied: not appended, retry. Unknown: may have been
+                committed. BadRequest, TooLarge: the agent refused it as given.
+        """
+        return self._client.run(calls.one(txn_call(compare, success, failure)))
+
 
 class AsyncMetaApi:
     """`AsyncClient.meta`: `MetaApi` for asyncio."""
@@ -71,3 +86,10 @@ class AsyncMetaApi:
     async def delete(self, key: str, cas: int | None = None) -> MetaWritten:
         """See `MetaApi.delete`."""
         return await self._client.run(calls.one(calls.meta_delete(key, cas)))
+
+    # -- transactions (client/metatxn.py) ----------------------------------------
+
+    async def txn(self, compare: Sequence[Compare] = (), success: Sequence[TxnOp] = (),
+                  failure: Sequence[TxnOp] = ()) -> TxnResult:  # fmt: skip
+        """See `MetaApi.txn`."""
+        return await self._client.run(calls.one(txn_call(compare, success, failure)))
