@@ -5,7 +5,9 @@ latency, clock rates within the drift bound, and a schedule of faults
 (crashes, a crash right after a log write and before its fsync, restarts,
 partitions, the controller cut off, heals); meanwhile simulated clients,
 each talking to one node as an application talks to its local agent, put,
-compare-and-set, delete and read a few keys. Every call and return is
+compare-and-set, delete and read a few keys, and run transactions over
+two others (sim/metatxn.py: a transfer with compares on both keys'
+revisions, a create-if-absent whose failure branch deletes). Every call and return is
 recorded on true time, and an outcome the client cannot know (a timeout, a
 node that crashed under it, `unknown`) is recorded as such, never as a
 success or a failure.

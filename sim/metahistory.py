@@ -4,7 +4,8 @@
 operations that cannot matter out, seen ones ended where they were seen),
 `check_revisions` (what per-key checking cannot see: acknowledged revisions
 are global, unique and in real-time order across keys), then
-`linearizability.check` with `MetaModel`, key by key. The model and the
+`linearizability.check` with `MetaModel`, key by key (the keys
+transactions join, together). The model and the
 reasoning behind each rule are in metamodel.py's docstring and below.
 """
 
