@@ -285,7 +285,9 @@ def _describe_key(state: MetaState) -> str:
     return f"{value!r} at {at}"
 
 
-def _step_key(state: MetaState, input: Get | Put | Delete, output: object | None) -> MetaState | None:
+def _step_key(
+    state: MetaState, input: Get | Put | Delete, output: object | None
+) -> MetaState | None:
     """One key's state after a single-key operation (None: not legal)."""
     if isinstance(input, Get):
         return _read(state, output)
@@ -326,7 +328,7 @@ def _txn(keys: dict[str, MetaState], txn: Txn, output: object | None) -> Any:
                 if c.target == "mod" and c.op == "=" and not exact and value is not None:
                     keys[c.key] = (value, int(c.operand), True)
     branch = txn.success if succeeded else txn.failure
-    results = (None,) * len(branch) if output is None else output.results  # type: ignore[union-attr]
+    results = (None,) * len(branch) if output is None else output.results
     if len(results) != len(branch):
         return None
     written = None if revision is None else Written(revision)

@@ -114,8 +114,10 @@ def _bytes(doc: dict[str, Any], name: str, what: str, required: bool = True) -> 
             raise HttpError(400, f"{what}: {name} must be a string")
         return text.encode()
     try:
-        return base64.b64decode(b64 if isinstance(b64, str) else 0, validate=True)
-    except (binascii.Error, TypeError, ValueError):
+        if not isinstance(b64, str):
+            raise ValueError(b64)
+        return base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
         raise HttpError(400, f"{what}: {name}_base64 is not base64") from None
 
 
