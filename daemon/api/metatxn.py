@@ -182,8 +182,6 @@ def txn_json(txn: MetaTxn, done: TxnApplied) -> dict[str, Any]:
     """A committed transaction as the API answers it: one result per
     operation of the branch that ran (a get's key as GET answers it, with
     `found`; a put's revision; a delete's `deleted`, 0 or 1)."""
-    from shoal.daemon.api.meta import key_json
-
     results: list[dict[str, Any]] = []
     branch = txn.success if done.succeeded else txn.failure
     for op, held in zip(branch, done.results, strict=True):
@@ -195,8 +193,18 @@ def txn_json(txn: MetaTxn, done: TxnApplied) -> dict[str, Any]:
         elif held is None:
             results.append({"op": "get", "key": name, "found": False})
         else:
-            item = key_json(op.key, held, done.revision)
-            del item["revision"]
-            results.append({"op": "get", **item, "found": True})
+            results.append({"op": "get", "key": name, "found": True, **_value_json(held.value),
+                            "create_revision": held.create_revision,
+                            "mod_revision": held.mod_revision, "version": held.version})
     return {"succeeded": done.succeeded, "revision": done.revision, "outcome": "committed",
             "results": results}  # fmt: skip
+
+
+def _value_json(value: bytes) -> dict[str, Any]:
+    """`value` as text (null when it is not UTF-8) and `value_base64`, as
+    GET /v1/meta/<key> answers it (api/meta.py, `key_json`)."""
+    try:
+        text: str | None = value.decode()
+    except UnicodeDecodeError:
+        text = None
+    return {"value": text, "value_base64": base64.b64encode(value).decode()}
