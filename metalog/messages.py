@@ -168,15 +168,18 @@ def _list(v: object) -> list[Any]:
 
 
 def _compare(v: object) -> Compare:
-    if type(v) is not list or len(v) != 5 or v[1] not in (0, 1, 2, 3) or v[2] not in (0, 1, 2, 3):
+    if (type(v) is not list or len(v) != 5 or type(v[1]) is not int or type(v[2]) is not int
+            or not (0 <= v[1] <= 3 and 0 <= v[2] <= 3)):  # fmt: skip
         raise DecodeError("shape", "bad compare")
     return Compare(_key(v[0]), v[1], v[2], u64(v[3]), _bytes(v[4], MAX_VALUE_BYTES))
 
 
 def _txn_op(v: object) -> TxnOp:
-    if type(v) is list and len(v) == 2 and v[0] in (2, 3):
+    if type(v) is not list or not v or type(v[0]) is not int:
+        raise DecodeError("shape", "bad transaction operation")
+    if len(v) == 2 and v[0] in (2, 3):
         return MetaDelete(_key(v[1])) if v[0] == 2 else MetaGet(_key(v[1]))
-    if type(v) is list and len(v) == 3 and v[0] == 1:
+    if len(v) == 3 and v[0] == 1:
         return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES))
     raise DecodeError("shape", "bad transaction operation")
 

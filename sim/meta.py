@@ -215,8 +215,11 @@ class _Clients:
         self.values += 1
         va, vb = b"a%d" % self.values, b"b%d" % self.values
         if self.rng.random() < 0.33:
-            return MetaTxn((Compare(b, TARGET_CREATE, CMP_EQUAL, 0),),
-                           (MetaPut(b, vb), MetaPut(a, va)), (MetaDelete(b), MetaGet(a)))
+            return MetaTxn(
+                (Compare(b, TARGET_CREATE, CMP_EQUAL, 0),),
+                (MetaPut(b, vb), MetaPut(a, va)),
+                (MetaDelete(b), MetaGet(a)),
+            )
         compares = tuple(Compare(k, TARGET_MOD, CMP_EQUAL, self.last_rev.get(k, 0))
                          for k in TXN_KEYS)  # fmt: skip
         return MetaTxn(compares, (MetaPut(a, va), MetaPut(b, vb)), (MetaGet(a), MetaGet(b)))

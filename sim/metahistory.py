@@ -79,9 +79,14 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
         by_key.setdefault(op.input.key, []).append(index)
     for key, indices in by_key.items():
         if key in in_txns:
-            kept.update((i, history[i]) for i in indices if not (
-                isinstance(history[i].output, NotApplied)
-                or (history[i].output is None and isinstance(history[i].input, Get))))
+            kept.update(
+                (i, history[i])
+                for i in indices
+                if not (
+                    isinstance(history[i].output, NotApplied)
+                    or (history[i].output is None and isinstance(history[i].input, Get))
+                )
+            )
             continue
         kept.update(_prepare_key([history[i] for i in indices], indices))
     return [kept[i] for i in sorted(kept)]

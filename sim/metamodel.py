@@ -87,6 +87,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shoal.sim.txnmodel import Cmp as Cmp  # re-exported: a transaction's parts
+from shoal.sim.txnmodel import Txn as Txn
+from shoal.sim.txnmodel import TxnDone as TxnDone
+from shoal.sim.txnmodel import describe_txn, holds
+
 if TYPE_CHECKING:
     from shoal.sim.linearizability import Operation
 
@@ -125,41 +130,6 @@ class Delete:
 
     key: str
     cas: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cmp:
-    """A transaction's compare: `key`'s `target` ("value", "version",
-    "create" or "mod") against `operand` with `op` ("=", "!=", "<", ">")."""
-
-    key: str
-    target: str
-    op: str
-    operand: Value | int
-
-
-@dataclass(frozen=True, slots=True)
-class Txn:
-    """If every compare holds run `success`, else `failure` (no cas inside)."""
-
-    compares: tuple[Cmp, ...]
-    success: tuple[Get | Put | Delete, ...]
-    failure: tuple[Get | Put | Delete, ...] = ()
-
-    @property
-    def keys(self) -> list[str]:
-        """Every key it compares or touches."""
-        return [c.key for c in self.compares] + [o.key for o in (*self.success, *self.failure)]
-
-
-@dataclass(frozen=True, slots=True)
-class TxnDone:
-    """A transaction committed at `revision`, its branch, and per operation
-    of that branch a `Read` for a get (None for a put or a delete)."""
-
-    succeeded: bool
-    revision: int
-    results: tuple[Read | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +216,9 @@ class MetaModel:
     def describe(self, input: object, output: object | None) -> str:
         """`put('k', 'v', cas=3) -> ok(7)`, `get('k') -> ('v', 7)`, ... -> unknown."""
         if isinstance(input, Txn):
-            return _describe_txn(input, output)
+            return describe_txn(
+                input, output, lambda op: self.describe(op, None).removesuffix(" -> unknown")
+            )
         match input:
             case Get(key):
                 call = f"get({key!r})"
@@ -312,15 +284,15 @@ def _group(keys: dict[str, MetaState]) -> Any:
 
 def _txn(keys: dict[str, MetaState], txn: Txn, output: object | None) -> Any:
     """A group's state after a transaction, or None if its output is not legal."""
-    holds = [_holds(keys.get(c.key, ABSENT), c) for c in txn.compares]
+    held = [holds(keys.get(c.key, ABSENT), c) for c in txn.compares]
     if output is None:
-        succeeded = False not in holds  # undecided: the success branch (module docstring)
+        succeeded = False not in held  # undecided: the success branch (module docstring)
         revision = None
     else:
         if not isinstance(output, TxnDone):
             return None
         succeeded, revision = output.succeeded, output.revision
-        if (False in holds) if succeeded else all(h is True for h in holds):
+        if (False in held) if succeeded else all(h is True for h in held):
             return None
         if succeeded:
             for c in txn.compares:  # an unknown revision the compare names is pinned
@@ -343,51 +315,6 @@ def _txn(keys: dict[str, MetaState], txn: Txn, output: object | None) -> Any:
             return None
         keys[op.key] = after
     return _group(keys)
-
-
-def _holds(state: MetaState, c: Cmp) -> bool | None:
-    """Whether a compare holds in a key's state (None: the state cannot say)."""
-    value, mod_revision, exact = state
-    if c.target == "value":
-        return False if value is None else _compare(value, c.op, c.operand)
-    if value is None:
-        return _compare(0, c.op, c.operand)  # absent: version and revisions 0
-    if c.target == "mod" and exact:
-        return _compare(mod_revision, c.op, c.operand)
-    # The least it can be: an unknown mod revision's bound; 1 for a version
-    # or create revision, which are not tracked.
-    least = mod_revision if c.target == "mod" else 1
-    number = int(c.operand)
-    if number < least:
-        return c.op in ("!=", ">")
-    if number == least and c.op == "<":
-        return False
-    return None
-
-
-def _compare(ours: Value | int, op: str, theirs: Value | int) -> bool:
-    if op == "=":
-        return ours == theirs
-    if op == "!=":
-        return ours != theirs
-    if op == "<":
-        return ours < theirs  # type: ignore[operator]
-    return ours > theirs  # type: ignore[operator]
-
-
-def _describe_txn(txn: Txn, output: object | None) -> str:
-    """`txn(mod('a') = 3; put('a', 'x') | get('a')) -> ok(7) [('x', 7)]`."""
-    def ops(branch: tuple[Get | Put | Delete, ...]) -> str:
-        return ", ".join(MetaModel().describe(o, None).removesuffix(" -> unknown") for o in branch)
-
-    compares = " and ".join(f"{c.target}({c.key!r}) {c.op} {c.operand!r}" for c in txn.compares)
-    call = f"txn({compares}; {ops(txn.success)} | {ops(txn.failure)})"
-    if isinstance(output, TxnDone):
-        results = ", ".join("-" if r is None else f"({r.value!r}, {r.mod_revision})"
-                            for r in output.results)  # fmt: skip
-        branch = "success" if output.succeeded else "failure"
-        return f"{call} -> {branch}({output.revision}) [{results}]"
-    return f"{call} -> {'unknown' if output is None else repr(output)}"
 
 
 def _read(state: MetaState, output: object | None) -> MetaState | None:

@@ -33,8 +33,9 @@ def txn_output(txn: MetaTxn, done: TxnApplied | None, outcome: str) -> TxnDone |
     results: list[Read | None] = []
     for op, held in zip(branch, done.results, strict=True):
         if isinstance(op, MetaGet):
-            results.append(Read(None, 0) if held is None else Read(held.value.decode(),
-                                                                     held.mod_revision))
+            results.append(
+                Read(None, 0) if held is None else Read(held.value.decode(), held.mod_revision)
+            )
         else:
             results.append(None)
     return TxnDone(done.succeeded, done.revision, tuple(results))

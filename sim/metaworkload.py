@@ -44,6 +44,7 @@ from shoal.sim.metamodel import (
     Value,
     Written,
 )
+from shoal.sim.txnmodel import compare_values
 
 Input = Get | Put | Delete | Txn
 
@@ -120,8 +121,7 @@ class ReferenceStore:
             ours = {"mod": current[1], "version": self.versions[c.key], "create": 1}[c.target]
             if c.target == "create":  # not kept: only compared with 0 here
                 assert c.operand == 0, c
-        return {"=": ours == c.operand, "!=": ours != c.operand,
-                "<": ours < c.operand, ">": ours > c.operand}[c.op]  # type: ignore[operator]
+        return compare_values(ours, c.op, c.operand)
 
     def _misbehave(self) -> bool:
         return self.rng.random() < _BUG_P
@@ -217,8 +217,10 @@ def _txn(rng: random.Random, client: int, names: list[str], memory: _Client) -> 
     va, vb = f"c{client}w{memory.writes}a", f"c{client}w{memory.writes}b"
     shape = rng.randrange(4)
     if shape == 0 and a != b:
-        compares = (Cmp(a, "mod", "=", memory.seen.get(a, 0)), Cmp(b, "mod", "=",
-                                                                     memory.seen.get(b, 0)))
+        compares = (
+            Cmp(a, "mod", "=", memory.seen.get(a, 0)),
+            Cmp(b, "mod", "=", memory.seen.get(b, 0)),
+        )
         return Txn(compares, (Put(a, va), Put(b, vb), Get(a)), (Get(a), Get(b)))
     if shape == 1:
         return Txn((Cmp(a, "create", "=", 0),), (Put(a, va), Get(b)), (Delete(a), Get(b)))

@@ -193,9 +193,17 @@ def txn_json(txn: MetaTxn, done: TxnApplied) -> dict[str, Any]:
         elif held is None:
             results.append({"op": "get", "key": name, "found": False})
         else:
-            results.append({"op": "get", "key": name, "found": True, **_value_json(held.value),
-                            "create_revision": held.create_revision,
-                            "mod_revision": held.mod_revision, "version": held.version})
+            results.append(
+                {
+                    "op": "get",
+                    "key": name,
+                    "found": True,
+                    **_value_json(held.value),
+                    "create_revision": held.create_revision,
+                    "mod_revision": held.mod_revision,
+                    "version": held.version,
+                }
+            )
     return {"succeeded": done.succeeded, "revision": done.revision, "outcome": "committed",
             "results": results}  # fmt: skip
 

@@ -95,8 +95,11 @@ def test_gets_see_the_branchs_writes_and_values_cross_as_base64(agents):
 
     async def with_asyncio() -> TxnResult:
         client = AsyncClient(f"{follower.ip}:7947")
-        return await client.meta.txn(compare=[Compare("bin", "version", ">", 1)],
-                                     success=[TxnPut("never", "x")], failure=[TxnGet("bin")])
+        return await client.meta.txn(
+            compare=[Compare("bin", "version", ">", 1)],
+            success=[TxnPut("never", "x")],
+            failure=[TxnGet("bin")],
+        )
 
     failed = asyncio.run(asyncio.wait_for(with_asyncio(), 30))
     assert not failed.succeeded and failed.results[0].value == b"\xff\x00"
@@ -133,15 +136,27 @@ def test_bad_and_oversized_transactions_are_refused_before_anything_is_proposed(
     for body, status, words in [
         (b"not json", 400, "JSON transaction"),
         ({"compare": [{"key": "k", "target": "color", "op": "="}]}, 400, "target"),
-        ({"success": [{"op": "put", "key": "k", "value": "1"},
-                      {"op": "delete", "key": "k"}]}, 400, "at most once"),  # fmt: skip
+        (
+            {"success": [{"op": "put", "key": "k", "value": "1"}, {"op": "delete", "key": "k"}]},
+            400,
+            "at most once",
+        ),  # fmt: skip
         ({"success": [{"op": "get", "key": f"k{i}"} for i in range(65)]}, 413, "at most 64"),
-        ({"success": [{"op": "put", "key": f"big{i}", "value": "x" * 400_000}
-                      for i in range(3)]}, 413, "bytes together"),  # fmt: skip
+        (
+            {
+                "success": [
+                    {"op": "put", "key": f"big{i}", "value": "x" * 400_000} for i in range(3)
+                ]
+            },
+            413,
+            "bytes together",
+        ),  # fmt: skip
     ]:
         got, answer = api_request(agent, "POST", "/v1/meta/txn", body)
-        assert got == status and words in answer["error"], (body if isinstance(body, bytes)
-                                                            else list(body), answer)
+        assert got == status and words in answer["error"], (
+            body if isinstance(body, bytes) else list(body),
+            answer,
+        )
     with pytest.raises(TooLarge):
         client_of(agent).meta.txn(success=[TxnGet(f"k{i}") for i in range(65)])
     status, _ = api_request(agent, "GET", "/v1/meta/k")

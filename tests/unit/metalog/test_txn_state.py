@@ -30,9 +30,11 @@ def absent(key: bytes) -> Compare:
 def test_a_txn_runs_its_success_branch_at_one_revision_when_its_compares_hold():
     state = MetaState()
     state.apply(1, MetaPut(b"count", b"1"))
-    txn = MetaTxn((absent(b"topic"), Compare(b"count", TARGET_MOD, CMP_EQUAL, 1)),
-                  (MetaPut(b"topic", b"t"), MetaPut(b"count", b"2"), MetaGet(b"count")),
-                  (MetaGet(b"topic"),))
+    txn = MetaTxn(
+        (absent(b"topic"), Compare(b"count", TARGET_MOD, CMP_EQUAL, 1)),
+        (MetaPut(b"topic", b"t"), MetaPut(b"count", b"2"), MetaGet(b"count")),
+        (MetaGet(b"topic"),),
+    )
     result = state.apply(2, txn)
     assert result == TxnApplied(2, True, (None, None, KeyState(b"2", 1, 2, 2)))
     assert state.get(b"topic") == KeyState(b"t", 2, 2, 1)
@@ -42,10 +44,14 @@ def test_a_txn_runs_its_success_branch_at_one_revision_when_its_compares_hold():
 def test_a_txn_whose_compare_fails_runs_only_its_failure_branch():
     state = MetaState()
     state.apply(1, MetaPut(b"topic", b"t"))
-    txn = MetaTxn((absent(b"topic"),), (MetaPut(b"topic", b"u"), MetaDelete(b"x")),
-                  (MetaGet(b"topic"), MetaGet(b"nothing"), MetaDelete(b"topic")))
+    txn = MetaTxn(
+        (absent(b"topic"),),
+        (MetaPut(b"topic", b"u"), MetaDelete(b"x")),
+        (MetaGet(b"topic"), MetaGet(b"nothing"), MetaDelete(b"topic")),
+    )
     assert state.apply(2, txn) == TxnApplied(
-        2, False, (KeyState(b"t", 1, 1, 1), None, KeyState(b"", 1, 1, 1)))
+        2, False, (KeyState(b"t", 1, 1, 1), None, KeyState(b"", 1, 1, 1))
+    )
     assert state.get(b"topic") is None and state.revision == 2
 
 
@@ -69,9 +75,36 @@ def test_compares_follow_etcds_rules_for_each_target():
 
 
 def test_a_txn_and_its_result_cross_the_wire_unchanged():
-    txn = MetaTxn((Compare(b"a", TARGET_VALUE, CMP_NOT_EQUAL, value=b"\xff"),),
-                  (MetaPut(b"a", b"1"), MetaDelete(b"b")), (MetaGet(b"a"),))
+    txn = MetaTxn(
+        (Compare(b"a", TARGET_VALUE, CMP_NOT_EQUAL, value=b"\xff"),),
+        (MetaPut(b"a", b"1"), MetaDelete(b"b")),
+        (MetaGet(b"a"),),
+    )
     entry = Entry(3, 7, txn, "n1", 42)
     result = ProposeResult(42, 0, 7, TxnApplied(7, False, (KeyState(b"v", 1, 2, 3), None)))
     append = Append(3, "n1", 6, 3, (entry,), 5)
     assert codec.decode_payload(codec.encode_payload((append, result))) == [append, result]
+
+
+def test_a_malformed_or_oversized_txn_on_the_wire_is_refused():
+    """Remote input: a transaction op of another shape, a compare of an
+    unknown target, or more than 64 parts is a decode error, never a crash."""
+    from shoal.kernel.codec import DecodeError
+    from shoal.metalog.messages import _op
+
+    good = [3, [[b"k", 3, 0, 1, b""]], [[1, b"k", b"v"]], [[3, b"k"]]]
+    assert isinstance(_op(good), MetaTxn)
+    bad_ones = [
+        [3, [[b"k", 4, 0, 1, b""]], [], []],  # no such target
+        [3, [[b"k", True, 0, 1, b""]], [], []],
+        [3, [], [[True, b"k", b"v"]], []],
+        [3, [], [[1, b"", b"v"]], []],  # an empty key
+        [3, [], [[3, b"k"]] * 65, []],
+        [3, [], "x", []],
+    ]
+    for bad in bad_ones:
+        try:
+            _op(bad)
+        except DecodeError:
+            continue
+        raise AssertionError(f"accepted {bad!r}")

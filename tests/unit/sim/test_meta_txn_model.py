@@ -36,47 +36,78 @@ def verdict(history: list[Operation]) -> Verdict:
 
 
 def test_a_sequential_transfer_and_the_reads_after_it_are_linearizable():
-    assert verdict([
-        *SETUP,
-        op(1, 4, 5, transfer(1, 2), TxnDone(True, 3, (None, None))),
-        op(0, 6, 7, Get("a"), Read("a1", 3)),
-        op(1, 6, 7, transfer(1, 2, "x", "y"), TxnDone(False, 4, (Read("a1", 3), Read("b1", 3)))),
-        op(0, 8, 9, Get("b"), Read("b1", 3)),
-    ]) is Verdict.OK
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, 5, transfer(1, 2), TxnDone(True, 3, (None, None))),
+                op(0, 6, 7, Get("a"), Read("a1", 3)),
+                op(
+                    1,
+                    6,
+                    7,
+                    transfer(1, 2, "x", "y"),
+                    TxnDone(False, 4, (Read("a1", 3), Read("b1", 3))),
+                ),
+                op(0, 8, 9, Get("b"), Read("b1", 3)),
+            ]
+        )
+        is Verdict.OK
+    )
 
 
 def test_a_transaction_seen_on_one_key_and_not_on_the_other_is_illegal():
     """Per key each read has an instant for the transaction; together not:
     the keys a transaction spans are checked as one partition."""
-    assert verdict([
-        *SETUP,
-        op(1, 4, 20, transfer(1, 2), TxnDone(True, 3, (None, None))),
-        op(2, 5, 6, Get("a"), Read("a1", 3)),  # it took effect before 6
-        op(2, 7, 8, Get("b"), Read("b0", 2)),  # but not before 7
-    ]) is Verdict.ILLEGAL
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, 20, transfer(1, 2), TxnDone(True, 3, (None, None))),
+                op(2, 5, 6, Get("a"), Read("a1", 3)),  # it took effect before 6
+                op(2, 7, 8, Get("b"), Read("b0", 2)),  # but not before 7
+            ]
+        )
+        is Verdict.ILLEGAL
+    )
 
 
 def test_a_success_whose_compare_failed_is_illegal():
     """The bug the swarm's mutation plants: the success branch ran though
     `b` had changed since revision 1."""
-    assert verdict([
-        *SETUP,
-        op(1, 4, 5, transfer(1, 1), TxnDone(True, 3, (None, None))),
-    ]) is Verdict.ILLEGAL
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, 5, transfer(1, 1), TxnDone(True, 3, (None, None))),
+            ]
+        )
+        is Verdict.ILLEGAL
+    )
 
 
 def test_a_failure_whose_compares_held_is_illegal():
-    assert verdict([
-        *SETUP,
-        op(1, 4, 5, transfer(1, 2), TxnDone(False, 3, (Read("a0", 1), Read("b0", 2)))),
-    ]) is Verdict.ILLEGAL
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, 5, transfer(1, 2), TxnDone(False, 3, (Read("a0", 1), Read("b0", 2)))),
+            ]
+        )
+        is Verdict.ILLEGAL
+    )
 
 
 def test_a_failure_branch_get_must_read_the_state():
-    assert verdict([
-        *SETUP,
-        op(1, 4, 5, transfer(1, 1), TxnDone(False, 3, (Read("a0", 1), Read("b0", 1)))),
-    ]) is Verdict.ILLEGAL
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, 5, transfer(1, 1), TxnDone(False, 3, (Read("a0", 1), Read("b0", 1)))),
+            ]
+        )
+        is Verdict.ILLEGAL
+    )
 
 
 def test_a_get_after_a_put_in_one_transaction_sees_it():
@@ -86,33 +117,50 @@ def test_a_get_after_a_put_in_one_transaction_sees_it():
 
 
 def test_a_timed_out_transaction_may_have_taken_effect_or_not():
-    assert verdict([
-        *SETUP,
-        op(1, 4, None, transfer(1, 2), None),
-        op(2, 5, 6, Get("a"), Read("a1", 7)),  # took effect, at a revision nobody was told
-        op(2, 7, 8, Get("b"), Read("b1", 7)),
-    ]) is Verdict.OK
-    assert verdict([
-        *SETUP,
-        op(1, 4, None, transfer(1, 2), None),
-        op(2, 5, 6, Get("a"), Read("a0", 1)),  # or not
-    ]) is Verdict.OK
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, None, transfer(1, 2), None),
+                op(2, 5, 6, Get("a"), Read("a1", 7)),  # took effect, at a revision nobody was told
+                op(2, 7, 8, Get("b"), Read("b1", 7)),
+            ]
+        )
+        is Verdict.OK
+    )
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, None, transfer(1, 2), None),
+                op(2, 5, 6, Get("a"), Read("a0", 1)),  # or not
+            ]
+        )
+        is Verdict.OK
+    )
 
 
 def test_a_timed_out_transaction_whose_compare_could_not_hold_did_nothing():
-    assert verdict([
-        *SETUP,
-        op(1, 4, None, transfer(1, 1), None),  # b is at 2: the failure branch (reads only)
-        op(2, 5, 6, Get("a"), Read("a1", 7)),
-    ]) is Verdict.ILLEGAL
+    assert (
+        verdict(
+            [
+                *SETUP,
+                op(1, 4, None, transfer(1, 1), None),  # b is at 2: the failure branch (reads only)
+                op(2, 5, 6, Get("a"), Read("a1", 7)),
+            ]
+        )
+        is Verdict.ILLEGAL
+    )
 
 
 def test_a_transaction_and_a_put_acknowledged_at_one_revision_are_illegal():
-    result = check_meta([
-        *SETUP,
-        op(1, 4, 5, transfer(1, 2), TxnDone(True, 3, (None, None))),
-        op(0, 4, 5, Put("c", "c0"), Written(3)),
-    ])
+    result = check_meta(
+        [
+            *SETUP,
+            op(1, 4, 5, transfer(1, 2), TxnDone(True, 3, (None, None))),
+            op(0, 4, 5, Put("c", "c0"), Written(3)),
+        ]
+    )
     assert result.verdict is Verdict.ILLEGAL and "revision 3" in result.explanation
 
 
