@@ -35,6 +35,11 @@ class Log:
         """The index of the last entry (0: empty)."""
         return len(self.entries)
 
+    def held_from(self) -> int:
+        """The first index the log still holds (entries before it are
+        compacted; 1: none are). A watch is served from here on."""
+        return 1
+
     def last(self) -> tuple[int, int]:
         """(epoch, index) of the last entry: what the voters compare."""
         n = len(self.entries)

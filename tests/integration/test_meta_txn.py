@@ -70,6 +70,12 @@ def test_of_two_brokers_creating_one_topic_one_succeeds_and_the_count_moves_once
         got = client_of(agent).meta.get("topic-count")
         assert got.value == b"1" and got.mod_revision == won[0].revision
         assert client_of(agent).meta.get("topics/orders").create_revision == won[0].revision
+    with client_of(started[0]).meta.watch("topic", from_revision=won[0].revision) as watch:
+        changes = [next(watch), next(watch)]  # a watch sees both puts, at the one revision
+    assert {(e.type, e.key, e.revision) for e in changes} == {
+        ("put", "topics/orders", won[0].revision),
+        ("put", "topic-count", won[0].revision),
+    }
     again = create_topic(client_of(started[0]), "orders")
     assert not again.succeeded and again.results[0].found and again.results[1].value == b"1"
 
