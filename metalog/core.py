@@ -76,7 +76,7 @@ from shoal.metalog.messages import (
     ReadResult,
 )
 from shoal.metalog.reads import ReadIndex
-from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp
+from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp, TxnApplied
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
@@ -348,20 +348,22 @@ class MetaLog:
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
             if asked is not None and not isinstance(result, Duplicate):
-                if isinstance(result, Applied):
-                    self._answer(*asked, OUTCOME_COMMITTED, result.revision)
+                if isinstance(result, Applied | TxnApplied):
+                    txn = result if isinstance(result, TxnApplied) else None
+                    self._answer(*asked, OUTCOME_COMMITTED, result.revision, txn)
                 else:
                     self._answer(*asked, OUTCOME_CONFLICT, result.current)
 
-    def _answer(self, origin: str, pid: int, outcome: int, revision: int) -> None:
+    def _answer(self, origin: str, pid: int, outcome: int, revision: int,
+                txn: TxnApplied | None = None) -> None:  # fmt: skip
         if outcome == OUTCOME_UNKNOWN:
             self.counters.proposals_unknown += 1
         if origin == self.name:
-            self.out.event(ProposalDone(pid, outcome, revision))
+            self.out.event(ProposalDone(pid, outcome, revision, txn))
             return
         addr = self._addr_of(origin)
         if addr is not None:
-            self.out.send(Send(addr, (ProposeResult(pid, outcome, revision),)))
+            self.out.send(Send(addr, (ProposeResult(pid, outcome, revision, txn),)))
 
     def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
         # Only the leader of the epoch the proposal was sent to appends it: a
@@ -461,7 +463,7 @@ class MetaLog:
             outcome = OUTCOME_UNKNOWN
         if outcome == OUTCOME_UNKNOWN:
             self.counters.proposals_unknown += 1
-        self.out.event(ProposalDone(msg.pid, outcome, msg.revision))
+        self.out.event(ProposalDone(msg.pid, outcome, msg.revision, msg.txn))
 
     def _on_read_result(self, msg: ReadResult, sender: Address, now: float) -> None:
         if self._reading.pop(msg.rid, None) is None:

@@ -5,7 +5,9 @@ latency, clock rates within the drift bound, and a schedule of faults
 (crashes, a crash right after a log write and before its fsync, restarts,
 partitions, the controller cut off, heals); meanwhile simulated clients,
 each talking to one node as an application talks to its local agent, put,
-compare-and-set, delete and read a few keys. Every call and return is
+compare-and-set, delete and read a few keys, and run transactions over
+two others (sim/metatxn.py: a transfer with compares on both keys'
+revisions, a create-if-absent whose failure branch deletes). Every call and return is
 recorded on true time, and an outcome the client cannot know (a timeout, a
 node that crashed under it, `unknown`) is recorded as such, never as a
 success or a failure.
@@ -40,7 +42,18 @@ from shoal.election.config import LeaseConfig
 from shoal.membership.profiles import PROFILES
 from shoal.metalog.core import MetaConfig, ProposalDone, ReadDone
 from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_CONFLICT, OUTCOME_NOT_APPLIED
-from shoal.metalog.state import MetaDelete, MetaOp, MetaPut
+from shoal.metalog.state import (
+    CMP_EQUAL,
+    TARGET_CREATE,
+    TARGET_MOD,
+    Compare,
+    MetaDelete,
+    MetaGet,
+    MetaOp,
+    MetaPut,
+    MetaTxn,
+    TxnApplied,
+)
 from shoal.sim.clock import NodeClock
 from shoal.sim.cluster import SimCluster
 from shoal.sim.elections import (
@@ -54,6 +67,7 @@ from shoal.sim.elections import (
 from shoal.sim.linearizability import CheckResult, Operation
 from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
+from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
 from shoal.sim.network import LinkProfile
 
 # Every fault of the election's swarm, leaves included: a leave removes the
@@ -66,7 +80,7 @@ class Call:
     """One client operation as the client saw it (times are true time)."""
 
     client: int
-    kind: str  # "put", "delete", "get"
+    kind: str  # "put", "delete", "get", "txn"
     key: bytes
     value: bytes | None
     cas: int | None
@@ -76,6 +90,8 @@ class Call:
     revision: int = 0  # a write's commit revision; a conflict's current revision
     read_value: bytes | None = None
     read_mod_revision: int = 0
+    txn: MetaTxn | None = None
+    txn_result: TxnApplied | None = None
 
 
 @dataclass
@@ -102,6 +118,11 @@ class MetaRun:
         ops = []
         for c in self.calls:
             key = c.key.decode()
+            if c.txn is not None:
+                done = txn_output(c.txn, c.txn_result, c.outcome)
+                ops.append(Operation(c.client, c.call_at, None if done is None else c.return_at,
+                                     txn_input(c.txn), done))  # fmt: skip
+                continue
             if c.kind == "get":
                 if c.outcome == "ok":
                     value = None if c.read_value is None else c.read_value.decode()
@@ -172,7 +193,11 @@ class _Clients:
         call = Call(client, kind, key, value, cas, self.cluster.now)
         self.run.calls.append(call)
         now = self.cluster._local(node_i)  # noqa: SLF001 - the node's own clock
-        if kind == "get":
+        if self.rng.random() < 0.1:
+            call.kind, call.key, call.value, call.cas = "txn", b"", None, None
+            call.txn = self._txn()
+            ident = ("write", node.meta_propose(call.txn, now))
+        elif kind == "get":
             ident = ("read", node.meta_read(key, now))
         else:
             op: MetaOp = MetaPut(key, value or b"", cas) if kind == "put" else MetaDelete(key, cas)
@@ -182,12 +207,45 @@ class _Clients:
         self.by_node.setdefault(node_i, set()).add(slot)
         self.cluster._flush(node_i)  # noqa: SLF001
 
+    def _txn(self) -> MetaTxn:
+        """A transfer over both keys if neither changed since last seen, or
+        (one in three) both created if the second is absent, else it is
+        deleted: a failure branch that writes."""
+        a, b = TXN_KEYS
+        self.values += 1
+        va, vb = b"a%d" % self.values, b"b%d" % self.values
+        if self.rng.random() < 0.33:
+            return MetaTxn(
+                (Compare(b, TARGET_CREATE, CMP_EQUAL, 0),),
+                (MetaPut(b, vb), MetaPut(a, va)),
+                (MetaDelete(b), MetaGet(a)),
+            )
+        compares = tuple(Compare(k, TARGET_MOD, CMP_EQUAL, self.last_rev.get(k, 0))
+                         for k in TXN_KEYS)  # fmt: skip
+        return MetaTxn(compares, (MetaPut(a, va), MetaPut(b, vb)), (MetaGet(a), MetaGet(b)))
+
+    def _learn(self, txn: MetaTxn, done: TxnApplied) -> None:
+        """The mod revisions a committed transaction tells of its keys."""
+        for op, result in zip(txn.success if done.succeeded else txn.failure, done.results,
+                              strict=True):  # fmt: skip
+            if isinstance(op, MetaPut):
+                self.last_rev[op.key] = done.revision
+            elif isinstance(op, MetaDelete):
+                self.last_rev[op.key] = 0
+            else:
+                self.last_rev[op.key] = 0 if result is None else result.mod_revision
+
     def on_event(self, now: float, node: int, event: Any) -> None:
         if isinstance(event, ProposalDone):
             call = self._done((node, "write", event.pid))
             if call is None:
                 return
-            if event.outcome == OUTCOME_COMMITTED:
+            if call.txn is not None and event.outcome == OUTCOME_COMMITTED:
+                assert event.txn is not None
+                call.outcome, call.revision, call.return_at = "ok", event.revision, now
+                call.txn_result = event.txn
+                self._learn(call.txn, event.txn)
+            elif event.outcome == OUTCOME_COMMITTED:
                 call.outcome, call.revision, call.return_at = "ok", event.revision, now
                 self.last_rev[call.key] = event.revision if call.kind == "put" else 0
             elif event.outcome == OUTCOME_CONFLICT:
@@ -308,8 +366,10 @@ def _check_logs(cluster: SimCluster, run: MetaRun) -> None:
         if call.revision > len(longest):
             continue  # no live node applied that far (all restarted since): nothing to compare
         entry = longest[call.revision - 1]
-        expected = (MetaPut(call.key, call.value or b"", call.cas) if call.kind == "put"
-                    else MetaDelete(call.key, call.cas))  # fmt: skip
+        expected: MetaOp = (MetaPut(call.key, call.value or b"", call.cas) if call.kind == "put"
+                            else MetaDelete(call.key, call.cas))  # fmt: skip
+        if call.txn is not None:
+            expected = call.txn
         if entry.op != expected:
             run.violations.append(f"acknowledged {call.kind} {call.key!r} at revision "
                                   f"{call.revision} is not there: {entry}")  # fmt: skip

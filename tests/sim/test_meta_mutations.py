@@ -1,5 +1,5 @@
 """The swarm's checks are trusted because they catch deliberate bugs: each
-of three mutations of the metadata log, put in on purpose and taken out
+of four mutations of the metadata log, put in on purpose and taken out
 again, is caught within the first 40 seeds (usually the first ten)."""
 
 from collections.abc import Iterator
@@ -8,6 +8,7 @@ import pytest
 
 from shoal.election.voter import Voter
 from shoal.metalog.core import MetaLog
+from shoal.metalog.state import MetaState
 from shoal.sim.meta import meta_run
 
 MAX_SEEDS = 40
@@ -26,6 +27,7 @@ def first_caught() -> int | None:
 def restored() -> Iterator[None]:
     yield
     MetaLog.mutation = None
+    MetaState.mutation = None
     Voter.check_log = True
 
 
@@ -35,6 +37,14 @@ def test_the_checks_catch_a_mutated_log(mutation, restored):
     serving reads without confirming the leadership (a deposed controller
     answers stale), breaks a history or loses an acknowledged write."""
     MetaLog.mutation = mutation
+    assert first_caught() is not None
+
+
+def test_the_checks_catch_a_transaction_that_ignores_its_compares(restored):
+    """A transaction that runs its success branch though a compare failed
+    (a transfer over a balance another client changed) is caught by the
+    model's transactions, checked over both of their keys at once."""
+    MetaState.mutation = "txn_ignores_compares"
     assert first_caught() is not None
 
 

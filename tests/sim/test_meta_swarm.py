@@ -2,7 +2,7 @@
 loss, duplication, crashes (some right after a log write, before its
 fsync), voters leaving and coming back, clock rates in and far outside the
 drift bound, a replayer, and clients putting, compare-and-setting, deleting
-and reading: every history is linearizable, nothing acknowledged is lost
+reading and running transactions: every history is linearizable, nothing acknowledged is lost
 and no two nodes apply different entries at one index."""
 
 import os
