@@ -253,6 +253,8 @@ class ApiServer:
         me["feature_level"] = node.feature_level
         me["held_back_by"] = list(node.held_back_by)
         me["speaks"] = dict(zip(PROTOCOLS, node.speaks, strict=True))
+        cfg = self.agent.config  # alone by design: nothing to join, nobody to find
+        me["single_node"] = cfg.bootstrap_expect == 1 and not cfg.join and not cfg.discovery
         if status.fault_drops is not None:
             me["counters"]["fault_injected_drops"] = status.fault_drops
         return 200, me

@@ -327,7 +327,7 @@
     for (const id of ["where", "member-counts", "kv-count", "checks-health", "page-info"]) {
       $(id).textContent = "";
     }
-    for (const id of ["banner-alone", "banner-left", "banner-stream", "banner-error"]) {
+    for (const id of ["banner-alone", "banner-single", "banner-left", "banner-stream", "banner-error"]) {
       $(id).hidden = true;
     }
   }
@@ -630,7 +630,9 @@ function tagText(tags) {
     for (const m of state.members.values()) {
       if (m.name !== self.name && (m.status === "alive" || m.status === "suspect")) others++;
     }
-    $("banner-alone").hidden = left || others > 0;
+    // Alone by configuration (a --dev agent) is not a fault: say so calmly.
+    $("banner-alone").hidden = left || others > 0 || self.single_node === true;
+    $("banner-single").hidden = left || others > 0 || self.single_node !== true;
   }
 
   // -- controls --------------------------------------------------------------------

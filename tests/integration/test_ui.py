@@ -337,7 +337,10 @@ def test_a_protected_agent_asks_for_the_token_and_shows_nothing_before_it(agents
     page.find_element("id", "auth-token").send_keys(TOKEN + "\n")
     poll_until(lambda: rows(page) == {agent.name: "alive"}, 15)
     assert not visible(page, "auth")
-    poll_until(lambda: visible(page, "banner-alone"), 5)  # the only member
+    # The only member, by configuration (bootstrap_expect 1, no join, no
+    # discovery, as a --dev agent): told calmly, not warned about.
+    poll_until(lambda: visible(page, "banner-single"), 5)
+    assert not visible(page, "banner-alone")
     assert js(page, "return [sessionStorage.getItem('shoal-api-token'), localStorage.length];"
               ) == [TOKEN, 0]  # fmt: skip
     page.refresh()  # the same tab keeps the token: no prompt again
