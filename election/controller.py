@@ -19,6 +19,15 @@ intersect. A voter that vanished from the view (reaped) is removed only
 after `_REAPED_GUARD_S` as controller, so that a fresh controller whose
 view is still filling up does not remove voters it has not heard of yet.
 
+**Voters that came back with a new data directory** (voters.py,
+"Identity"). A voter refusing our request because the configuration names
+it with another id (`REJECT_IDENTITY`) tells us its new id
+(`note_identity`); its old identity can never grant again, so the next
+change removes it (`VoterReplaced`, logged as `voter-replaced`), and the
+one after may add it back under its new id as a new voter, like any live
+non-voter. At feature level 2 (all members read voter ids) a change also
+carries the ids of the voters it adds, and fills in those not known yet.
+
 **Notices.** A new controller (`ControllerElected`) knows itself as the
 controller and tells every member (`notices.Notices`); each renewal that
 wins tells every member again, with the lease it vouches for, and a
@@ -43,12 +52,18 @@ from typing import Protocol
 
 from shoal.election.campaign import Campaign, Request
 from shoal.election.config import LeaseConfig
-from shoal.election.events import ControllerElected, ControllerLost, ElectionCounters
+from shoal.election.events import (
+    ControllerElected,
+    ControllerLost,
+    ElectionCounters,
+    VoterReplaced,
+)
 from shoal.election.messages import ControllerNotice
 from shoal.election.notices import KnownController, Notices
 from shoal.election.ranking import Ranking
 from shoal.election.voters import VoterConfig
 from shoal.kernel.outbox import Outbox
+from shoal.kernel.versions import META_LOG_FEATURE
 
 # A controller removes voters that vanished from its view (reaped) only
 # after holding the lease this long, so that a fresh controller whose view
@@ -106,6 +121,10 @@ class Controller:
         # it (`LeaseElection._refused_renewal`); cleared with each new epoch.
         self.told_of_epoch: set[str] = set()
         self.quorum_config: VoterConfig | None = None  # of our last request that won
+        # Voter name -> the data directory's id it answered with, where the
+        # configuration names another (`note_identity`).
+        self.came_back: dict[str, bytes] = {}
+        self._replaced_told: set[tuple[str, bytes]] = set()  # VoterReplaced events made
 
     @property
     def is_controller(self) -> bool:
@@ -139,12 +158,10 @@ class Controller:
             if voters != self.quorum_config and self.quorum_config is not None:
                 # Finish the change in flight (module docstring).
                 self.renew(now, voters, old=self.quorum_config)
+            elif self._host.log_ready():  # the log's entry of our epoch first
+                self.renew(now, self._next_change(voters, now))
             else:
-                settled = now - self.elected_at >= _REAPED_GUARD_S
-                change = None
-                if self._host.log_ready():  # the log's entry of our epoch first
-                    change = self.ranking.next_config(voters, settled, self.config.max_voters)
-                self.renew(now, change)
+                self.renew(now, None)
         if now >= self.notices.notice_at:
             self.notices.tell_everyone(now, self.notice(now))
         voters = self._host.voters
@@ -153,6 +170,39 @@ class Controller:
             best = self.ranking.best_voter(voters)
             if best is not None and best != self.name:
                 self._host.step_aside(now)
+
+    def _next_change(self, voters: VoterConfig, now: float) -> VoterConfig | None:
+        """The one voter change to carry in the next renewal, if any."""
+        settled = now - self.elected_at >= _REAPED_GUARD_S
+        if self._host.feature_level >= META_LOG_FEATURE:  # voters have ids
+            return self._replace(voters) or self.ranking.next_config(
+                voters, settled, self.config.max_voters, self.came_back)
+        if voters.ids and settled:
+            # The level was lowered (an operator's cap, before a downgrade);
+            # `settled`: not a fresh controller that has not learnt it yet.
+            return voters.without_ids()
+        return self.ranking.next_config(voters, settled, self.config.max_voters)
+
+    def note_identity(self, voter: str, voter_id: bytes) -> None:
+        """`voter` refused a request of ours as not the voter our
+        configuration names: its data directory is now `voter_id`."""
+        voters = self._host.voters
+        if voters is not None and voter_id and voters.id_of(voter) not in (b"", voter_id):
+            self.came_back[voter] = voter_id
+
+    def _replace(self, voters: VoterConfig) -> VoterConfig | None:
+        """The change that removes a voter's old identity, once it came back
+        with a new data directory (module docstring); None: there is none."""
+        for name, new_id in sorted(self.came_back.items()):
+            old_id = voters.id_of(name)
+            if old_id in (b"", new_id) or name == self.name:
+                continue  # not a voter now (the entry is the id to add it back with), or back
+            if (name, new_id) not in self._replaced_told:
+                self._replaced_told.add((name, new_id))
+                self.counters.voters_replaced += 1
+                self.out.events.append(VoterReplaced(name, old_id, new_id))
+            return voters.without_voter(name)
+        return None
 
     def renew(self, now: float, change: VoterConfig | None,
               old: VoterConfig | None = None) -> None:  # fmt: skip

@@ -130,6 +130,7 @@ class ShoalNode:
         self.election = LeaseElection(
             ident.name, lease_config or LeaseConfig(), random.Random(rng.getrandbits(64)),
             self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._liveness_of,
+            ident.node_id,
         )  # fmt: skip
         self._view_version = -1
         self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
@@ -606,7 +607,7 @@ class ShoalNode:
     def _view(self) -> Iterator[ViewMember]:
         # A generator: the election's scans often stop after a few rows.
         liveness = _LIVENESS
-        return (ViewMember(m.ident.name, m.ident.tags, liveness[m.state])
+        return (ViewMember(m.ident.name, m.ident.tags, liveness[m.state], m.ident.node_id)
                 for m in self.swim.table.members.values())  # fmt: skip
 
     def _addr_of(self, name: str) -> Address | None:
