@@ -96,6 +96,7 @@ class MetaRun:
     violations: list[str] = field(default_factory=list)
     committed_entries: int = 0
     replays: int = 0  # copies of traffic the replayer delivered
+    cluster: SimCluster | None = field(default=None, repr=False)  # as the run left it
 
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
@@ -253,7 +254,7 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
                          LinkProfile(loss=loss, duplicate=rng.choice([0.0, 0.02])),
                          clocks=clocks, lease_config=lease, bootstrap_expect=n,
                          fsync=_fsync_latency(fsync_s), meta=MetaConfig())  # fmt: skip
-    run = MetaRun(seed, n, loss, fsync_s)
+    run = MetaRun(seed, n, loss, fsync_s, cluster=cluster)
     if wild:
         run.faults.append(f"clock rates up to {drift:+.0%}")
     attackers = attack(cluster, replay_rate)
