@@ -80,6 +80,9 @@ class ControllerHost(Protocol):
     def log_ready(self) -> bool:
         """Whether the metadata log lets the voters change now."""
 
+    def decide_level(self) -> None:
+        """Decide the cluster's feature level (this node now controls)."""
+
     def next_epoch(self) -> int:
         """An epoch above every epoch this node has seen or granted."""
 
@@ -235,6 +238,7 @@ class Controller:
             self.notices.tell(self.notice(now))
             return
         self.lease_epoch = req.epoch
+        self._host.decide_level()  # before the first notice announces it
         self.told_of_epoch = set()
         self.elected_at = now
         self.counters.elected += 1

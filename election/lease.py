@@ -149,6 +149,9 @@ class LeaseElection:
         # Whether the controller may change the voters now (metalog: not
         # before an entry of its epoch is committed).
         self.log_ready: Callable[[], bool] = lambda: True
+        # Decide the cluster's feature level as this node becomes controller,
+        # before its first notice (set by the node that composes the cores).
+        self.decide_level: Callable[[], None] = lambda: None
         self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()

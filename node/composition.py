@@ -142,6 +142,7 @@ class ShoalNode:
         self._routes = dict(self.swim.handlers)
         self._routes.update(self.sync.handlers)
         self._routes.update(self.election.handlers)
+        self.election.decide_level = self._decide_level
         self._claims = self.swim.claims
         self._cores = (self.swim, self.sync, self.election)
         # The node's own output: feature-level events and the next-release
@@ -375,14 +376,21 @@ class ShoalNode:
         top = max(m.ident.versions.features for m in live)
         return sorted(m.ident.name for m in live if m.ident.versions.features < top)
 
+    def _decide_level(self) -> None:
+        """As controller, decide the cluster's feature level (what this
+        node's notices announce): also called by the election as it wins,
+        before its first notice, so that a first controller does not announce
+        the election's initial level 1 for a second."""
+        record = self.sync.replica.get(FEATURE_CAP_KEY)
+        cap = parse_cap(None if record is None else record.value)
+        live = [m.ident.versions for m in self.swim.table.members.values()
+                if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
+        self.election.feature_level = self.features.decide(live, cap)
+
     def _due_feature_level(self, now: float) -> None:
         election = self.election
         if election.is_controller:
-            record = self.sync.replica.get(FEATURE_CAP_KEY)
-            cap = parse_cap(None if record is None else record.value)
-            live = [m.ident.versions for m in self.swim.table.members.values()
-                    if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
-            election.feature_level = self.features.decide(live, cap)
+            self._decide_level()
             level = election.feature_level
         else:
             level = election.following.level
