@@ -28,6 +28,13 @@ RELEASE_0_2_0 = Versions((1, 1), (1, 1), (1, 1), (1, 1), 1)
 _LOG_MESSAGES = MetaMessage.__args__  # type: ignore[attr-defined]
 
 
+def _has_ids(m: Any) -> bool:
+    """Voter identities (issue 37): tags 80-83, or a configuration of four items."""
+    config = getattr(m, "config", None)
+    return bool(getattr(m, "candidate_id", b"") or getattr(m, "voter_id", b"")
+                or (config is not None and config.ids))  # fmt: skip
+
+
 class _Wire:
     """Everything sent that an agent of 0.2.0 could not read, and the outcomes."""
 
@@ -44,13 +51,6 @@ class _Wire:
                 isinstance(m, LeaseRequest | PreVote) and (m.log_epoch or m.log_index)
             ) or _has_ids(m):
                 self.unreadable.append(m)
-
-
-def _has_ids(m: Any) -> bool:
-    """Voter identities (issue 37): tags 80-83, or a configuration of four items."""
-    config = getattr(m, "config", None)
-    return bool(getattr(m, "candidate_id", b"") or getattr(m, "voter_id", b"")
-                or (config is not None and config.ids))  # fmt: skip
 
     def on_event(self, now: float, node: int, event: Any) -> None:
         if isinstance(event, ProposalDone | ReadDone):
