@@ -252,4 +252,5 @@ codec.register(82, 5, lambda f: LeaseGrant(u64(f[1]), counter(f[2]), _name(f[3])
                                            _node_id(f[4])), _encode)  # fmt: skip
 codec.register(83, 9, lambda f: LeaseReject(u64(f[1]), _name(f[2]), _reason(f[3]), counter(f[4]),
                                             _name(f[5], empty=True), u64(f[6]),
-                                            _opt_config(f[7]), _node_id(f[8])), _encode)  # fmt: skip
+                                            _opt_config(f[7]), _node_id(f[8])),
+               _encode)  # fmt: skip

@@ -46,7 +46,7 @@ class NodeStatus(msgspec.Struct, frozen=True):
     feature_level: int = 0  # the cluster's, as the controller announced it (0: not yet)
     held_back_by: tuple[str, ...] = ()  # live members below the highest supported level
     speaks: tuple[int, ...] = ()  # per protocol (kernel/versions.PROTOCOLS): what all live speak
-    voter_ids: tuple[bytes, ...] = ()  # each voter's data directory id, as `voters` (b"": not known)
+    voter_ids: tuple[bytes, ...] = ()  # each voter's data directory id, as `voters` (b"": none)
 
     def voter_role(self, member: MemberView) -> str:
         """`voter`, `non-voter`, or `replaced`: the configuration names this
