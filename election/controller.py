@@ -24,8 +24,12 @@ view is still filling up does not remove voters it has not heard of yet.
 it with another id (`REJECT_IDENTITY`) tells us its new id
 (`note_identity`); its old identity can never grant again, so the next
 change removes it (`VoterReplaced`, logged as `voter-replaced`), and the
-one after may add it back under its new id as a new voter, like any live
-non-voter. At feature level 2 (all members read voter ids) a change also
+one after adds it back under its new id as a new voter, once it has caught
+up as a non-voter: the metadata log replicates to it meanwhile
+(`learners`), and what its old self acknowledged no longer counts
+(`lost_disk`). Its old self's copies of entries are gone, so an entry may
+now be on just half of the others; added back empty, it could help elect a
+controller without that entry. At feature level 2 (all members read voter ids) a change also
 carries the ids of the voters it adds, and fills in those not known yet.
 
 **Notices.** A new controller (`ControllerElected`) knows itself as the
@@ -82,6 +86,13 @@ class ControllerHost(Protocol):
 
     def decide_level(self) -> None:
         """Decide the cluster's feature level (this node now controls)."""
+
+    def caught_up(self, name: str) -> bool:
+        """Whether `name` holds every entry the metadata log committed."""
+
+    def lost_disk(self, name: str) -> None:
+        """`name` came back with a new data directory: what it acknowledged
+        to the metadata log before counts no more."""
 
     def next_epoch(self) -> int:
         """An epoch above every epoch this node has seen or granted."""
@@ -179,7 +190,7 @@ class Controller:
         settled = now - self.elected_at >= _REAPED_GUARD_S
         if self._host.feature_level >= META_LOG_FEATURE:  # voters have ids
             return self._replace(voters) or self.ranking.next_config(
-                voters, settled, self.config.max_voters, self.came_back)
+                voters, settled, self.config.max_voters, self.came_back, self._ready)
         if voters.ids and settled:
             # The level was lowered (an operator's cap, before a downgrade);
             # `settled`: not a fresh controller that has not learnt it yet.
@@ -191,15 +202,31 @@ class Controller:
         configuration names: its data directory is now `voter_id`."""
         voters = self._host.voters
         if voters is not None and voter_id and voters.id_of(voter) not in (b"", voter_id):
+            if self.came_back.get(voter) != voter_id:
+                self._host.lost_disk(voter)
             self.came_back[voter] = voter_id
+
+    def learners(self) -> tuple[str, ...]:
+        """The voters that came back with a new data directory, until they
+        are voters again: the metadata log replicates to them meanwhile."""
+        return tuple(sorted(self.came_back))
+
+    def _ready(self, name: str) -> bool:
+        """Whether `name` may be added as a voter now: one that came back
+        with a new data directory only once it holds every committed entry
+        (it catches up as a non-voter first; module docstring)."""
+        return name not in self.came_back or self._host.caught_up(name)
 
     def _replace(self, voters: VoterConfig) -> VoterConfig | None:
         """The change that removes a voter's old identity, once it came back
         with a new data directory (module docstring); None: there is none."""
         for name, new_id in sorted(self.came_back.items()):
             old_id = voters.id_of(name)
-            if old_id in (b"", new_id) or name == self.name:
-                continue  # not a voter now (the entry is the id to add it back with), or back
+            if old_id == new_id:
+                del self.came_back[name]  # a voter again, under its new id
+                continue
+            if not old_id or name == self.name:
+                continue  # not a voter now (the entry is the id to add it back with)
             if (name, new_id) not in self._replaced_told:
                 self._replaced_told.add((name, new_id))
                 self.counters.voters_replaced += 1

@@ -152,6 +152,11 @@ class LeaseElection:
         # Decide the cluster's feature level as this node becomes controller,
         # before its first notice (set by the node that composes the cores).
         self.decide_level: Callable[[], None] = lambda: None
+        # The metadata log's view of a voter that came back with a new data
+        # directory (controller.py): whether it has caught up, and telling
+        # the log to forget what its old self acknowledged. Set likewise.
+        self.caught_up: Callable[[str], bool] = lambda name: True
+        self.lost_disk: Callable[[str], None] = lambda name: None
         self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()

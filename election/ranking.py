@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from shoal.election.config import ELIGIBLE_TAG, HEALTH_TAG, PRIORITY_TAG
 from shoal.election.view import Liveness, ViewFn
@@ -130,7 +130,8 @@ class Ranking:
         return next((n for n in self.candidates() if n in voters.voters), None)
 
     def next_config(self, voters: VoterConfig, settled: bool, max_voters: int,
-                    ids: Mapping[str, bytes] | None = None) -> VoterConfig | None:  # fmt: skip
+                    ids: Mapping[str, bytes] | None = None,
+                    ready: Callable[[str], bool] | None = None) -> VoterConfig | None:  # fmt: skip
         """One voter change the controller should make now, if any.
 
         A voter that left is removed at once; one missing from the view
@@ -140,7 +141,8 @@ class Ranking:
         voters.py, "Identity"), the voters' ids not yet known are filled in
         next, from the view, `ids` first (name -> the id a voter answered
         with). Then the best-ranked live non-voter is added, up to
-        `max_voters`, with its id when `ids` is given.
+        `max_voters`, with its id when `ids` is given (and only once
+        `ready` says so, when given).
         """
         rows = {m.name: m for m in self._view()}
         for name in voters.voters:
@@ -157,7 +159,7 @@ class Ranking:
                 return filled
         if len(voters.voters) < max_voters:
             for name in self.candidates():
-                if name not in voters.voters:
+                if name not in voters.voters and (ready is None or ready(name)):
                     return voters.with_voter(name, known.get(name, b""))
         return None
 

@@ -344,6 +344,12 @@ class ShoalNode:
         # No voter change before an entry of the controller's own epoch is
         # committed (the fix to the single-server change bug, Ongaro 2015).
         election.log_ready = meta.ready
+        # A voter back with a new data directory catches up as a non-voter
+        # before it is added again, and its old self's acknowledgements no
+        # longer count (election/controller.py, issue 37).
+        election.caught_up = meta.caught_up
+        election.lost_disk = meta.forget
+        meta.learners = election.controller.learners
         self._routes.update(meta.handlers)
         return meta
 

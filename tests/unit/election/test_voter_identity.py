@@ -133,10 +133,15 @@ def test_a_grant_from_another_data_directory_does_not_count():
 
 
 def test_the_controller_replaces_a_voter_that_came_back_with_a_new_disk():
-    """A renewal refused with REJECT_IDENTITY names b's new id: the next
-    change removes b's old identity (`voter-replaced`, once), and the one
-    after adds b back under its new id."""
+    """A renewal refused with REJECT_IDENTITY names b's new id: the log
+    forgets what b's old self acknowledged, the next change removes b's old
+    identity (`voter-replaced`, once), and b, replicated to as a non-voter
+    meanwhile, is added back under its new id once it has caught up."""
     a = node("a", ID["a"])
+    forgotten: list[str] = []
+    log_has = {"b": False}
+    a.lost_disk = forgotten.append
+    a.caught_up = lambda name: log_has[name]
     a.issue(0.0, 5, NAMED, None, renewal=False)
     seq = a.campaign.request.seq
     a.receive(LeaseGrant(seq, 5, "c", ID["c"]), PEER, 0.01)
@@ -153,11 +158,23 @@ def test_the_controller_replaces_a_voter_that_came_back_with_a_new_disk():
     events = [e for e in a.drain().events if isinstance(e, VoterReplaced)]
     assert events == [VoterReplaced("b", ID["b"], WIPED_B)]
     assert election_fields(events[0])["reason"] == "came back with a new data directory"
+    assert forgotten == ["b"] and a.controller.learners() == ("b",)
     a.receive(LeaseGrant(change.seq, 5, "c", ID["c"]), PEER, 2.01)
     a.drain()
-    a.tick(3.0)  # the change won: b comes back as a new voter, with its new id
+    a.tick(3.0)  # the change won, but b has not caught up: no change
+    held = a.campaign.request
+    assert held.old is None and held.config.voters == ("a", "c")
+    a.receive(LeaseGrant(held.seq, 5, "c", ID["c"]), PEER, 3.01)
+    a.drain()
+    log_has["b"] = True
+    a.tick(4.0)  # caught up: b comes back as a new voter, with its new id
     back = a.campaign.request
     assert back.config.voters == ("a", "b", "c") and back.config.id_of("b") == WIPED_B
+    a.receive(LeaseGrant(back.seq, 5, "c", ID["c"]), PEER, 4.01)
+    a.receive(LeaseGrant(back.seq, 5, "b", WIPED_B), PEER, 4.02)
+    a.drain()
+    a.tick(5.0)
+    assert a.controller.learners() == () and forgotten == ["b"]  # a voter again
 
 
 def test_at_level_2_the_controller_fills_in_the_ids_of_a_legacy_configuration():
