@@ -34,6 +34,12 @@ def test_a_wiped_voter_comes_back_as_a_new_voter_and_its_old_self_is_removed(age
     ctl = next(a for a in started if a.name == ctl_name)
     wiped = next(a for a in started if a.name != ctl_name)
     wiped.kill()  # a crash, not a leave: it stays a voter
+    # The disk is replaced meanwhile. (Back at once, before the others
+    # declare its old self failed, its new self would answer the probes
+    # meant for the old one, and the membership view would keep the old
+    # id: its Voter column would say `replaced` until then.)
+    others = [a for a in started if a is not wiped]
+    agents.wait_all_see([wiped.name], "dead", others, timeout_s=30)
     shutil.rmtree(wiped.data_dir)
     wiped.start()
     poll_until(lambda: "voter-replaced" in ctl.log(), 60, interval_s=0.2)
