@@ -191,9 +191,7 @@ class Controller:
         if self._host.feature_level >= META_LOG_FEATURE:  # voters have ids
             return self._replace(voters) or self.ranking.next_config(
                 voters, settled, self.config.max_voters, self.came_back, self._ready)
-        if voters.ids and settled:
-            # The level was lowered (an operator's cap, before a downgrade);
-            # `settled`: not a fresh controller that has not learnt it yet.
+        if voters.ids:  # the level was lowered (an operator's cap, before a downgrade)
             return voters.without_ids()
         return self.ranking.next_config(voters, settled, self.config.max_voters)
 
@@ -295,5 +293,11 @@ class Controller:
         voters = self._host.voters
         assert self.lease_epoch is not None and voters is not None
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
+        level = self._host.feature_level
+        if voters.ids and level < META_LOG_FEATURE:
+            # Lowered (a cap), but the voters' ids are still in use: the
+            # members hear of the lower level with the configuration that
+            # drops them, so none restarts on an older build that cannot read it.
+            level = META_LOG_FEATURE
         return ControllerNotice(self.lease_epoch, self.name, self.campaign.seq, remaining_ms,
-                                voters, self._host.feature_level)  # fmt: skip
+                                voters, level)  # fmt: skip

@@ -208,3 +208,24 @@ def test_a_persisted_configuration_keeps_its_ids():
     writes = [p.write for p in b.drain().persist]
     assert writes[0] == PersistElection(0, NAMED)  # adopted, then granted under it
     assert writes[-1] == PersistElection(5, NAMED)
+
+
+def test_a_lowered_level_drops_the_ids_before_the_members_hear_of_it():
+    """`shoal features --cap 1` before a downgrade: the controller's next
+    change drops the voters' ids (a 0.2.0 build reads configurations of
+    three items only), and its notices announce level 1 only with that
+    configuration, so no member restarts on the old build holding ids."""
+    a = node("a", ID["a"])
+    a.issue(0.0, 5, NAMED, None, renewal=False)
+    a.receive(LeaseGrant(a.campaign.request.seq, 5, "c", ID["c"]), PEER, 0.01)
+    assert a.is_controller
+    a.feature_level = 1  # the cap, as the node decided it
+    assert a.controller.notice(0.5).level == 2  # the ids are still in use
+    a.drain()
+    a.tick(1.0)
+    change = a.campaign.request
+    assert change.config.voters == NAMED.voters and change.config.ids == ()
+    assert change.message("a") == LeaseRequest(change.seq, 5, "a", change.config)  # 0.2.0's shape
+    a.receive(LeaseGrant(change.seq, 5, "c", ID["c"]), PEER, 1.01)
+    notices = [m for s in a.drain().all_sends() for m in s.messages if hasattr(m, "level")]
+    assert notices and all(n.level == 1 and n.config.ids == () for n in notices)
