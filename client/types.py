@@ -35,6 +35,10 @@ class Member(msgspec.Struct, frozen=True, kw_only=True):
     # "election": ..., "sync": ..., "features": N} (docs/operations.md, "An
     # upgrade"); None from an agent older than versions on the wire.
     versions: dict[str, Any] | None = None
+    # Its part in the election: "voter", "non-voter", or "replaced" (it came
+    # back with a new data directory, and the voter configuration still
+    # names its old one); None where the agent does not say.
+    voter: str | None = None
 
 
 class MemberListing(msgspec.Struct, frozen=True, kw_only=True):

@@ -206,8 +206,9 @@ class WatchCursor:
             # Events do not carry `health` (their tags do): compare without it.
             if seen is None or _sans_health(seen.member) != _sans_health(member):
                 kind = _STATUS_EVENT.get(member.status, "member-updated")
-                events.append(MemberEvent(index=index, type=kind, resync=True,
-                                          **msgspec.structs.asdict(member)))  # fmt: skip
+                fields = msgspec.structs.asdict(member)
+                del fields["voter"]  # the listing's, not an event's (Member.voter)
+                events.append(MemberEvent(index=index, type=kind, resync=True, **fields))
         for name in sorted(self.members.keys() - now.keys()):
             gone = self.members[name]
             events.append(msgspec.structs.replace(gone, index=index, type="member-reaped",
@@ -236,4 +237,4 @@ class WatchCursor:
 
 
 def _sans_health(member: Member) -> Member:
-    return msgspec.structs.replace(member, health=None)
+    return msgspec.structs.replace(member, health=None, voter=None)

@@ -31,6 +31,7 @@ from shoal.election.events import (
     ControllerChanged,
     ControllerElected,
     ControllerLost,
+    VoterReplaced,
     VotersChanged,
     election_fields,
 )
@@ -45,7 +46,8 @@ from shoal.storage.store import RecordChange
 from shoal.storage.syncstate import SyncCompleted
 
 log = structlog.get_logger("shoal")
-ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged)
+ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged,
+                   VoterReplaced)
 HANDLER_TIMEOUT_S = 30.0
 
 

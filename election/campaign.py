@@ -93,12 +93,27 @@ class Request(msgspec.Struct):
             self.old is None or self.old.has_quorum(granted)
         )
 
-    def message(self, candidate: str, log: tuple[int, int] = (0, 0)) -> LeaseRequest | PreVote:
+    def message(self, candidate: str, log: tuple[int, int] = (0, 0),
+                node_id: bytes = b"") -> LeaseRequest | PreVote:  # fmt: skip
         """The request as sent; `log` is the candidate's last log entry
-        (epoch, index), for the voters' up-to-date check."""
+        (epoch, index), for the voters' up-to-date check; `node_id` the
+        candidate's, sent once the configurations have voter ids (all
+        members read them then: voters.py, "Identity")."""
+        if not self.config.ids and not (self.old is not None and self.old.ids):
+            node_id = b""
         if self.pre:
-            return PreVote(self.seq, self.epoch, candidate, self.config, *log)
-        return LeaseRequest(self.seq, self.epoch, candidate, self.config, *log)
+            return PreVote(self.seq, self.epoch, candidate, self.config, *log, node_id)
+        return LeaseRequest(self.seq, self.epoch, candidate, self.config, *log, node_id)
+
+    def identified(self, voter: str, voter_id: bytes) -> bool:
+        """Whether a grant from `voter` with `voter_id` is from the voter the
+        configurations name (voters.py, "Identity"): a grant from a data
+        directory other than the one named does not count."""
+        for config in (self.config, self.old):
+            if config is not None and voter in config.voters and \
+                    not config.identifies(voter, voter_id):  # fmt: skip
+                return False
+        return True
 
 
 class Campaign:
@@ -128,6 +143,7 @@ class Campaign:
         # The last entry of this node's metadata log, (epoch, index), put in
         # every request (set by the node that composes the cores).
         self.log_position: Callable[[], tuple[int, int]] = _no_log
+        self.node_id = b""  # this node's data directory's id (voters.py, "Identity")
         self._liveness_of = liveness_of
 
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
@@ -144,7 +160,7 @@ class Campaign:
         req = Request(self.seq, epoch, config, old, now, now + timeout, renewal,
                       now + timeout * _RESEND_AFTER, pre=pre)  # fmt: skip
         self.request = req
-        msg = req.message(self.name, self.log_position())
+        msg = req.message(self.name, self.log_position(), self.node_id)
         for voter in req.targets():
             if voter == self.name:
                 ask_self(msg)
@@ -173,6 +189,9 @@ class Campaign:
             return None
         if not isinstance(msg, LeaseReject) and isinstance(msg, PreVoteGrant) != req.pre:
             self.counters.stale_messages += 1  # a pre-vote's answer to a real request, or back
+            return None
+        if isinstance(msg, LeaseGrant) and not req.identified(msg.voter, msg.voter_id):
+            self.counters.identity_refusals += 1  # another data directory under its name
             return None
         req.answered.add(msg.voter)
         if not isinstance(msg, LeaseReject):
@@ -235,7 +254,7 @@ class Campaign:
     def resend_due(self, req: Request, now: float) -> None:
         """Ask again the voters of `req` whose time has come: once, all that
         have not answered; and each held voter whose grant has just ended."""
-        msg = req.message(self.name, self.log_position())
+        msg = req.message(self.name, self.log_position(), self.node_id)
         if now >= req.resend_at:
             req.resend_at = float("inf")
             for voter in req.targets():
@@ -274,7 +293,7 @@ class Campaign:
             if self._liveness_of is not None and self._gone(voter):
                 continue
             self.counters.resends += 1
-            self._send_to(voter, late.message(self.name, self.log_position()))
+            self._send_to(voter, late.message(self.name, self.log_position(), self.node_id))
         late.resend_at = now + step
         if late.resend_at >= renew_at:
             self.late = None  # the next renewal asks everyone

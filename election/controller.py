@@ -19,6 +19,19 @@ intersect. A voter that vanished from the view (reaped) is removed only
 after `_REAPED_GUARD_S` as controller, so that a fresh controller whose
 view is still filling up does not remove voters it has not heard of yet.
 
+**Voters that came back with a new data directory** (voters.py,
+"Identity"). A voter refusing our request because the configuration names
+it with another id (`REJECT_IDENTITY`) tells us its new id
+(`note_identity`); its old identity can never grant again, so the next
+change removes it (`VoterReplaced`, logged as `voter-replaced`), and the
+one after adds it back under its new id as a new voter, once it has caught
+up as a non-voter: the metadata log replicates to it meanwhile
+(`learners`), and what its old self acknowledged no longer counts
+(`lost_disk`). Its old self's copies of entries are gone, so an entry may
+now be on just half of the others; added back empty, it could help elect a
+controller without that entry. At feature level 2 (all members read voter ids) a change also
+carries the ids of the voters it adds, and fills in those not known yet.
+
 **Notices.** A new controller (`ControllerElected`) knows itself as the
 controller and tells every member (`notices.Notices`); each renewal that
 wins tells every member again, with the lease it vouches for, and a
@@ -43,12 +56,18 @@ from typing import Protocol
 
 from shoal.election.campaign import Campaign, Request
 from shoal.election.config import LeaseConfig
-from shoal.election.events import ControllerElected, ControllerLost, ElectionCounters
+from shoal.election.events import (
+    ControllerElected,
+    ControllerLost,
+    ElectionCounters,
+    VoterReplaced,
+)
 from shoal.election.messages import ControllerNotice
 from shoal.election.notices import KnownController, Notices
 from shoal.election.ranking import Ranking
 from shoal.election.voters import VoterConfig
 from shoal.kernel.outbox import Outbox
+from shoal.kernel.versions import META_LOG_FEATURE
 
 # A controller removes voters that vanished from its view (reaped) only
 # after holding the lease this long, so that a fresh controller whose view
@@ -64,6 +83,16 @@ class ControllerHost(Protocol):
 
     def log_ready(self) -> bool:
         """Whether the metadata log lets the voters change now."""
+
+    def decide_level(self) -> None:
+        """Decide the cluster's feature level (this node now controls)."""
+
+    def caught_up(self, name: str) -> bool:
+        """Whether `name` holds every entry the metadata log committed."""
+
+    def lost_disk(self, name: str) -> None:
+        """`name` came back with a new data directory: what it acknowledged
+        to the metadata log before counts no more."""
 
     def next_epoch(self) -> int:
         """An epoch above every epoch this node has seen or granted."""
@@ -106,6 +135,10 @@ class Controller:
         # it (`LeaseElection._refused_renewal`); cleared with each new epoch.
         self.told_of_epoch: set[str] = set()
         self.quorum_config: VoterConfig | None = None  # of our last request that won
+        # Voter name -> the data directory's id it answered with, where the
+        # configuration names another (`note_identity`).
+        self.came_back: dict[str, bytes] = {}
+        self._replaced_told: set[tuple[str, bytes]] = set()  # VoterReplaced events made
 
     @property
     def is_controller(self) -> bool:
@@ -139,12 +172,10 @@ class Controller:
             if voters != self.quorum_config and self.quorum_config is not None:
                 # Finish the change in flight (module docstring).
                 self.renew(now, voters, old=self.quorum_config)
+            elif self._host.log_ready():  # the log's entry of our epoch first
+                self.renew(now, self._next_change(voters, now))
             else:
-                settled = now - self.elected_at >= _REAPED_GUARD_S
-                change = None
-                if self._host.log_ready():  # the log's entry of our epoch first
-                    change = self.ranking.next_config(voters, settled, self.config.max_voters)
-                self.renew(now, change)
+                self.renew(now, None)
         if now >= self.notices.notice_at:
             self.notices.tell_everyone(now, self.notice(now))
         voters = self._host.voters
@@ -153,6 +184,53 @@ class Controller:
             best = self.ranking.best_voter(voters)
             if best is not None and best != self.name:
                 self._host.step_aside(now)
+
+    def _next_change(self, voters: VoterConfig, now: float) -> VoterConfig | None:
+        """The one voter change to carry in the next renewal, if any."""
+        settled = now - self.elected_at >= _REAPED_GUARD_S
+        if self._host.feature_level >= META_LOG_FEATURE:  # voters have ids
+            return self._replace(voters) or self.ranking.next_config(
+                voters, settled, self.config.max_voters, self.came_back, self._ready)
+        if voters.ids:  # the level was lowered (an operator's cap, before a downgrade)
+            return voters.without_ids()
+        return self.ranking.next_config(voters, settled, self.config.max_voters)
+
+    def note_identity(self, voter: str, voter_id: bytes) -> None:
+        """`voter` refused a request of ours as not the voter our
+        configuration names: its data directory is now `voter_id`."""
+        voters = self._host.voters
+        if voters is not None and voter_id and voters.id_of(voter) not in (b"", voter_id):
+            if self.came_back.get(voter) != voter_id:
+                self._host.lost_disk(voter)
+            self.came_back[voter] = voter_id
+
+    def learners(self) -> tuple[str, ...]:
+        """The voters that came back with a new data directory, until they
+        are voters again: the metadata log replicates to them meanwhile."""
+        return tuple(sorted(self.came_back))
+
+    def _ready(self, name: str) -> bool:
+        """Whether `name` may be added as a voter now: one that came back
+        with a new data directory only once it holds every committed entry
+        (it catches up as a non-voter first; module docstring)."""
+        return name not in self.came_back or self._host.caught_up(name)
+
+    def _replace(self, voters: VoterConfig) -> VoterConfig | None:
+        """The change that removes a voter's old identity, once it came back
+        with a new data directory (module docstring); None: there is none."""
+        for name, new_id in sorted(self.came_back.items()):
+            old_id = voters.id_of(name)
+            if old_id == new_id:
+                del self.came_back[name]  # a voter again, under its new id
+                continue
+            if not old_id or name == self.name:
+                continue  # not a voter now (the entry is the id to add it back with)
+            if (name, new_id) not in self._replaced_told:
+                self._replaced_told.add((name, new_id))
+                self.counters.voters_replaced += 1
+                self.out.events.append(VoterReplaced(name, old_id, new_id))
+            return voters.without_voter(name)
+        return None
 
     def renew(self, now: float, change: VoterConfig | None,
               old: VoterConfig | None = None) -> None:  # fmt: skip
@@ -185,6 +263,7 @@ class Controller:
             self.notices.tell(self.notice(now), now)
             return
         self.lease_epoch = req.epoch
+        self._host.decide_level()  # before the first notice announces it
         self.told_of_epoch = set()
         self.elected_at = now
         self.counters.elected += 1
@@ -214,5 +293,11 @@ class Controller:
         voters = self._host.voters
         assert self.lease_epoch is not None and voters is not None
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
+        level = self._host.feature_level
+        if voters.ids and level < META_LOG_FEATURE:
+            # Lowered (a cap), but the voters' ids are still in use: the
+            # members hear of the lower level with the configuration that
+            # drops them, so none restarts on an older build that cannot read it.
+            level = META_LOG_FEATURE
         return ControllerNotice(self.lease_epoch, self.name, self.campaign.seq, remaining_ms,
-                                voters, self._host.feature_level)  # fmt: skip
+                                voters, level)  # fmt: skip

@@ -36,6 +36,16 @@ class VotersChanged(msgspec.Struct, frozen=True):
     config: VoterConfig
 
 
+class VoterReplaced(msgspec.Struct, frozen=True):
+    """Voter `name` came back with a new data directory (`new_id`, where the
+    configuration names `old_id`): the controller removes the old identity,
+    which never votes again, and may add the new one as a new voter."""
+
+    name: str
+    old_id: bytes
+    new_id: bytes
+
+
 class PersistElection(msgspec.Struct, frozen=True):
     """The highest epoch this node granted and its voter configuration must
     be durable before any grant based on them leaves the node."""
@@ -61,6 +71,10 @@ class ElectionCounters(Counters):
     notice_queries: int = 0  # fresh notices asked for after one was lost
     superseded: int = 0  # leases given up on a notice of a successor (our clock slow)
     log_refusals: int = 0  # new grants refused: the candidate's metadata log was behind ours
+    # Requests refused, or grants not counted, for a data directory other
+    # than the one the configuration names (voters.py, "Identity").
+    identity_refusals: int = 0
+    voters_replaced: int = 0  # old identities removed (a voter's disk was wiped)
 
 
 def election_fields(event: object) -> dict[str, object]:
@@ -74,5 +88,10 @@ def election_fields(event: object) -> dict[str, object]:
             return {"type": "controller-changed", "controller": node, "epoch": epoch}
         case VotersChanged(config):
             return {"type": "voters-changed", "version": config.version,
-                    "voters": list(config.voters), "lineage": config.lineage.hex()}  # fmt: skip
+                    "voters": list(config.voters), "lineage": config.lineage.hex(),
+                    "voter_ids": [i.hex() for i in config.ids]}  # fmt: skip
+        case VoterReplaced(name, old_id, new_id):
+            return {"type": "voter-replaced", "node": name, "old_id": old_id.hex(),
+                    "new_id": new_id.hex(),
+                    "reason": "came back with a new data directory"}  # fmt: skip
     raise TypeError(f"not an election event: {event!r}")

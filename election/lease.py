@@ -65,6 +65,7 @@ from shoal.election.events import ElectionCounters, PersistElection, VotersChang
 from shoal.election.messages import (
     REJECT_EPOCH,
     REJECT_HELD,
+    REJECT_IDENTITY,
     ControllerNotice,
     LeaseGrant,
     LeaseReject,
@@ -99,6 +100,7 @@ class LeaseElection:
         voters: VoterConfig | None = None,
         bootstrap_expect: int = 3,
         liveness_of: LivenessFn | None = None,
+        node_id: bytes = b"",
     ) -> None:
         """Create the core from what a previous run persisted.
 
@@ -114,6 +116,8 @@ class LeaseElection:
                 configuration is formed.
             liveness_of: one member's liveness; without it, a member keeps a
                 controller its view reports dead until the notices stop.
+            node_id: this node's data directory's id: a voter is its name
+                and this (voters.py, "Identity").
         """
         self.name, self.config, self.rng = name, config, rng
         self.counters = ElectionCounters()
@@ -122,9 +126,11 @@ class LeaseElection:
         self.epoch_known = granted_epoch
         self._addr_of, self._liveness_of = addr_of, liveness_of
         self.out = Outbox()  # every message rides on a write or a barrier (module docstring)
-        self.voter = Voter(name, config, self.out, self.counters, granted_epoch, self)
+        self.node_id = node_id
+        self.voter = Voter(name, config, self.out, self.counters, granted_epoch, self, node_id)
         self.campaign = Campaign(name, config, self.counters, rng.getrandbits(32),
                                  self._send_to, liveness_of)  # fmt: skip
+        self.campaign.node_id = node_id
         self.ranking = Ranking(name, view, bool(config.healthy_only))
         self.notices = Notices(name, config.notice_interval_s, view, self._send_to)
         self.standing = Standing(self.ranking, config.rank_backoff_s, rng)
@@ -143,6 +149,14 @@ class LeaseElection:
         # Whether the controller may change the voters now (metalog: not
         # before an entry of its epoch is committed).
         self.log_ready: Callable[[], bool] = lambda: True
+        # Decide the cluster's feature level as this node becomes controller,
+        # before its first notice (set by the node that composes the cores).
+        self.decide_level: Callable[[], None] = lambda: None
+        # The metadata log's view of a voter that came back with a new data
+        # directory (controller.py): whether it has caught up, and telling
+        # the log to forget what its old self acknowledged. Set likewise.
+        self.caught_up: Callable[[str], bool] = lambda name: True
+        self.lost_disk: Callable[[str], None] = lambda name: None
         self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()
@@ -327,6 +341,11 @@ class LeaseElection:
             self.counters.campaigns += 1  # nothing to disturb yet: no pre-vote
             self.issue(now, self.next_epoch(), config, None, renewal=False)
             return
+        if not config.identifies(self.name, self.node_id):
+            # Named with another data directory's id: that was our old self
+            # (our disk was wiped), and we never stand as it.
+            self.standing.stand_at = None
+            return
         if not self.standing.due(now, config, self.voter.grant, known.known, known.until):
             return
         self.counters.pre_votes += 1
@@ -376,6 +395,8 @@ class LeaseElection:
                 self.wake(now)
             return
         self.counters.rejects += 1
+        if msg.reason == REJECT_IDENTITY:
+            self.controller.note_identity(msg.voter, msg.voter_id)
         self.epoch_known = max(self.epoch_known, msg.granted_epoch)
         if req.renewal and self._refused_renewal(msg, now):
             return

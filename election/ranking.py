@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable, Mapping
 
 from shoal.election.config import ELIGIBLE_TAG, HEALTH_TAG, PRIORITY_TAG
 from shoal.election.view import Liveness, ViewFn
@@ -128,25 +129,38 @@ class Ranking:
         """The best-ranked candidate among `voters`, if any."""
         return next((n for n in self.candidates() if n in voters.voters), None)
 
-    def next_config(self, voters: VoterConfig, settled: bool,
-                    max_voters: int) -> VoterConfig | None:  # fmt: skip
+    def next_config(self, voters: VoterConfig, settled: bool, max_voters: int,
+                    ids: Mapping[str, bytes] | None = None,
+                    ready: Callable[[str], bool] | None = None) -> VoterConfig | None:  # fmt: skip
         """One voter change the controller should make now, if any.
 
         A voter that left is removed at once; one missing from the view
         (reaped) only once the controller is `settled`, so that a fresh
         controller whose view is still filling up does not remove voters it
-        has not heard of yet. Then the best-ranked live non-voter is added,
-        up to `max_voters`.
+        has not heard of yet. With `ids` (the cluster reads voter ids:
+        voters.py, "Identity"), the voters' ids not yet known are filled in
+        next, from the view, `ids` first (name -> the id a voter answered
+        with). Then the best-ranked live non-voter is added, up to
+        `max_voters`, with its id when `ids` is given (and only once
+        `ready` says so, when given).
         """
-        states = {m.name: m.liveness for m in self._view()}
+        rows = {m.name: m for m in self._view()}
         for name in voters.voters:
-            gone = name not in states and settled
-            if name != self.name and (states.get(name) is _LEFT or gone):
+            gone = name not in rows and settled
+            if name != self.name and ((name in rows and rows[name].liveness is _LEFT) or gone):
                 return voters.without_voter(name)
+        if ids is None:
+            known: dict[str, bytes] = {}
+        else:
+            known = {n: m.node_id for n, m in rows.items() if m.liveness is _LIVE and m.node_id}
+            known.update(ids)
+            filled = voters.with_ids(known)
+            if filled is not None:
+                return filled
         if len(voters.voters) < max_voters:
             for name in self.candidates():
-                if name not in voters.voters:
-                    return voters.with_voter(name)
+                if name not in voters.voters and (ready is None or ready(name)):
+                    return voters.with_voter(name, known.get(name, b""))
         return None
 
 

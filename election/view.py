@@ -37,6 +37,7 @@ class ViewMember(msgspec.Struct, frozen=True):
     name: str
     tags: Tags
     liveness: Liveness
+    node_id: bytes = b""  # its data directory's id, as gossip last told it
 
 
 ViewFn = Callable[[], Iterable[ViewMember]]

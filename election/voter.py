@@ -11,7 +11,18 @@ A voter holds at most one *grant*: (holder, epoch, until_at). It answers a
    one is adopted on sight (as Raft servers use the newest configuration in
    their log); an older one is refused (`REJECT_CONFIG`, carrying ours, so
    the candidate adopts it). A node that is not a voter of it refuses
-   (`REJECT_NOT_VOTER`).
+   (`REJECT_NOT_VOTER`). **Identity**: a voter is its name and its data
+   directory's id (voters.py); a node the configuration names with another
+   id refuses (`REJECT_IDENTITY`), and so it does for a candidate the
+   configuration names with an id other than the one its request carries.
+   A data directory that was wiped comes back with a new id, and
+   everything below rests on what the old one wrote (the epochs granted,
+   the log): it must not answer for it. Its name is not enough: the new
+   directory has granted nothing and logged nothing, so it would grant any
+   epoch to any candidate, and a candidate that lacks committed entries
+   could win with its grant (KRaft's KIP-853). The candidate checks the id
+   in each grant too (campaign.py), and the controller replaces the old
+   identity (ranking.py, `next_config`).
 2. **Yield.** If the grant we hold is our own, for a campaign still in
    flight, and a better-ranked candidate asks for an epoch at least ours,
    our campaign is abandoned (its epoch was never claimed: no majority
@@ -111,6 +122,7 @@ from shoal.election.messages import (
     REJECT_CONFIG,
     REJECT_EPOCH,
     REJECT_HELD,
+    REJECT_IDENTITY,
     REJECT_LOG,
     REJECT_NOT_VOTER,
     LeaseGrant,
@@ -174,9 +186,10 @@ class Voter:
     check_log = True
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
-                 granted_epoch: int, host: VoterHost) -> None:  # fmt: skip
+                 granted_epoch: int, host: VoterHost, node_id: bytes = b"") -> None:  # fmt: skip
         """Args:
         name: this node's name.
+        node_id: this node's data directory's id (voters.py, "Identity").
         config: timing (`voter_grant_s`, `request_timeout_s`).
         out: the election's outbox (writes, and answers that wait for them).
         counters: the election's counters.
@@ -184,6 +197,7 @@ class Voter:
         host: the rest of the node (see `VoterHost`).
         """
         self.name = name
+        self.node_id = node_id
         self.config = config
         self.out = out
         self.counters = counters
@@ -217,8 +231,9 @@ class Voter:
                 host.adopt(msg.config, now)
             else:
                 return self.reject(msg, REJECT_CONFIG, now)
-        if self.name not in msg.config.voters:
-            return self.reject(msg, REJECT_NOT_VOTER, now)
+        refusal = self.identity_refusal(msg)
+        if refusal is not None:
+            return self.reject(msg, refusal, now)
         grant = self.grant
         yielded_epoch = 0
         if grant is not None and grant.holder == self.name and msg.epoch >= grant.epoch:  # 2
@@ -237,10 +252,12 @@ class Voter:
                 # have been lost: the candidate re-sends before giving up),
                 # but nothing is extended; older ones get nothing.
                 self.counters.stale_messages += 1
-                return LeaseGrant(msg.seq, msg.epoch, self.name) if msg.seq == grant.seq else None
+                if msg.seq != grant.seq:
+                    return None
+                return LeaseGrant(msg.seq, msg.epoch, self.name, self._id_for(msg))
             grant.seq = msg.seq
             grant.until_at = now + self.config.voter_grant_s
-            return LeaseGrant(msg.seq, msg.epoch, self.name)
+            return LeaseGrant(msg.seq, msg.epoch, self.name, self._id_for(msg))
         if Voter.check_log and (msg.log_epoch, msg.log_index) < host.log_position():  # 6
             self.counters.log_refusals += 1
             return self.reject(msg, REJECT_LOG, now)
@@ -253,7 +270,7 @@ class Voter:
         self.out.persist(PersistElection(self.granted_epoch, host.voters))
         self.counters.grants += 1
         host.granted(now)
-        return LeaseGrant(msg.seq, msg.epoch, self.name)
+        return LeaseGrant(msg.seq, msg.epoch, self.name, self._id_for(msg))
 
     def on_pre_vote(self, msg: PreVote, sender: Address, now: float) -> None:
         """Answer a pre-vote (after every write before it, like any answer)."""
@@ -267,8 +284,9 @@ class Voter:
         mine = host.voters
         if mine != msg.config and not msg.config.supersedes(mine):  # 1
             return self.reject(msg, REJECT_CONFIG, now)
-        if self.name not in msg.config.voters:
-            return self.reject(msg, REJECT_NOT_VOTER, now)
+        refusal = self.identity_refusal(msg)
+        if refusal is not None:
+            return self.reject(msg, refusal, now)
         grant = self.grant
         if (grant is not None and grant.holder == self.name and msg.epoch >= grant.epoch
                 and host.would_yield(msg.candidate)):  # fmt: skip
@@ -282,6 +300,23 @@ class Voter:
         if msg.epoch <= self.granted_epoch:  # 5
             return self.reject(msg, REJECT_EPOCH, now)
         return PreVoteGrant(msg.seq, msg.epoch, self.name)
+
+    def identity_refusal(self, msg: LeaseRequest | PreVote) -> int | None:
+        """Why `msg`'s configuration does not let this node answer for
+        itself (module docstring, step 1), or None: it is not a voter of it
+        (`REJECT_NOT_VOTER`), or it names this node, or the candidate, with
+        another data directory's id (`REJECT_IDENTITY`)."""
+        config = msg.config
+        if self.name not in config.voters:
+            return REJECT_NOT_VOTER
+        if not config.identifies(self.name, self.node_id):
+            self.counters.identity_refusals += 1
+            return REJECT_IDENTITY
+        if msg.candidate_id and msg.candidate in config.voters and \
+                not config.identifies(msg.candidate, msg.candidate_id):  # fmt: skip
+            self.counters.identity_refusals += 1
+            return REJECT_IDENTITY
+        return None
 
     def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
         """A notice of our configuration says `holder` won `epoch` (as of its
@@ -307,7 +342,12 @@ class Voter:
         if grant is not None and now < grant.until_at:
             holder, remaining_ms = grant.holder, int((grant.until_at - now) * 1000)
         return LeaseReject(msg.seq, self.name, reason, self.granted_epoch, holder, remaining_ms,
-                           self._host.voters)  # fmt: skip
+                           self._host.voters, self._id_for(msg))  # fmt: skip
+
+    def _id_for(self, msg: LeaseRequest | PreVote) -> bytes:
+        """Our node_id for an answer to `msg`: only to a candidate that sent
+        its own (it reads the answer's new shape; messages.py)."""
+        return self.node_id if msg.candidate_id else b""
 
     def release(self, holder: str, epoch: int) -> bool:
         """End the grant to `holder` for `epoch`, if that is the one held;

@@ -8,13 +8,28 @@ are ordered by version inside one *lineage*: the random id given at
 bootstrap. Two lineages meet when two independently bootstrapped clusters
 find each other; the one with more voters (then the larger id) wins and the
 other's members adopt it.
+
+**Identity** (issue 37; KRaft's KIP-853). A voter is its name *and* the id
+of its data directory (`node_id`, daemon/disk/dataformat.py): `ids` holds
+one per voter, in the order of `voters`. A machine whose disk was wiped
+comes back under its name with a new id, and what its old self granted and
+logged is gone: it must never vote as that self (a wiped voter that votes
+can elect a controller that lacks committed entries). `identifies` is the
+test every grant passes. An id of b"" is not yet known (a configuration
+formed at bootstrap, or before the cluster's feature level 2): that voter
+is taken by name alone until the controller fills its id in from the view
+(`with_ids`). `ids` is empty, and the configuration has its 0.2.0 shape on
+the wire and on disk, until then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
 import msgspec
+
+NODE_ID_BYTES = 16  # a data directory's id (daemon/disk/dataformat.py)
 
 
 class VoterConfig(msgspec.Struct, frozen=True):
@@ -23,6 +38,14 @@ class VoterConfig(msgspec.Struct, frozen=True):
     lineage: bytes
     version: int
     voters: tuple[str, ...]  # sorted names
+    ids: tuple[bytes, ...] = ()  # each voter's node_id, in `voters` order (b"": not known)
+
+    # False only in the test that shows the simulator's checker catches a
+    # wiped voter voting as its old self (tests/sim/test_wiped_voters.py).
+    check_identity: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        assert not self.ids or len(self.ids) == len(self.voters), "one id per voter"
 
     def majority(self) -> int:
         """Grants needed for a quorum."""
@@ -41,11 +64,50 @@ class VoterConfig(msgspec.Struct, frozen=True):
             return self.version > other.version
         return (len(self.voters), self.lineage) > (len(other.voters), other.lineage)
 
-    def with_voter(self, name: str) -> VoterConfig:
-        """The next configuration, with `name` added."""
-        return VoterConfig(self.lineage, self.version + 1, tuple(sorted({*self.voters, name})))
+    def id_of(self, name: str) -> bytes:
+        """The node_id voter `name` is known by (b"": none known, or not a voter)."""
+        if not self.ids or name not in self.voters:
+            return b""
+        return self.ids[self.voters.index(name)]
+
+    def identifies(self, name: str, node_id: bytes) -> bool:
+        """Whether the node `name` with data directory `node_id` is a voter of
+        this configuration: its name is, and so is its id, when one is known."""
+        if name not in self.voters:
+            return False
+        known = self.id_of(name)
+        return not known or known == node_id or not VoterConfig.check_identity
+
+    def with_voter(self, name: str, node_id: bytes = b"") -> VoterConfig:
+        """The next configuration, with `name` (of data directory `node_id`) added."""
+        pairs = dict(self._pairs())
+        pairs[name] = node_id
+        return self._next(pairs)
 
     def without_voter(self, name: str) -> VoterConfig:
         """The next configuration, with `name` removed."""
-        voters = tuple(v for v in self.voters if v != name)
-        return VoterConfig(self.lineage, self.version + 1, voters)
+        return self._next({n: i for n, i in self._pairs() if n != name})
+
+    def with_ids(self, known: Mapping[str, bytes]) -> VoterConfig | None:
+        """The next configuration, with the ids not yet known filled in from
+        `known` (name -> node_id); None when there is none to fill. The
+        voters stay the same: no majority changes."""
+        pairs = dict(self._pairs())
+        filled = {n: known[n] for n, i in pairs.items() if not i and known.get(n)}
+        if not filled:
+            return None
+        return self._next({**pairs, **filled})
+
+    def without_ids(self) -> VoterConfig:
+        """The next configuration, the same voters without their ids (the
+        cluster's feature level was lowered below 2: a build before voter
+        ids reads only configurations without them)."""
+        return VoterConfig(self.lineage, self.version + 1, self.voters)
+
+    def _pairs(self) -> list[tuple[str, bytes]]:
+        return list(zip(self.voters, self.ids or (b"",) * len(self.voters), strict=True))
+
+    def _next(self, pairs: Mapping[str, bytes]) -> VoterConfig:
+        names = tuple(sorted(pairs))
+        ids = tuple(pairs[n] for n in names)
+        return VoterConfig(self.lineage, self.version + 1, names, ids if any(ids) else ())

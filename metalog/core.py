@@ -54,7 +54,7 @@ Pure: no IO, no clock; time is passed in, the driver makes writes durable.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from shoal.kernel.contract import EMPTY, Address, Output, Send
@@ -121,6 +121,10 @@ class MetaLog:
         self._leading_epoch, self._highest_epoch = leading_epoch, highest_epoch
         self._saw_epoch, self._voters, self._controller = saw_epoch, voters, controller
         self._addr_of = addr_of
+        # Non-voters the leader replicates to as well, never counted in a
+        # majority: a voter back with a new data directory catches up before
+        # it is added again (election/controller.py). Set by the composing node.
+        self.learners: Callable[[], Iterable[str]] = tuple
         # Leader state (epoch None: not leading).
         self.epoch: int | None = None
         self._next: dict[str, int] = {}
@@ -291,10 +295,22 @@ class MetaLog:
             if entries:
                 self._next[voter] = entries[-1].index + 1  # pipelined
 
+    def caught_up(self, name: str) -> bool:
+        """Whether `name` holds every entry committed here (while leading)."""
+        return self.epoch is not None and self._match.get(name, 0) >= self.commit
+
+    def forget(self, name: str) -> None:
+        """`name` lost what it held (its data directory was replaced): what it
+        acknowledged before counts no more, and it is sent the log anew."""
+        self._match.pop(name, None)
+        if name in self._next:
+            self._next[name] = self.log.last_index + 1  # it backs up from there
+
     def _follow_voters(self) -> None:
-        """Replicate to every voter of every set: a new one from the end
-        (it backs up from there), a removed one no more."""
+        """Replicate to every voter of every set, and to the learners: a new
+        one from the end (it backs up from there), a removed one no more."""
         wanted = {v for voters in self._voters() for v in voters if v != self.name}
+        wanted.update(v for v in self.learners() if v != self.name)
         if wanted != self._next.keys():
             last = self.log.last_index
             self._next = {v: self._next.get(v, last + 1) for v in sorted(wanted)}

@@ -130,6 +130,7 @@ class ShoalNode:
         self.election = LeaseElection(
             ident.name, lease_config or LeaseConfig(), random.Random(rng.getrandbits(64)),
             self._view, self._addr_of, granted_epoch, voters, bootstrap_expect, self._liveness_of,
+            ident.node_id,
         )  # fmt: skip
         self._view_version = -1
         self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
@@ -141,6 +142,7 @@ class ShoalNode:
         self._routes = dict(self.swim.handlers)
         self._routes.update(self.sync.handlers)
         self._routes.update(self.election.handlers)
+        self.election.decide_level = self._decide_level
         self._claims = self.swim.claims
         self._cores = (self.swim, self.sync, self.election)
         # The node's own output: feature-level events and the next-release
@@ -342,6 +344,12 @@ class ShoalNode:
         # No voter change before an entry of the controller's own epoch is
         # committed (the fix to the single-server change bug, Ongaro 2015).
         election.log_ready = meta.ready
+        # A voter back with a new data directory catches up as a non-voter
+        # before it is added again, and its old self's acknowledgements no
+        # longer count (election/controller.py, issue 37).
+        election.caught_up = meta.caught_up
+        election.lost_disk = meta.forget
+        meta.learners = election.controller.learners
         self._routes.update(meta.handlers)
         return meta
 
@@ -374,14 +382,21 @@ class ShoalNode:
         top = max(m.ident.versions.features for m in live)
         return sorted(m.ident.name for m in live if m.ident.versions.features < top)
 
+    def _decide_level(self) -> None:
+        """As controller, decide the cluster's feature level (what this
+        node's notices announce): also called by the election as it wins,
+        before its first notice, so that a first controller does not announce
+        the election's initial level 1 for a second."""
+        record = self.sync.replica.get(FEATURE_CAP_KEY)
+        cap = parse_cap(None if record is None else record.value)
+        live = [m.ident.versions for m in self.swim.table.members.values()
+                if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
+        self.election.feature_level = self.features.decide(live, cap)
+
     def _due_feature_level(self, now: float) -> None:
         election = self.election
         if election.is_controller:
-            record = self.sync.replica.get(FEATURE_CAP_KEY)
-            cap = parse_cap(None if record is None else record.value)
-            live = [m.ident.versions for m in self.swim.table.members.values()
-                    if m.state is MemberState.ALIVE or m.state is MemberState.SUSPECT]  # fmt: skip
-            election.feature_level = self.features.decide(live, cap)
+            self._decide_level()
             level = election.feature_level
         else:
             level = election.following.level
@@ -606,7 +621,7 @@ class ShoalNode:
     def _view(self) -> Iterator[ViewMember]:
         # A generator: the election's scans often stop after a few rows.
         liveness = _LIVENESS
-        return (ViewMember(m.ident.name, m.ident.tags, liveness[m.state])
+        return (ViewMember(m.ident.name, m.ident.tags, liveness[m.state], m.ident.node_id)
                 for m in self.swim.table.members.values())  # fmt: skip
 
     def _addr_of(self, name: str) -> Address | None:

@@ -46,6 +46,16 @@ class NodeStatus(msgspec.Struct, frozen=True):
     feature_level: int = 0  # the cluster's, as the controller announced it (0: not yet)
     held_back_by: tuple[str, ...] = ()  # live members below the highest supported level
     speaks: tuple[int, ...] = ()  # per protocol (kernel/versions.PROTOCOLS): what all live speak
+    voter_ids: tuple[bytes, ...] = ()  # each voter's data directory id, as `voters` (b"": none)
+
+    def voter_role(self, member: MemberView) -> str:
+        """`voter`, `non-voter`, or `replaced`: the configuration names this
+        member's name with another data directory's id (it came back with a
+        new data directory; its old identity is being removed)."""
+        if member.name not in self.voters:
+            return "non-voter"
+        known = self.voter_ids[self.voters.index(member.name)] if self.voter_ids else b""
+        return "replaced" if known and known != member.node_id else "voter"
 
 
 def summary(node: ShoalNode) -> NodeSummary:
@@ -80,6 +90,7 @@ def status(node: ShoalNode, now: float = 0.0) -> NodeStatus:
         clock_offset_ms=node.clock_offset_ms(now),
         voters=voters.voters if voters else (),
         voters_version=voters.version if voters else 0,
+        voter_ids=voters.ids if voters else (),
         records=node.sync.replica.tree.count,
         counters=node.counters(),
         feature_level=node.feature_level,

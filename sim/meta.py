@@ -27,9 +27,11 @@ What must hold, checked after the run:
 Voter changes are in the schedule (a leave removes a voter, its return
 adds it back): the election decides them one at a time, never before the
 controller has committed an entry of its own epoch, and while one is in
-flight a commit needs a majority of both sets. Lost disks are not yet: a
-voter is still known by its name only (the next step of the metadata-log
-issue), so a wiped disk could vote again as its old self.
+flight a commit needs a majority of both sets. One run in three loses
+disks (sim/wipe.py): voters that held committed entries come back with
+empty data directories while the voters that lack those entries return
+from a cut; a voter is its name and its data directory's id, so the wiped
+ones never vote as their old selves.
 """
 
 from __future__ import annotations
@@ -69,10 +71,13 @@ from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
 from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
 from shoal.sim.network import LinkProfile
+from shoal.sim.wipe import schedule_wipe
 
 # Every fault of the election's swarm, leaves included: a leave removes the
 # voter at once, its return adds it back (voter changes under load).
 _KINDS = FAULTS
+# The runs that lose disks (sim/wipe.py).
+WIPE_RATE = 0.33
 
 
 @dataclass
@@ -107,6 +112,7 @@ class MetaRun:
     violations: list[str] = field(default_factory=list)
     committed_entries: int = 0
     replays: int = 0  # copies of traffic the replayer delivered
+    cluster: SimCluster | None = field(default=None, repr=False)  # as the run left it
 
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
@@ -306,7 +312,7 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
                          LinkProfile(loss=loss, duplicate=rng.choice([0.0, 0.02])),
                          clocks=clocks, lease_config=lease, bootstrap_expect=n,
                          fsync=_fsync_latency(fsync_s), meta=MetaConfig())  # fmt: skip
-    run = MetaRun(seed, n, loss, fsync_s)
+    run = MetaRun(seed, n, loss, fsync_s, cluster=cluster)
     if wild:
         run.faults.append(f"clock rates up to {drift:+.0%}")
     attackers = attack(cluster, replay_rate)
@@ -322,6 +328,11 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
         if at >= heal_at_s - 0.5:
             break
         random_fault(cluster, rng, at, down, faults, _KINDS)
+    # -- lost disks (sim/wipe.py): one run in three, its own random stream --
+    wipe_rng = random.Random(seed * 6_007 + 13)
+    if wipe_rng.random() < WIPE_RATE:
+        schedule_wipe(cluster, wipe_rng, wipe_rng.uniform(7.0, heal_at_s - 7.0), down, run.faults)
+    # --
     if fsync_s > 0:
         _crash_before_fsync(cluster, disk_rng.uniform(7.0, heal_at_s - 4.0), heal_at_s - 2.0,
                             disk_rng.uniform(0.05, 1.0), down, faults)  # fmt: skip

@@ -223,9 +223,11 @@ class ApiServer:
         if health is not None and health not in _HEALTH:
             raise HttpError(400, f"health must be one of {', '.join(_HEALTH)}")
         views = []
-        for m in self.agent.status().node.members:
+        node = self.agent.status().node
+        for m in node.members:
             view = m.to_json()
             view["health"] = dict(m.tags).get(HEALTH_TAG, PASSING)
+            view["voter"] = node.voter_role(m)  # voter, non-voter, replaced (issue 37)
             views.append(view)
         if status is not None:
             views = [v for v in views if v["status"] == status]
@@ -418,6 +420,7 @@ def _controller_info(status: AgentStatus, since_wall_ms: int, now: float) -> dic
         "since_wall_ms": since_wall_ms if known else None,
         "voters": list(node.voters),
         "voters_version": node.voters_version,
+        "voter_ids": [i.hex() for i in node.voter_ids],  # [] until feature level 2
     }
     if node.is_controller:
         info["lease_remaining_s"] = round(max(0.0, node.lease_end_at - now), 3)

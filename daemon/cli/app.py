@@ -183,7 +183,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     members.add_argument("--healthy", action="store_true",
                          help="only members whose checks all pass (--health passing)")
     members.add_argument("--detailed", action="store_true",
-                         help="add each member's protocol versions (min-max) and feature level")
+                         help="add each member's protocol versions (min-max), feature level "
+                              "and part in the election (voter, or replaced: back with a new "
+                              "data directory)")
 
     tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")
     _api_arg(tags)

@@ -11,19 +11,22 @@ if TYPE_CHECKING:
 def format_members(members: list[dict[str, Any]], detailed: bool = False) -> str:
     """Members as the table `shoal members` prints (like `serf members`);
     `detailed` adds each member's protocol ranges and feature level (as
-    `serf members -detailed` shows its protocol versions)."""
+    `serf members -detailed` shows its protocol versions), and its part in
+    the election: `voter`, or `replaced` when it came back with a new data
+    directory (its old identity is being removed), blank otherwise."""
     rows = [
         (
             m["name"],
             m["address"],
             m["status"],
             str(m["incarnation"]),
-            *((_versions(m.get("versions")),) if detailed else ()),
+            *((_versions(m.get("versions")), _voter(m.get("voter"))) if detailed else ()),
             ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())),
         )  # fmt: skip
         for m in sorted(members, key=lambda m: m["name"])
     ]
-    header = ("Name", "Address", "Status", "Inc", *(("Versions",) if detailed else ()), "Tags")
+    header = ("Name", "Address", "Status", "Inc", *(("Versions", "Voter") if detailed else ()),
+              "Tags")  # fmt: skip
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]
@@ -37,3 +40,10 @@ def _versions(v: Any) -> str:
     short = {"envelope": "env", "membership": "mem", "election": "el", "sync": "sync"}
     parts = [f"{short.get(k, k)} {r[0]}-{r[1]}" for k, r in v.items() if isinstance(r, list)]
     return " ".join(parts) + f" feat {v.get('features', '?')}"
+
+
+def _voter(role: Any) -> str:
+    """The Voter column: `voter`, `replaced (new data directory)`, or blank."""
+    if role == "replaced":
+        return "replaced (new data directory)"
+    return "voter" if role == "voter" else ""

@@ -35,7 +35,7 @@ STATUSES = ("alive", "suspect", "dead", "left")
 # `members --json` prints for each member (a test holds the two together).
 MEMBER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("name", ""), ("node_id", ""), ("address", ""), ("status", ""), ("incarnation", 0),
-    ("tags", {}), ("health", None), ("versions", None),
+    ("tags", {}), ("health", None), ("versions", None), ("voter", None),
 )  # fmt: skip
 
 

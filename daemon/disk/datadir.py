@@ -150,8 +150,11 @@ class DataDir:
             epoch, config = cbor2.loads(raw)
             if config is None:
                 return int(epoch), None
-            lineage, version, voters = config
-            return int(epoch), VoterConfig(bytes(lineage), int(version), tuple(voters))
+            lineage, version, voters, *rest = config  # rest: the voters' ids (issue 37)
+            ids = tuple(bytes(i) for i in rest[0]) if rest else ()
+            if len(rest) > 1 or (ids and len(ids) != len(voters)):
+                raise ValueError("voter ids")
+            return int(epoch), VoterConfig(bytes(lineage), int(version), tuple(voters), ids)
         except (ValueError, TypeError, cbor2.CBORDecodeError):
             raise DataDirError(f"data_dir: the election state in {self.path} is damaged; "
                                "move the directory away") from None  # fmt: skip
@@ -160,6 +163,8 @@ class DataDir:
         """Store the granted epoch and voter configuration; durable (fsync)
         on return unless `sync` is False, then at the engine's next sync."""
         enc = None if config is None else [config.lineage, config.version, list(config.voters)]
+        if enc is not None and config.ids:
+            enc.append(list(config.ids))  # a build before voter ids never reads it (level 2)
         self.engine.local_put(_ELECTION, cbor2.dumps([granted_epoch, enc]), sync)
 
     def load_log(self) -> tuple[Any, ...]:

@@ -2,7 +2,8 @@
 
 A cluster with one agent of 0.2.0 (feature level 1) must keep working: no
 node leads the log, appends nothing, sends none of the log's messages
-(tags 70-75) and no lease request carrying a log position (tag 28/29),
+(tags 70-75), no lease request carrying a log position (tag 28/29) and
+no voter ids (tags 80-83, configurations with ids),
 and a write or a read asked meanwhile is answered "not applied". Once
 every member supports the log, the controller leads it.
 """
@@ -27,6 +28,13 @@ RELEASE_0_2_0 = Versions((1, 1), (1, 1), (1, 1), (1, 1), 1)
 _LOG_MESSAGES = MetaMessage.__args__  # type: ignore[attr-defined]
 
 
+def _has_ids(m: Any) -> bool:
+    """Voter identities (issue 37): tags 80-83, or a configuration of four items."""
+    config = getattr(m, "config", None)
+    return bool(getattr(m, "candidate_id", b"") or getattr(m, "voter_id", b"")
+                or (config is not None and config.ids))  # fmt: skip
+
+
 class _Wire:
     """Everything sent that an agent of 0.2.0 could not read, and the outcomes."""
 
@@ -41,7 +49,7 @@ class _Wire:
         for m in messages:
             if isinstance(m, _LOG_MESSAGES) or (
                 isinstance(m, LeaseRequest | PreVote) and (m.log_epoch or m.log_index)
-            ):
+            ) or _has_ids(m):
                 self.unreadable.append(m)
 
     def on_event(self, now: float, node: int, event: Any) -> None:
