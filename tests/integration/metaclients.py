@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shoal.sim.linearizability import Operation
+from shoal.sim.linearizability import CheckResult, Operation, Verdict
 from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Get, NotApplied, Put, Read, Written
 
 Request = Callable[[Any, str, str, bytes | None], tuple[int, Any]]
 
 KEYS = ["h0", "h1", "h2"]
+Outcome = Written | Conflict | NotApplied | None  # None: unknown
 
 
 def http_exchange(conn: http.client.HTTPConnection, method: str, path: str,
@@ -46,9 +47,12 @@ def http_exchange(conn: http.client.HTTPConnection, method: str, path: str,
 class Recorder:
     """Client threads' calls and returns on one monotonic timeline."""
 
-    def __init__(self, request: Request, keys: Sequence[str] = KEYS) -> None:
+    def __init__(self, request: Request, keys: Sequence[str] = KEYS, read_query: str = "") -> None:
+        """`read_query` "?stale=1" makes every read one of the agent's own
+        state (not linearizable: for a control that must fail the check)."""
         self.request = request
         self.keys = list(keys)
+        self.read_query = read_query
         self.ops: list[Operation] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -79,7 +83,7 @@ class Recorder:
     def get(self, client: int, agent: Any, key: str, last: dict[str, int]) -> Read | None:
         at = time.monotonic()
         try:
-            status, body = self.request(agent, "GET", f"/v1/meta/{key}", None)
+            status, body = self.request(agent, "GET", f"/v1/meta/{key}{self.read_query}", None)
         except OSError:
             return None  # a read that was not answered changed nothing
         done = time.monotonic()
@@ -93,8 +97,8 @@ class Recorder:
         self._add(Operation(client, at, done, Get(key), out))
         return out
 
-    def put(self, client: int, agent: Any, key: str, cas: int | None,
-            last: dict[str, int], value: str | None = None) -> Written | Conflict | NotApplied | None:  # fmt: skip
+    def put(self, client: int, agent: Any, key: str, cas: int | None, last: dict[str, int],
+            value: str | None = None) -> Outcome:  # fmt: skip
         if value is None:
             with self.lock:
                 self.values += 1
@@ -107,7 +111,7 @@ class Recorder:
             self._add(Operation(client, at, None, Put(key, value, cas), None))  # unknown
             return None
         done = time.monotonic()
-        out: Written | Conflict | NotApplied | None
+        out: Outcome
         if status == 200:
             out = Written(body["revision"])
             last[key] = body["revision"]
@@ -143,11 +147,13 @@ def outcomes(ops: Sequence[Operation]) -> dict[str, int]:
     }
 
 
-def check_and_report(ops: Sequence[Operation], label: str, faults: Sequence[str] = ()) -> None:
-    """Run the checker over `ops`, print the figures, assert linearizable."""
+def check_and_report(ops: Sequence[Operation], label: str, faults: Sequence[str] = (),
+                     expect: Verdict = Verdict.OK) -> CheckResult:  # fmt: skip
+    """Run the checker over `ops`, print the figures, assert its verdict."""
     started = time.monotonic()
-    verdict = check_meta(list(ops), max_steps=5_000_000)
+    result = check_meta(list(ops), max_steps=5_000_000)
     took = time.monotonic() - started
     print(f"\n{label}: {len(ops)} operations {outcomes(ops)}; faults: {', '.join(faults) or '-'}; "
-          f"checker: {verdict.verdict.name} ({verdict.steps} steps, {took:.1f} s)")  # fmt: skip
-    assert verdict.ok, verdict.explanation
+          f"checker: {result.verdict.name} ({result.steps} steps, {took:.1f} s)")  # fmt: skip
+    assert result.verdict is expect, result.explanation or result.verdict.name
+    return result

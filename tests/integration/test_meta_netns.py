@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from shoal.sim.linearizability import Verdict
 from shoal.sim.metamodel import Written
 from tests.conftest import IN_CI, poll_until, require_root
 from tests.integration.metaclients import Recorder, check_and_report, http_exchange
@@ -105,6 +107,7 @@ class Faults:
     def __init__(self, lan: VirtualLan, rec: Recorder, hold_s: float, clocks: dict[int, str]):
         self.lan, self.rec, self.hold_s, self.clocks = lan, rec, hold_s, clocks
         self.done: list[str] = []
+        self.threads: list[threading.Thread] = []
 
     def progress(self, writes: int = 10, timeout_s: float = 60.0) -> None:
         """Wait for `writes` more acknowledged writes."""
@@ -150,38 +153,49 @@ class Faults:
 
     def pause_controller(self) -> None:
         old = self.holder()
-        assert old.proc is not None
-        old.proc.send_signal(signal.SIGSTOP)
+        proc = old.proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
         rest = [h for h in self.lan.hosts if h is not old]
-        assert old.proc is not None
         self.held(f"controller host-{old.index} SIGSTOP {self.hold_s:.0f} s, SIGCONT",
-                  lambda: old.proc.send_signal(signal.SIGCONT), rest)  # type: ignore[union-attr]
+                  lambda: proc.send_signal(signal.SIGCONT), rest)  # fmt: skip
+
+
+def boot(lan: VirtualLan, clocks: dict[int, str], rec: Recorder, clients: int) -> Faults:
+    """Agents up (with their clocks), a controller, clients on."""
+    for host in lan.hosts:
+        start(host, clocks.get(host.index))
+    poll_until(lambda: controller(lan.hosts), 60, interval_s=0.2)
+    faults = Faults(lan, rec, LEASE_S + 2.0, clocks)
+    faults.done += [f"host-{i} clock {spec!r} (libfaketime)" for i, spec in clocks.items()]
+    faults.threads = rec.start(clients, lan.hosts)
+    faults.progress(20)
+    return faults
+
+
+def stop_clients(lan: VirtualLan, faults: Faults) -> None:
+    faults.rec.stop.set()
+    for host in lan.hosts:  # nobody left paused: the clients' calls end
+        if host.proc is not None and host.proc.poll() is None:
+            os.kill(host.proc.pid, signal.SIGCONT)
+    for t in faults.threads:
+        t.join(15)
 
 
 def run(lan: VirtualLan, rounds: int, hold_s: float, clocks: dict[int, str],
         clients: int) -> None:  # fmt: skip
     """Agents up, clients on, `rounds` of every fault, then the checker."""
-    for host in lan.hosts:
-        start(host, clocks.get(host.index))
-    poll_until(lambda: controller(lan.hosts), 60, interval_s=0.2)
     rec = Recorder(request)
-    faults = Faults(lan, rec, hold_s, clocks)
-    faults.done += [f"host-{i} clock {spec!r} (libfaketime)" for i, spec in clocks.items()]
-    threads = rec.start(clients, lan.hosts)
+    faults = boot(lan, clocks, rec, clients)
+    faults.hold_s = hold_s
     try:
-        faults.progress(20)
         for _ in range(rounds):
             faults.isolate_controller()
             faults.split()
             faults.kill_controller()
             faults.pause_controller()
     finally:
-        rec.stop.set()
-        for host in lan.hosts:  # nobody left paused: the clients' calls end
-            if host.proc is not None and host.proc.poll() is None:
-                os.kill(host.proc.pid, signal.SIGCONT)
-        for t in threads:
-            t.join(15)
+        stop_clients(lan, faults)
     check_and_report(rec.ops, f"{len(lan.hosts)} agents in namespaces", faults.done)
 
 
@@ -195,3 +209,17 @@ def test_histories_under_partitions_crashes_pauses_and_a_fast_clock_are_lineariz
 def test_histories_under_many_faults_and_wrong_clocks_are_linearizable(lan):
     """Three rounds, each fault held longer, a fast and a slow clock."""
     run(lan, rounds=3, hold_s=3 * LEASE_S + 2.0, clocks={4: "+0 x0.6", 5: "+0 x1.5"}, clients=8)
+
+
+def test_the_check_fails_on_stale_reads_from_a_cut_off_controller(lan):
+    """The control: the same clients reading `?stale` (an agent's own state,
+    not linearizable by design: docs/metadata.md) while the controller is
+    cut off and the others go on writing. The checker must find the stale
+    reads: the histories above pass a check that can fail."""
+    rec = Recorder(request, read_query="?stale=1")  # a bare ?stale is not parsed as a flag
+    faults = boot(lan, {}, rec, clients=5)
+    try:
+        faults.isolate_controller()
+    finally:
+        stop_clients(lan, faults)
+    check_and_report(rec.ops, "control: ?stale reads", faults.done, expect=Verdict.ILLEGAL)
