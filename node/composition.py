@@ -21,6 +21,7 @@ from typing import Any
 
 from shoal.election.config import LeaseConfig
 from shoal.election.lease import LeaseElection
+from shoal.election.messages import ControllerNotice, LeaseRequest, PreVote
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
@@ -37,7 +38,7 @@ from shoal.membership.events import (
 from shoal.membership.member import Member, MemberState, MemberView, NodeIdentity
 from shoal.membership.messages import Alive
 from shoal.membership.profiles import SwimConfig
-from shoal.membership.swim import SwimNode
+from shoal.membership.swim import Handler, SwimNode
 from shoal.metalog.core import MetaConfig, MetaLog
 from shoal.metalog.messages import Entry
 from shoal.metalog.state import MetaOp
@@ -143,6 +144,8 @@ class ShoalNode:
         self._routes.update(self.sync.handlers)
         self._routes.update(self.election.handlers)
         self.election.decide_level = self._decide_level
+        for kind in (LeaseRequest, PreVote, ControllerNotice):
+            self._routes[kind] = self._heeding_strangers(self._routes[kind])
         self._claims = self.swim.claims
         self._cores = (self.swim, self.sync, self.election)
         # The node's own output: feature-level events and the next-release
@@ -623,6 +626,24 @@ class ShoalNode:
         liveness = _LIVENESS
         return (ViewMember(m.ident.name, m.ident.tags, liveness[m.state], m.ident.node_id)
                 for m in self.swim.table.members.values())  # fmt: skip
+
+    def _heeding_strangers(self, handler: Handler) -> Handler:
+        """`handler`, after a sync with the sender when the candidate or
+        controller it names is not live in our view (unknown, left, dead):
+        each side misses what the other knows. An agent restarted with no
+        one to join hears from the controller only so (a vote request to
+        the voters, with the change that removes it), and the controller
+        holds it as left, a member nobody contacts again; without the sync
+        they stay apart. As for a probe from a stranger (at most one sync
+        per probe interval: membership/exchange.py)."""
+
+        def route(message: Any, sender: Address, now: float) -> None:
+            name = message.holder if type(message) is ControllerNotice else message.candidate
+            if name != self.swim.ident.name and self._liveness_of(name) is not Liveness.LIVE:
+                self.swim.exchange.sync_with_stranger(name, sender, now)
+            handler(message, sender, now)
+
+        return route
 
     def _addr_of(self, name: str) -> Address | None:
         m = self.swim.table.members.get(name)

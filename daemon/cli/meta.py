@@ -101,7 +101,7 @@ def meta_command(client: Client, args: argparse.Namespace) -> int:
         return 0
     try:
         if args.json:
-            path = "/v1/meta/" + quote(args.key, safe="/") + ("?stale" if args.stale else "")
+            path = "/v1/meta/" + quote(args.key, safe="/") + ("?stale=1" if args.stale else "")
             print(json.dumps(client.request("GET", path), indent=2))
             return 0
         value = client.meta.get(args.key, stale=args.stale).value
