@@ -13,7 +13,7 @@ from shoal.sim.meta import meta_run
 
 # Each run is about 30 virtual seconds of 3 or 5 nodes (~0.2 s of CPU);
 # SHOAL_META_SEEDS widens the range (2,000 behind `slow`).
-SEEDS = range(1, int(os.environ.get("SHOAL_META_SEEDS", "60")) + 1)
+SEEDS = range(1, int(os.environ.get("SHOAL_META_SEEDS", "160")) + 1)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
