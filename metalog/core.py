@@ -48,6 +48,10 @@ numbered `read_seq`, and answers once a majority of the voters have
 acknowledged that round (or a later one) under its epoch: no clock is
 trusted. A read asked before then waits.
 
+**Snapshots** (metalog/snapshot.py): every `snapshot_every` applied
+entries a node snapshots its state and compacts its log behind it; a
+follower that needs entries the leader no longer holds gets the snapshot.
+
 Pure: no IO, no clock; time is passed in, the driver makes writes durable.
 """
 
@@ -57,10 +61,12 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from shoal.kernel.contract import EMPTY, Address, Output, Send
 from shoal.kernel.outbox import Outbox
 from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
-from shoal.metalog.log import Log
+from shoal.metalog.log import Log, resume
 from shoal.metalog.messages import (
     MAX_ENTRIES_PER_APPEND,
     OUTCOME_COMMITTED,
@@ -76,7 +82,9 @@ from shoal.metalog.messages import (
     ReadResult,
 )
 from shoal.metalog.reads import ReadIndex
-from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp
+from shoal.metalog import snapshot as snap
+from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
+from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
@@ -88,7 +96,9 @@ class MetaLog:
     # catches it (tests/sim/test_meta.py): "commit_alone" (acknowledge once
     # the leader's own disk holds an entry, not a majority's) or
     # "read_without_quorum" (serve reads from local state without
-    # confirming leadership: a deposed controller answers stale).
+    # confirming leadership: a deposed controller answers stale), or
+    # "snapshot_short" (a snapshot holds the state one entry before the
+    # index it claims).
     mutation: str | None = None
 
     def __init__(self, name: str, me: Address, config: MetaConfig, rng: random.Random,
@@ -96,7 +106,8 @@ class MetaLog:
                  highest_epoch: Callable[[], int], saw_epoch: Callable[[int], None],
                  voters: Callable[[], tuple[tuple[str, ...], ...]],
                  controller: Callable[[], tuple[str, int] | None],
-                 addr_of: Callable[[str], Address | None]) -> None:  # fmt: skip
+                 addr_of: Callable[[str], Address | None],
+                 snapshot: Snapshot | None = None) -> None:  # fmt: skip
         """Args:
         name: this node's name; me: its address (its own durable appends
             answer it there, as a follower's answer the leader).
@@ -111,11 +122,17 @@ class MetaLog:
             change, however it ends, can elect a controller without an
             entry committed here); controller: the controller known, if any.
         addr_of: a member's address.
+        snapshot: the latest snapshot a previous run left durable (`entries`
+            then go on from somewhere at or before it).
         """
         self.name, self.me, self.config, self.rng = name, me, config, rng
-        self.log = Log(entries)
-        self.state = MetaState()
-        self.commit = 0
+        self.snapshot = snapshot
+        self.log, self.state = resume(snapshot, entries)
+        self.commit = self.state.revision
+        self._sender = snap.Sender(config.chunk_bytes, config.chunk_window)
+        self._receiver = snap.Receiver()
+        # Called with each entry as it is applied (the simulator's checks).
+        self.on_apply: Callable[[Entry], None] | None = None
         self.out = Outbox()
         self.counters = MetaCounters()
         self._leading_epoch, self._highest_epoch = leading_epoch, highest_epoch
@@ -140,7 +157,8 @@ class MetaLog:
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
             Append: self._on_append, AppendAck: self._on_ack, Propose: self._on_propose,
             ProposeResult: self._on_result, ReadRequest: self._on_read,
-            ReadResult: self._on_read_result,
+            ReadResult: self._on_read_result, SnapshotChunk: self._on_chunk,
+            SnapshotAck: self._on_chunk_ack,
         }  # fmt: skip
 
     # -- the core contract -----------------------------------------------------
@@ -221,6 +239,11 @@ class MetaLog:
         self.out.send(Send(addr, (ReadRequest(self.name, rid, key),)))
         return rid
 
+    def held_from(self) -> int:
+        """The first index the log still holds (1: nothing compacted); the
+        state at any revision below it is only in the snapshot."""
+        return self.log.offset + 1
+
     def ready(self) -> bool:
         """Whether the voters may change: this node, leading, has committed
         an entry of its own epoch (or does not lead the log: nothing of the
@@ -244,6 +267,7 @@ class MetaLog:
         self._next = {}
         self._match = {}
         self._reads.reset()
+        self._sender.reset()
         self._append(NoOp(), None, now)
         self._noop_index = self.log.last_index
 
@@ -277,19 +301,36 @@ class MetaLog:
         self._follow_voters()
         log = self.log
         for voter, nxt in self._next.items():
-            entries = log.since(nxt, MAX_ENTRIES_PER_APPEND)
-            if not entries and not heartbeat:
+            prev_epoch = log.epoch_at(nxt - 1)
+            entries = () if prev_epoch is None else log.since(nxt, MAX_ENTRIES_PER_APPEND)
+            if not entries and not heartbeat and prev_epoch is not None:
                 continue
             addr = self._addr_of(voter)
             if addr is None:
                 continue
-            prev_epoch = log.epoch_at(nxt - 1)
-            assert prev_epoch is not None
+            if prev_epoch is None:  # compacted away: the snapshot instead
+                self._send_snapshot(voter, addr, heartbeat)
+                continue
+            self._sender.done(voter)
             msg = Append(self.epoch, self.name, nxt - 1, prev_epoch, entries, self.commit,
                          self._reads.seq)  # fmt: skip
             self.out.send(Send(addr, (msg,)))
             if entries:
                 self._next[voter] = entries[-1].index + 1  # pipelined
+
+    def _send_snapshot(self, voter: str, addr: Address, again: bool) -> None:
+        assert self.epoch is not None and self.snapshot is not None
+        for chunk in self._sender.chunks(voter, self.snapshot, self.log.offset, self.epoch,
+                                         self.name, again):  # fmt: skip
+            self.counters.snapshot_chunks_sent += 1
+            self.out.send(Send(addr, (chunk,)))
+
+    def _on_chunk_ack(self, msg: SnapshotAck, sender: Address, now: float) -> None:
+        if self.epoch is None or msg.epoch != self.epoch or msg.follower not in self._next:
+            return
+        addr = self._addr_of(msg.follower)
+        if addr is not None and self._sender.acked(msg.follower, msg.index, msg.received):
+            self._send_snapshot(msg.follower, addr, False)
 
     def _follow_voters(self) -> None:
         """Replicate to every voter of every set: a new one from the end
@@ -341,10 +382,15 @@ class MetaLog:
 
     def _apply(self, now: float) -> None:
         state, log = self.state, self.log
+        every = self.config.snapshot_every
         while state.revision < self.commit:
             index = state.revision + 1
-            entry = log.entries[index - 1]
+            entry = log.entry(index)
+            if MetaLog.mutation == "snapshot_short" and every and self._snapshot_due(index):
+                self._take_snapshot(index)  # the bug: the state before the entry
             result = state.apply(index, entry.op, entry.origin, entry.pid)
+            if self.on_apply is not None:
+                self.on_apply(entry)
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
             if asked is not None and not isinstance(result, Duplicate):
@@ -352,6 +398,24 @@ class MetaLog:
                     self._answer(*asked, OUTCOME_COMMITTED, result.revision)
                 else:
                     self._answer(*asked, OUTCOME_CONFLICT, result.current)
+        if every and self._snapshot_due(state.revision):
+            self._take_snapshot(state.revision)
+
+    def _snapshot_due(self, index: int) -> bool:
+        last = 0 if self.snapshot is None else self.snapshot.index
+        return index - last >= self.config.snapshot_every
+
+    def _take_snapshot(self, index: int) -> None:
+        """Snapshot the state as `index`'s; compact the log behind it but
+        for a tail (the driver stores one, then drops the other)."""
+        epoch = self.log.epoch_at(index)
+        assert epoch is not None
+        data = snap.encode_state(self.state)
+        self.snapshot = Snapshot(index, epoch, data, snap.digest(data))
+        through = max(self.log.offset, index - self.config.keep_entries)
+        self.log.compact(through)
+        self.out.persist(PersistSnapshot(self.snapshot, through))
+        self.counters.snapshots_taken += 1
 
     def _answer(self, origin: str, pid: int, outcome: int, revision: int) -> None:
         if outcome == OUTCOME_UNKNOWN:
@@ -418,18 +482,28 @@ class MetaLog:
 
     # -- follower -----------------------------------------------------------------
 
-    def _on_append(self, msg: Append, sender: Address, now: float) -> None:
-        if self.epoch is not None and msg.epoch > self.epoch:
+    def _from_leader(self, epoch: int, sender: Address, read_seq: int) -> bool:
+        """Whether to follow a leader of `epoch` (else refused: deposed)."""
+        if self.epoch is not None and epoch > self.epoch:
             self._step_down()  # a successor leads: the election will say so too
         highest = self._highest_epoch()
-        if msg.epoch < highest or (self.epoch is not None and msg.epoch <= self.epoch):
+        if epoch < highest or (self.epoch is not None and epoch <= self.epoch):
             self.counters.appends_refused_epoch += 1
             refusal = AppendAck(max(highest, self.epoch or 0), self.name, False,
-                                self.log.last_index, msg.read_seq)  # fmt: skip
+                                self.log.last_index, read_seq)  # fmt: skip
             self.out.send(Send(sender, (refusal,)))
+            return False
+        self._saw_epoch(epoch)
+        return True
+
+    def _on_append(self, msg: Append, sender: Address, now: float) -> None:
+        if not self._from_leader(msg.epoch, sender, msg.read_seq):
             return
-        self._saw_epoch(msg.epoch)
         log = self.log
+        if msg.prev_index < log.offset:  # compacted here: committed, so the same
+            msg = msgspec.structs.replace(msg, prev_index=log.offset, prev_epoch=log.offset_epoch,
+                                          entries=tuple(e for e in msg.entries
+                                                        if e.index > log.offset))  # fmt: skip
         if log.epoch_at(msg.prev_index) != msg.prev_epoch:
             self.counters.appends_refused_gap += 1
             hint = min(log.last_index, msg.prev_index - 1)
@@ -447,6 +521,27 @@ class MetaLog:
         if commit > self.commit:
             self.commit = commit
             self._apply(now)
+
+    def _on_chunk(self, msg: SnapshotChunk, sender: Address, now: float) -> None:
+        if not self._from_leader(msg.epoch, sender, 0):
+            return
+        if msg.index <= self.commit:  # held already (its state, or later)
+            self.out.send_durable(Send(sender, (AppendAck(msg.epoch, self.name, True,
+                                                          msg.index),)))  # fmt: skip
+            return
+        received, whole = self._receiver.take(msg)
+        self.counters.snapshot_chunks_refused = self._receiver.refused
+        if whole is None:
+            self.out.send(Send(sender, (SnapshotAck(msg.epoch, self.name, msg.index, received),)))
+            return
+        last = self.log.last_index
+        self.log.install(whole.index, whole.epoch)
+        self.state, self.commit, self.snapshot = snap.restore(whole), whole.index, whole
+        self.counters.snapshots_installed += 1
+        through = whole.index if self.log.last_index > whole.index else max(last, whole.index)
+        self.out.persist(PersistSnapshot(whole, through))
+        ack = AppendAck(msg.epoch, self.name, True, whole.index)
+        self.out.send_durable(Send(sender, (ack,)))  # once the snapshot is durable
 
     def _on_result(self, msg: ProposeResult, sender: Address, now: float) -> None:
         if self._asked.pop(msg.pid, None) is None:
