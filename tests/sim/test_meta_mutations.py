@@ -1,5 +1,5 @@
 """The swarm's checks are trusted because they catch deliberate bugs: each
-of three mutations of the metadata log, put in on purpose and taken out
+of four mutations of the metadata log, put in on purpose and taken out
 again, is caught within the first 40 seeds (usually the first ten)."""
 
 from collections.abc import Iterator
@@ -36,6 +36,17 @@ def test_the_checks_catch_a_mutated_log(mutation, restored):
     answers stale), breaks a history or loses an acknowledged write."""
     MetaLog.mutation = mutation
     assert first_caught() is not None
+
+
+def test_the_checks_catch_a_snapshot_one_entry_short(restored):
+    """A snapshot that claims index S but holds the state before entry S
+    (what a node restarted from it, or a follower that installed it, then
+    serves): the states at equal revisions differ."""
+    MetaLog.mutation = "snapshot_short"
+    seed = first_caught()
+    assert seed is not None
+    r = meta_run(seed)
+    assert any("is not the committed entries' state" in v for v in r.violations), r.violations
 
 
 def test_the_checks_catch_a_vote_without_the_up_to_date_check(restored):
