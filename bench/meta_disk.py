@@ -2,7 +2,7 @@
 """The metadata log's disk use under a steady write load, with and without compaction.
 
 Three real agents (`--meta`, on loopback) take --writes puts of
---value-bytes over --keys keys at a steady --rate puts/s (8 clients spread
+--value-bytes random bytes over --keys keys at a steady --rate puts/s (8 clients spread
 over the three agents); every --every seconds the three data directories'
 size (bytes allocated, all three together) is printed. It runs twice: once
 with snapshots effectively off (`[meta] snapshot_every` at its maximum: the
@@ -59,7 +59,6 @@ def one_run(label: str, args: argparse.Namespace, root: Path, every: int) -> lis
     samples: list[float] = []
     try:
         shoal.start(run_root, quick=False)
-        value = b"v" * args.value_bytes
         seconds = args.writes / args.rate
         print(f"\n{label}: {args.writes:,} puts at {args.rate:.0f}/s over {args.keys} keys "
               f"(~{seconds:.0f} s)", flush=True)  # fmt: skip
@@ -80,7 +79,9 @@ def one_run(label: str, args: argparse.Namespace, root: Path, every: int) -> lis
         per_client = -(-args.writes // 8)
 
         def put(client, w: int, n: int) -> None:  # type: ignore[no-untyped-def]
-            client.put(f"bench/k{(w * per_client + n) % args.keys}", value)
+            # Random bytes: RocksDB compresses its tables, and a value
+            # repeated would measure the compression, not the log.
+            client.put(f"bench/k{(w * per_client + n) % args.keys}", os.urandom(args.value_bytes))
 
         run = drive(shoal, put, 8, seconds * 3 + 30, rate=args.rate, ops=per_client)
         done.set()

@@ -65,8 +65,9 @@ import msgspec
 
 from shoal.kernel.contract import EMPTY, Address, Output, Send
 from shoal.kernel.outbox import Outbox
+from shoal.metalog import snapshot as snap
 from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
-from shoal.metalog.log import Log, resume
+from shoal.metalog.log import resume
 from shoal.metalog.messages import (
     MAX_ENTRIES_PER_APPEND,
     OUTCOME_COMMITTED,
@@ -81,8 +82,8 @@ from shoal.metalog.messages import (
     ReadRequest,
     ReadResult,
 )
+from shoal.metalog.origin import Origin
 from shoal.metalog.reads import ReadIndex
-from shoal.metalog import snapshot as snap
 from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
 from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp
 
@@ -148,16 +149,12 @@ class MetaLog:
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._now = 0.0  # the latest time an input came with (drain has none)
-        # Origin state: what this node asked, and until when it waits. Ids
-        # start at random, so a restarted node's are not its last run's
-        # (the state machine skips a proposal id it applied before).
-        self._next_id = rng.getrandbits(48)
-        self._asked: dict[int, float] = {}  # pid -> deadline
-        self._reading: dict[int, float] = {}  # rid -> deadline
+        # What this node asked the controller, and until when it waits.
+        self._origin = Origin(name, config, rng, self.out, self.counters, controller, addr_of)
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
             Append: self._on_append, AppendAck: self._on_ack, Propose: self._on_propose,
-            ProposeResult: self._on_result, ReadRequest: self._on_read,
-            ReadResult: self._on_read_result, SnapshotChunk: self._on_chunk,
+            ProposeResult: self._origin.on_result, ReadRequest: self._on_read,
+            ReadResult: self._origin.on_read_result, SnapshotChunk: self._on_chunk,
             SnapshotAck: self._on_chunk_ack,
         }  # fmt: skip
 
@@ -174,19 +171,11 @@ class MetaLog:
         self.leadership(now)
         if self.epoch is not None and now >= self._heartbeat_at:
             self._replicate(now, heartbeat=True)
-        for pid, deadline in list(self._asked.items()):
-            if now >= deadline:
-                del self._asked[pid]
-                self.counters.proposals_unknown += 1
-                self.out.event(ProposalDone(pid, OUTCOME_UNKNOWN, 0))
-        for rid, deadline in list(self._reading.items()):
-            if now >= deadline:
-                del self._reading[rid]
-                self.out.event(ReadDone(rid, False, None, 0, 0))
+        self._origin.expire(now)
 
     def next_deadline(self) -> float | None:
         """The next heartbeat or answer timeout."""
-        times = [*self._asked.values(), *self._reading.values()]
+        times = self._origin.deadlines()
         if self.epoch is not None:
             times.append(self._heartbeat_at)
         return min(times) if times else None
@@ -208,35 +197,20 @@ class MetaLog:
 
     def propose(self, op: MetaOp, now: float) -> int:
         """Write `op` through the controller; its `ProposalDone` follows."""
-        self._next_id += 1
-        pid = self._next_id
+        pid = self._origin.next_id()
         if self.epoch is not None:
             self._append(op, (self.name, pid), now)
-            return pid
-        known = self._controller()
-        addr = None if known is None else self._addr_of(known[0])
-        if known is None or addr is None or known[0] == self.name:
-            self.counters.proposals_not_applied += 1
-            self.out.event(ProposalDone(pid, OUTCOME_NOT_APPLIED, 0))
-            return pid
-        self._asked[pid] = now + self.config.answer_timeout_s
-        self.out.send(Send(addr, (Propose(self.name, pid, op, known[1]),)))
+        else:
+            self._origin.propose(pid, op, now)
         return pid
 
     def read(self, key: bytes, now: float) -> int:
         """Read `key` linearizably through the controller; `ReadDone` follows."""
-        self._next_id += 1
-        rid = self._next_id
+        rid = self._origin.next_id()
         if self.epoch is not None:
             self._start_read(self.name, rid, key, now)
-            return rid
-        known = self._controller()
-        addr = None if known is None else self._addr_of(known[0])
-        if known is None or addr is None or known[0] == self.name:
-            self.out.event(ReadDone(rid, False, None, 0, 0))
-            return rid
-        self._reading[rid] = now + self.config.answer_timeout_s
-        self.out.send(Send(addr, (ReadRequest(self.name, rid, key),)))
+        else:
+            self._origin.read(rid, key, now)
         return rid
 
     def held_from(self) -> int:
@@ -382,11 +356,10 @@ class MetaLog:
 
     def _apply(self, now: float) -> None:
         state, log = self.state, self.log
-        every = self.config.snapshot_every
         while state.revision < self.commit:
             index = state.revision + 1
             entry = log.entry(index)
-            if MetaLog.mutation == "snapshot_short" and every and self._snapshot_due(index):
+            if MetaLog.mutation == "snapshot_short" and self._snapshot_due(index):
                 self._take_snapshot(index)  # the bug: the state before the entry
             result = state.apply(index, entry.op, entry.origin, entry.pid)
             if self.on_apply is not None:
@@ -398,12 +371,12 @@ class MetaLog:
                     self._answer(*asked, OUTCOME_COMMITTED, result.revision)
                 else:
                     self._answer(*asked, OUTCOME_CONFLICT, result.current)
-        if every and self._snapshot_due(state.revision):
+        if self._snapshot_due(state.revision):
             self._take_snapshot(state.revision)
 
     def _snapshot_due(self, index: int) -> bool:
-        last = 0 if self.snapshot is None else self.snapshot.index
-        return index - last >= self.config.snapshot_every
+        every = self.config.snapshot_every
+        return every > 0 and index - (0 if self.snapshot is None else self.snapshot.index) >= every
 
     def _take_snapshot(self, index: int) -> None:
         """Snapshot the state as `index`'s; compact the log behind it but
@@ -534,33 +507,9 @@ class MetaLog:
         if whole is None:
             self.out.send(Send(sender, (SnapshotAck(msg.epoch, self.name, msg.index, received),)))
             return
-        last = self.log.last_index
-        self.log.install(whole.index, whole.epoch)
+        through = self.log.install(whole.index, whole.epoch)
         self.state, self.commit, self.snapshot = snap.restore(whole), whole.index, whole
         self.counters.snapshots_installed += 1
-        through = whole.index if self.log.last_index > whole.index else max(last, whole.index)
         self.out.persist(PersistSnapshot(whole, through))
         ack = AppendAck(msg.epoch, self.name, True, whole.index)
         self.out.send_durable(Send(sender, (ack,)))  # once the snapshot is durable
-
-    def _on_result(self, msg: ProposeResult, sender: Address, now: float) -> None:
-        if self._asked.pop(msg.pid, None) is None:
-            return  # answered already (timed out as unknown), or not ours
-        outcome = msg.outcome
-        if outcome == OUTCOME_NOT_APPLIED:
-            # The controller asked no longer leads that epoch, but it may
-            # have appended a copy of this proposal while it did (a
-            # duplicated datagram answered after the original was appended:
-            # the swarm's checker found it), and that copy may yet commit.
-            # Only a write never sent is surely not applied.
-            outcome = OUTCOME_UNKNOWN
-        if outcome == OUTCOME_UNKNOWN:
-            self.counters.proposals_unknown += 1
-        self.out.event(ProposalDone(msg.pid, outcome, msg.revision))
-
-    def _on_read_result(self, msg: ReadResult, sender: Address, now: float) -> None:
-        if self._reading.pop(msg.rid, None) is None:
-            return
-        self.out.event(ReadDone(msg.rid, msg.ok, msg.value, msg.mod_revision, msg.revision))
-
-

@@ -83,16 +83,19 @@ class Log:
         del self.entries[: through - self.offset]
         self.offset, self.offset_epoch = through, epoch
 
-    def install(self, index: int, epoch: int) -> None:
+    def install(self, index: int, epoch: int) -> int:
         """A snapshot at `index` (of `epoch`) replaces the log: the entries
         after it are kept if the log holds that entry (Raft §7: they may be
-        what a majority confirmed), else everything goes."""
+        what a majority confirmed), else everything goes. Returns the last
+        index whose entry the driver must delete."""
         if self.epoch_at(index) == epoch:
             self.compact(index)
-            return
+            return index
+        last = self.last_index
         self.entries = []
         self.offset, self.offset_epoch = index, epoch
         self._dirty_from = None
+        return max(last, index)
 
     def merge(self, entries: tuple[Entry, ...]) -> None:
         """A follower takes `entries` (which follow an entry it holds): a

@@ -48,8 +48,7 @@ from typing import Any
 
 from shoal.election.config import LeaseConfig
 from shoal.membership.profiles import PROFILES
-from shoal.metalog.core import MetaConfig, ProposalDone, ReadDone
-from shoal.metalog.core import MetaLog
+from shoal.metalog.core import MetaConfig, MetaLog, ProposalDone, ReadDone
 from shoal.metalog.messages import (
     OUTCOME_COMMITTED,
     OUTCOME_CONFLICT,
