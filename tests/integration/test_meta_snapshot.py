@@ -68,7 +68,7 @@ def linearizable(agent, key: str) -> tuple[bytes, int]:
 def test_a_follower_down_during_many_writes_catches_up_by_snapshot(agents, tmp_path):
     """kill -9 of a follower, 300 writes through the others (snapshots and
     compaction meanwhile), a restart: it installs the controller's snapshot
-    and then serves, from its own state, every key's value and revision as
+    (160 KB, in chunks) and then serves, from its own state, every key's value and revision as
     the controller commits them; writes after it go on as usual."""
     config = tmp_path / "shoal.toml"
     config.write_text(CONFIG)
@@ -81,7 +81,8 @@ def test_a_follower_down_during_many_writes_catches_up_by_snapshot(agents, tmp_p
     follower.kill()
     written: dict[str, tuple[bytes, int]] = {}
     for i in range(300):
-        key, value = f"topics/t{i % 40:02d}", f"partitions={i}".encode()
+        # 4 KB values: a snapshot of 40 keys is several 64 KiB chunks, each on a stream.
+        key, value = f"topics/t{i % 40:02d}", f"partitions={i};".encode() + bytes(4096)
         written[key] = (value, client_of(others[i % 2]).meta.put(key, value).revision)
     assert all(a.metric("shoal_meta_snapshots_taken_total") >= 10 for a in others)
     follower.start()  # its old log: far behind what the controller still holds
@@ -89,6 +90,7 @@ def test_a_follower_down_during_many_writes_catches_up_by_snapshot(agents, tmp_p
     poll_until(lambda: stale(follower, "topics/t00") == written["topics/t00"]
                and stale(follower, "probe") is not None, 60, interval_s=0.2)  # fmt: skip
     assert follower.metric("shoal_meta_snapshots_installed_total") >= 1
+    assert sum(a.metric("shoal_meta_snapshot_chunks_sent_total") for a in others) >= 3
     for key, expected in written.items():
         assert stale(follower, key) == expected, key
     for key, expected in written.items():
