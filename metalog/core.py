@@ -32,15 +32,7 @@ current epoch after it). Every node applies committed entries in order to
 its `MetaState`; the leader then answers the proposal: committed (with its
 revision), or a conflict of its `cas`.
 
-**Outcomes.** A write proposed anywhere is forwarded to the controller. Its
-origin is told exactly one of: committed, conflict, *not applied* (nothing
-was sent: no controller known), or *unknown* (sent: the controller asked
-no longer leads, or lost its leadership after appending it, or did not
-answer in time: it may yet commit). A minority never acknowledges a write.
-A controller that no longer leads the epoch a proposal names refuses it,
-but its origin still reports it unknown: with a network that duplicates
-datagrams, the refusal may answer a copy of a proposal whose original it
-appended while it led.
+**Outcomes** of a write asked anywhere: metalog/origin.py.
 
 **Reads** (ReadIndex, Ongaro's thesis §6.4): the leader, once an entry of
 its epoch is committed, notes its commit index, sends a heartbeat round
@@ -391,14 +383,7 @@ class MetaLog:
         self.counters.snapshots_taken += 1
 
     def _answer(self, origin: str, pid: int, outcome: int, revision: int) -> None:
-        if outcome == OUTCOME_UNKNOWN:
-            self.counters.proposals_unknown += 1
-        if origin == self.name:
-            self.out.event(ProposalDone(pid, outcome, revision))
-            return
-        addr = self._addr_of(origin)
-        if addr is not None:
-            self.out.send(Send(addr, (ProposeResult(pid, outcome, revision),)))
+        self._origin.answer(origin, ProposeResult(pid, outcome, revision))
 
     def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
         # Only the leader of the epoch the proposal was sent to appends it: a
@@ -445,13 +430,7 @@ class MetaLog:
             held = self.state.get(key)
             answer = ReadResult(rid, True, None if held is None else held.value,
                                 0 if held is None else held.mod_revision, self.state.revision)
-        if origin == self.name:
-            self.out.event(ReadDone(answer.rid, answer.ok, answer.value, answer.mod_revision,
-                                    answer.revision))  # fmt: skip
-            return
-        addr = self._addr_of(origin)
-        if addr is not None:
-            self.out.send(Send(addr, (answer,)))
+        self._origin.answer(origin, answer)
 
     # -- follower -----------------------------------------------------------------
 

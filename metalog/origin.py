@@ -1,6 +1,16 @@
 """The origin's side of the metadata log: what this node asked the
 controller (writes and reads forwarded for its clients), until when it
-waits, and what it tells its clients (metalog/core.py, "Outcomes").
+waits, and what it tells its clients.
+
+**Outcomes.** A write proposed anywhere is forwarded to the controller. Its
+origin is told exactly one of: committed, conflict, *not applied* (nothing
+was sent: no controller known), or *unknown* (sent: the controller asked
+no longer leads, or lost its leadership after appending it, or did not
+answer in time: it may yet commit). A minority never acknowledges a write.
+A controller that no longer leads the epoch a proposal names refuses it,
+but its origin still reports it unknown: with a network that duplicates
+datagrams, the refusal may answer a copy of a proposal whose original it
+appended while it led.
 
 Pure: time is passed in; answers go out through the core's outbox.
 """
@@ -84,6 +94,22 @@ class Origin:
     def deadlines(self) -> list[float]:
         """When each answer times out."""
         return [*self._asked.values(), *self._reading.values()]
+
+    def answer(self, origin: str, result: ProposeResult | ReadResult) -> None:
+        """The leader's answer to `origin`'s proposal or read: an event
+        when this node asked it, else a message to the origin."""
+        if type(result) is ProposeResult and result.outcome == OUTCOME_UNKNOWN:
+            self.counters.proposals_unknown += 1
+        if origin != self.name:
+            addr = self._addr_of(origin)
+            if addr is not None:
+                self.out.send(Send(addr, (result,)))
+        elif type(result) is ProposeResult:
+            self.out.event(ProposalDone(result.pid, result.outcome, result.revision))
+        else:
+            assert type(result) is ReadResult
+            self.out.event(ReadDone(result.rid, result.ok, result.value, result.mod_revision,
+                                    result.revision))  # fmt: skip
 
     def on_result(self, msg: ProposeResult, sender: Address, now: float) -> None:
         """The controller's answer to one of our proposals."""
