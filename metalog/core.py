@@ -481,13 +481,14 @@ class MetaLog:
             self.out.send_durable(Send(sender, (AppendAck(msg.epoch, self.name, True,
                                                           msg.index),)))  # fmt: skip
             return
-        received, whole = self._receiver.take(msg)
+        received, done = self._receiver.take(msg)
         self.counters.snapshot_chunks_refused = self._receiver.refused
-        if whole is None:
+        if done is None:
             self.out.send(Send(sender, (SnapshotAck(msg.epoch, self.name, msg.index, received),)))
             return
+        whole, self.state = done
         through = self.log.install(whole.index, whole.epoch)
-        self.state, self.commit, self.snapshot = snap.restore(whole), whole.index, whole
+        self.commit, self.snapshot = whole.index, whole
         self.counters.snapshots_installed += 1
         self.out.persist(PersistSnapshot(whole, through))
         ack = AppendAck(msg.epoch, self.name, True, whole.index)

@@ -248,9 +248,9 @@ class Receiver:
         self.incoming: Incoming | None = None
         self.refused = 0  # chunks or wholes that failed their checksum
 
-    def take(self, chunk: SnapshotChunk) -> tuple[int, Snapshot | None]:
-        """Take one chunk: the bytes now held, and the snapshot once whole
-        and intact (then the transfer is over)."""
+    def take(self, chunk: SnapshotChunk) -> tuple[int, tuple[Snapshot, MetaState] | None]:
+        """Take one chunk: the bytes now held, and the snapshot with its
+        state once whole and intact (then the transfer is over)."""
         incoming = self.incoming
         if incoming is None or not incoming.same(chunk):
             if chunk.offset != 0:
@@ -264,7 +264,11 @@ class Receiver:
             return len(incoming.buf), None
         self.incoming = None
         whole = incoming.complete()
-        if whole is None:
+        try:
+            state = None if whole is None else restore(whole)
+        except ValueError:  # its digest matched, but it is not a state
+            state = None
+        if whole is None or state is None:
             self.refused += 1
             return 0, None
-        return len(whole.data), whole
+        return len(whole.data), (whole, state)
