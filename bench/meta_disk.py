@@ -89,7 +89,9 @@ def one_run(label: str, args: argparse.Namespace, root: Path, every: int) -> lis
         end = shoal.disk_bytes() / 1e6
         samples.append(end)
         taken = sum(metric(ip, "shoal_meta_snapshots_taken_total") for ip in shoal.members.ips)
-        errors = f"{run.errors} errors" + (f", first: {run.first_error[:120]}" if run.errors else "")
+        errors = f"{run.errors} errors"
+        if run.errors:
+            errors += f", first: {run.first_error[:120]}"
         print(f"  {label}: {len(run.lat):,} puts acknowledged ({errors}), "
               f"{taken:.0f} snapshots taken, disk {samples[0]:.1f} MB at start, at most "
               f"{max(samples):.1f} MB, {end:.1f} MB at the end", flush=True)  # fmt: skip
