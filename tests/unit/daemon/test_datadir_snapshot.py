@@ -87,3 +87,36 @@ def test_entries_that_do_not_reach_the_snapshot_are_a_gap(tmp_path):
     with pytest.raises(DataDirError, match="has a gap"):
         data.load_log()
     data.close()
+
+
+def test_the_answer_to_an_installed_snapshot_leaves_only_once_it_is_synced(tmp_path):
+    """The agent's persister writes a snapshot unsynced and holds what it
+    releases (the follower's acknowledgement) until the group commit's
+    fsync has made it durable."""
+    import asyncio
+    from collections import Counter
+
+    from shoal.daemon.disk.commit import GroupCommit
+    from shoal.daemon.disk.persister import Persister
+    from shoal.kernel.contract import Persist, Send
+
+    data = DataDir(tmp_path, 4, "prod")
+    snapshot = take(_state_at(_entries(1, 12), 12), 1)
+    ack = Send(("10.0.0.1", 7946), ("ack",))
+
+    async def run() -> list[Send]:
+        commits = GroupCommit(asyncio.get_running_loop(), data.engine.sync)
+        sent: list[Send] = []
+        persister = Persister(data, commits, sent.append, lambda: True, Counter())
+        persister.write([Persist(PersistSnapshot(snapshot, 12), (ack,))])
+        assert sent == []  # not yet durable
+        await commits.wait()
+        await asyncio.sleep(0)
+        await commits.close()
+        return sent
+
+    assert asyncio.run(run()) == [ack]
+    data.close()
+    again = DataDir(tmp_path, 4, "prod")
+    assert again.load_snapshot() == snapshot
+    again.close()
