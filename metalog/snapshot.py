@@ -22,17 +22,17 @@ follower's `AppendAck` confirms it; then entries after it follow as usual.
 Only committed state is ever in a snapshot, so installing one never
 changes what a majority holds.
 
-Pure: hashlib and zlib compute, nothing here does IO.
+Pure: sha256 (kernel/hashes.py) and zlib compute, nothing here does IO.
 """
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from typing import Any
 
 import msgspec
 
+from shoal.kernel.hashes import sha256
 from shoal.metalog.state import KeyState, MetaState
 
 
@@ -83,7 +83,7 @@ class SnapshotAck(msgspec.Struct, frozen=True):
 
 def digest(data: bytes) -> bytes:
     """The checksum of a whole snapshot."""
-    return hashlib.sha256(data).digest()
+    return sha256(data).digest()
 
 
 def chunk_crc(data: bytes) -> int:
