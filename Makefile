@@ -89,8 +89,11 @@ sysdeps:
 run: $(RUN_STAMP) bytecode
 	$(SHOAL) demo --nodes 5
 
+# Two processes: the tests that start agents in one, the simulator's and the
+# unit tests beside them at nice 10 (tests/conftest.py says why); the slowest
+# tests are listed at the end, to keep the whole under 25 minutes.
 test: $(STAMP) bytecode sysdeps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=40
 
 # Slow runs: big simulations, and a real systemd booted in a container.
 test-slow: $(STAMP) bytecode sysdeps

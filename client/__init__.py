@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.client.errors import (
     BadRequest,
     Busy,
+    Compacted,
     Conflict,
     Gone,
     IncompatibleAgent,
@@ -29,6 +30,7 @@ from shoal.client.errors import (
     Unknown,
 )
 from shoal.client.meta import AsyncMetaApi, MetaApi
+from shoal.client.metawatch import AsyncMetaWatch, MetaEvent, MetaListing, MetaWatch
 from shoal.client.session import Session
 from shoal.client.sync import Client, KvApi, Watch
 from shoal.client.types import (
@@ -58,12 +60,13 @@ if TYPE_CHECKING:
     from shoal.client.aiosession import AsyncSession
 
 __all__ = [
-    "AsyncClient", "AsyncKvApi", "AsyncMetaApi", "AsyncSession", "AsyncWatch", "BadRequest",
-    "Busy", "Check", "CheckListing", "Client", "Conflict", "Controller", "ControllerEvent",
-    "Event", "EventSent", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue", "KvApi",
-    "KvEvent", "Member", "MemberAnswer", "MemberEvent", "MetaApi", "MetaValue", "MetaWritten",
-    "NotApplied", "NotFound", "QueryResult", "SelfInfo", "Session", "SessionInfo", "ShoalError",
-    "TooLarge", "Unauthorized", "Unavailable", "Unknown", "UserEvent", "Watch", "Written",
+    "AsyncClient", "AsyncKvApi", "AsyncMetaApi", "AsyncMetaWatch", "AsyncSession", "AsyncWatch",
+    "BadRequest", "Busy", "Check", "CheckListing", "Client", "Compacted", "Conflict", "Controller",
+    "ControllerEvent", "Event", "EventSent", "Gone", "IncompatibleAgent", "JoinResult", "KeyValue",
+    "KvApi", "KvEvent", "Member", "MemberAnswer", "MemberEvent", "MetaApi", "MetaEvent",
+    "MetaListing", "MetaValue", "MetaWatch", "MetaWritten", "NotApplied", "NotFound",
+    "QueryResult", "SelfInfo", "Session", "SessionInfo", "ShoalError", "TooLarge", "Unauthorized",
+    "Unavailable", "Unknown", "UserEvent", "Watch", "Written",
 ]  # fmt: skip
 
 _ASYNC = ("AsyncClient", "AsyncKvApi", "AsyncWatch")

@@ -7,6 +7,7 @@
     ├── Conflict            409: refused by a fence (`.fence`, `.epoch`), by a meta `cas`
     │                       (`.current`), or by the cluster's state
     ├── Gone                410: a watch position the agent no longer holds (`.run`, `.index`)
+    │   └── Compacted       410 from a metadata watch: its revision is compacted (`.revision`)
     ├── TooLarge            413: a payload or note over the agent's limit
     ├── Busy                429: the agent's queue is full (user events): retry later
     ├── Unavailable         503, or no answer at all (no agent, refused, reset, timed out)
@@ -82,6 +83,20 @@ class Gone(ShoalError):
         self.index = index
 
 
+class Compacted(Gone):
+    """410 from a metadata watch: the changes up to `revision` (the
+    compacted revision) are no longer kept by the agent. List the keys
+    again (`meta.list`), then watch from the listing's revision + 1.
+
+    Attributes:
+        revision: the compacted revision: a watch may start after it.
+    """
+
+    def __init__(self, message: str, status: int | None = 410, revision: int = 0) -> None:
+        super().__init__(message, status)
+        self.revision = revision
+
+
 class TooLarge(ShoalError):
     """413: a user event's or query's payload (over 64 KiB), or a check's note (4 KiB)."""
 
@@ -140,6 +155,8 @@ def error_for(status: int, body: Any, reason: str = "") -> ShoalError:
                         _int_or_none(fields.get("current")))  # fmt: skip
     if cls is Unavailable and fields.get("outcome") == "not_applied":
         return NotApplied(message, status)
+    if cls is Gone and "compacted_revision" in fields:
+        return Compacted(message, status, _int_or_none(fields["compacted_revision"]) or 0)
     if cls is Gone:
         run = fields.get("run")
         return Gone(message, status, run if isinstance(run, str) else None,

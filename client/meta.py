@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shoal.client import calls
+from shoal.client.metawatch import AsyncMetaWatch, MetaCursor, MetaListing, MetaWatch, list_steps
 from shoal.client.types import MetaValue, MetaWritten
 
 if TYPE_CHECKING:
@@ -53,6 +54,28 @@ class MetaApi:
         """Delete the key (committed as `put` is); `cas` as for `put`."""
         return self._client.run(calls.one(calls.meta_delete(key, cas)))
 
+    # -- listing and watching (client/metawatch.py) ----------------------------------
+
+    def list(self, prefix: str = "", stale: bool = False) -> MetaListing:
+        """Every key under `prefix`, page after page, each page read
+        linearizably (or, with `stale`, from the agent's applied state).
+
+        Raises:
+            NotApplied: no controller could serve a page now (safe to retry).
+        """
+        return self._client.run(list_steps(prefix, stale))
+
+    def watch(self, prefix: str = "", from_revision: int | None = None) -> MetaWatch:
+        """Every committed change to a key under `prefix` from `from_revision`
+        on (None: from now), in revision order, each once, resuming by
+        itself across dropped connections and the agent's restarts.
+
+        Raises:
+            Compacted: `from_revision` (or where it resumes) is no longer
+                kept (`.revision`): list again, watch from its revision + 1.
+        """
+        return MetaWatch(self._client, MetaCursor(prefix, from_revision))
+
 
 class AsyncMetaApi:
     """`AsyncClient.meta`: `MetaApi` for asyncio."""
@@ -71,3 +94,13 @@ class AsyncMetaApi:
     async def delete(self, key: str, cas: int | None = None) -> MetaWritten:
         """See `MetaApi.delete`."""
         return await self._client.run(calls.one(calls.meta_delete(key, cas)))
+
+    # -- listing and watching (client/metawatch.py) ----------------------------------
+
+    async def list(self, prefix: str = "", stale: bool = False) -> MetaListing:
+        """See `MetaApi.list`."""
+        return await self._client.run(list_steps(prefix, stale))
+
+    def watch(self, prefix: str = "", from_revision: int | None = None) -> AsyncMetaWatch:
+        """See `MetaApi.watch`; an async iterator (`async with` opens and closes it)."""
+        return AsyncMetaWatch(self._client, MetaCursor(prefix, from_revision))

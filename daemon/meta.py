@@ -25,6 +25,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from shoal.daemon.metawatch import MetaWatches
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.metalog.core import ProposalDone, ReadDone
@@ -57,6 +58,8 @@ class MetaService:
         self._reads: dict[int, asyncio.Future[ReadDone]] = {}
         # Readers waiting for this agent to apply up to a revision.
         self._applying: list[tuple[int, asyncio.Future[None]]] = []
+        # -- watches (daemon/metawatch.py): fed the key changes after each flush.
+        self.watches = MetaWatches()
 
     async def propose(self, op: MetaOp) -> ProposalDone | None:
         """Write `op` through the controller; its outcome, or None when no
@@ -100,11 +103,13 @@ class MetaService:
         return done
 
     def note_applied(self) -> None:
-        """After a flush: wake the readers this agent has applied far enough for."""
-        if not self._applying:
-            return
+        """After a flush: feed the watches; wake the readers this agent has
+        applied far enough for."""
         meta = self._node().meta
         assert meta is not None
+        self.watches.feed(meta.state, meta.log.held_from())
+        if not self._applying:
+            return
         revision = meta.state.revision
         waiting = []
         for until, fut in self._applying:
@@ -120,6 +125,13 @@ class MetaService:
         meta = self._node().meta
         assert meta is not None
         return meta.state.get(key), meta.state.revision
+
+    def applied_keys(self) -> tuple[dict[bytes, KeyState], int]:
+        """Every key as this agent has applied it (not to be changed), and
+        the revision applied: what a listing pages through."""
+        meta = self._node().meta
+        assert meta is not None
+        return meta.state.keys, meta.state.revision
 
     def done(self, event: ProposalDone | ReadDone) -> None:
         """An outcome from the node: complete its caller's future."""

@@ -182,7 +182,7 @@ class Controller:
             # Members know the controller only as long as a notice vouches
             # for its lease (notices.py): tell them the lease is longer now.
             self.following.until = self.lease_end_at
-            self.notices.tell(self.notice(now))
+            self.notices.tell(self.notice(now), now)
             return
         self.lease_epoch = req.epoch
         self.told_of_epoch = set()

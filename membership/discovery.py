@@ -59,7 +59,7 @@ def _import_zeroconf() -> None:
 
 _import_zeroconf()
 
-from zeroconf import IPVersion, ServiceStateChange  # noqa: E402
+from zeroconf import IPVersion, ServiceStateChange, current_time_millis  # noqa: E402
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf  # noqa: E402
 
 from shoal.kernel.codec import ENVELOPE_MAX, ENVELOPE_MIN, PROTOCOL_VERSION  # noqa: E402
@@ -266,6 +266,18 @@ class Discovery:
         if self._zc is not None and self._info is None:
             self._info = self._service_info()
             self._chain(self._register(self._info))
+
+    def refresh(self) -> None:
+        """Announce this node once more (unless it withdrew) and ask for the
+        service again, with the peers known and fresh as known answers, so
+        only the others answer (daemon/network/rediscovery.py says when)."""
+        zc = self._zc
+        if zc is None or self._browser is None:
+            return
+        if self._info is not None:
+            zc.zeroconf.async_send(zc.zeroconf.generate_service_broadcast(self._info, None))
+        scheduler = self._browser.query_scheduler
+        scheduler.async_send_ready_queries(False, current_time_millis(), {self.service_type})
 
     async def stop(self) -> None:
         """Unregister (peers see us go) and close the sockets."""

@@ -43,6 +43,11 @@ class Log:
         """The index of the last entry (0: empty)."""
         return self.offset + len(self.entries)
 
+    def held_from(self) -> int:
+        """The first index the log still holds (entries before it are
+        compacted; 1: none are). A watch is served from here on."""
+        return 1
+
     def last(self) -> tuple[int, int]:
         """(epoch, index) of the last entry: what the voters compare."""
         return (self.entries[-1].epoch if self.entries else self.offset_epoch, self.last_index)

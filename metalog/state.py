@@ -70,6 +70,8 @@ class Duplicate(msgspec.Struct, frozen=True):
 
 
 Result = Applied | Conflict | Duplicate
+Change = tuple[int, bytes, KeyState | None]
+"""A key changed at a revision: (revision, key, its state after; None: deleted)."""
 
 # Proposals remembered per origin, to skip copies: far more than one agent
 # has in flight (its answers time out after seconds).
@@ -84,6 +86,12 @@ class MetaState:
         self.revision = 0
         # origin -> its proposals applied lately, oldest first (insertion order).
         self._seen: dict[str, dict[int, None]] = {}
+        # What watches follow (daemon/metawatch.py): None (off: the simulator,
+        # a state just restored), or every key change applied since the driver
+        # last took them, in order: (revision, key, its state after; None:
+        # deleted). An op that changes keys records each with `_changed`; a
+        # restore from a snapshot sets it back to None (the watches restart).
+        self.changes: list[Change] | None = None
 
     def get(self, key: bytes) -> KeyState | None:
         """The key's state, or None when absent."""
@@ -106,14 +114,21 @@ class MetaState:
                 else:
                     self.keys[key] = KeyState(value, current.create_revision, index,
                                               current.version + 1)  # fmt: skip
+                self._changed(index, key, self.keys[key])
                 return Applied(index)
             case MetaDelete(key, cas):
                 current = self.keys.get(key)
                 if cas is not None and cas != (0 if current is None else current.mod_revision):
                     return Conflict(0 if current is None else current.mod_revision)
-                self.keys.pop(key, None)
+                if self.keys.pop(key, None) is not None:
+                    self._changed(index, key, None)
                 return Applied(index)
         return Applied(index)
+
+    def _changed(self, revision: int, key: bytes, now: KeyState | None) -> None:
+        """Record a key change for the watches, when they follow."""
+        if self.changes is not None:
+            self.changes.append((revision, key, now))
 
     def _seen_before(self, origin: str, pid: int) -> bool:
         seen = self._seen.setdefault(origin, {})

@@ -211,7 +211,10 @@ class HttpProtocol(asyncio.Protocol):
             self._queue.append((self._rejected, False))
         else:
             try:
-                query = parse_qs(self._query, max_num_fields=64) if self._query else {}
+                # keep_blank_values: a bare flag (`?stale`, `?watch`) is present,
+                # with the value "" (parse_qs drops it otherwise).
+                query = (parse_qs(self._query, keep_blank_values=True, max_num_fields=64)
+                         if self._query else {})  # fmt: skip
             except ValueError:
                 query = {}
             request = Request(self._method, self._path, query, b"".join(self._body),

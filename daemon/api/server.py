@@ -10,6 +10,8 @@
     GET  /v1/events, GET /v1/watch, POST /v1/event/<name>, POST /v1/query/<name>
                                    event streams, user events, queries (api/events.py)
     PUT|GET|DELETE /v1/kv/<key>, GET /v1/kv/?prefix=   the key-value store (api/kv.py)
+    PUT|GET|DELETE /v1/meta/<key>, GET /v1/meta/?prefix=[&watch]   the metadata log
+                                   (api/meta.py; listing and watching: api/metawatch.py)
 
 Listings (members, keys, controller) carry the change `index` they were
 taken at and the agent's `run`: a client lists, then watches from there.
@@ -51,6 +53,7 @@ from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
 from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.meta import META_PREFIX, meta_route
+from shoal.daemon.api.metawatch import collection_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.disk.dataformat import FORMAT_VERSION
 from shoal.daemon.health import HEALTH_TAG, PASSING
@@ -116,6 +119,8 @@ class ApiServer:
         """Close the listener and every open connection."""
         self.agent.watchers.end_all()
         self.agent.changes.end_all()
+        if self.agent.meta is not None:
+            self.agent.meta.watches.end_all()
         self._http.close()
 
     @staticmethod
@@ -136,6 +141,8 @@ class ApiServer:
                             "the CLI reads --token-file or $SHOAL_API_TOKEN_FILE)")  # fmt: skip
         if path.startswith(KV_PREFIX):
             return kv_route(self.agent, request)
+        if path == META_PREFIX and request.method == "GET":  # list, watch: api/metawatch.py
+            return collection_route(self.agent, request)
         if path.startswith(META_PREFIX):
             return meta_route(self.agent, request)
         if path.startswith(EVENT_ROUTE):
@@ -178,7 +185,8 @@ class ApiServer:
         from shoal.native import describe
 
         paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>",
-                                                         "GET|PUT|DELETE /v1/meta/<key>"})
+                                                         "GET|PUT|DELETE /v1/meta/<key>",
+                                                         "GET /v1/meta/?prefix=[&watch]"})
         return 200, {"name": "shoal", "version": __version__, "hot_path": describe(),
                      "node": self.agent.config.node_name, "cluster": self.agent.config.cluster,
                      "endpoints": paths, "docs": "docs/operations.md"}  # fmt: skip
@@ -374,7 +382,7 @@ class ApiServer:
 
         op = request.path.rpartition("/")[2]
         if op == "keys":
-            local = request.query.get("local", ["0"])[0] in ("1", "true")
+            local = request.query.get("local", ["0"])[0] in ("", "1", "true")
             outcome = await self.agent.keys.run("list", None, local)
             return 200, outcome.to_json()
         try:

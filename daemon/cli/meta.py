@@ -1,4 +1,5 @@
-"""`shoal meta put|get|delete`: the metadata log from the shell (docs/metadata.md).
+"""`shoal meta put|get|delete|list|watch`: the metadata log from the shell
+(docs/metadata.md).
 
 Each write prints its outcome: `Committed: KEY at revision R` (exit 0); a
 `--cas` that did not match, a write not applied (safe to retry) or one
@@ -6,7 +7,11 @@ whose outcome is unknown (it may have been committed: read it back) is one
 line on stderr and exit 1, saying which. `get` writes the raw value to
 stdout as `shoal kv get` does (a newline only at a terminal); `--json`
 prints the key with its revisions; `--stale` reads this agent's applied
-state instead of asking the controller.
+state instead of asking the controller. `list PREFIX` prints `KEY VALUE`
+lines (`--json`: the listing with revisions); `watch PREFIX [--from R]`
+prints one line per committed change, `REVISION put KEY VALUE` or
+`REVISION delete KEY`, until interrupted, resuming by itself; a revision
+no longer kept is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -44,6 +49,25 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
             p.add_argument("--stale", action="store_true",
                            help="read this agent's applied state (fast; may be behind)")
             p.add_argument("--json", action="store_true", help="print JSON with revisions")
+    _add_list_watch(actions, api_arg)
+
+
+def _add_list_watch(actions: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    """`meta list` and `meta watch` (client/metawatch.py)."""
+    p = actions.add_parser("list", help="print the keys under PREFIX with their values "
+                           "(read through the controller)")  # fmt: skip
+    api_arg(p)
+    p.add_argument("prefix", nargs="?", default="")
+    p.add_argument("--stale", action="store_true",
+                   help="list this agent's applied state (fast; may be behind)")
+    p.add_argument("--json", action="store_true", help="print JSON with revisions")
+    p = actions.add_parser("watch", help="print every committed change under PREFIX, "
+                           "by revision, until interrupted")  # fmt: skip
+    api_arg(p)
+    p.add_argument("prefix", nargs="?", default="")
+    p.add_argument("--from", dest="from_revision", metavar="REVISION",
+                   help="from this revision on (kept changes first); default: from now")
+    p.add_argument("--json", action="store_true", help="print one JSON object per change")
 
 
 def meta_command(client: Client, args: argparse.Namespace) -> int:
@@ -53,6 +77,8 @@ def meta_command(client: Client, args: argparse.Namespace) -> int:
     from shoal.client import NotFound
 
     action: str = args.meta_command
+    if action in ("list", "watch"):
+        return _list(client, args) if action == "list" else _watch(client, args)
     if not args.key:
         raise ConfigError("key: must not be empty")
     if action == "put":
@@ -83,3 +109,52 @@ def _cas(text: str | None) -> int | None:
     if not text.isdigit():
         raise ConfigError(f"--cas: a mod revision (an integer, 0: only if absent), got {text!r}")
     return int(text)
+
+
+def _shown(value: bytes | None) -> str:
+    """A value on one line: text with newlines as \\n, else base64:..."""
+    value = value or b""
+    try:
+        return value.decode().replace("\n", "\\n")
+    except UnicodeDecodeError:
+        import base64
+
+        return "base64:" + base64.b64encode(value).decode()
+
+
+def _list(client: Client, args: argparse.Namespace) -> int:
+    import msgspec
+
+    listing = client.meta.list(args.prefix, stale=args.stale)
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(listing), indent=2))
+        return 0
+    for item in listing.items:
+        print(f"{item.key} {_shown(item.value)}")
+    return 0
+
+
+def _watch(client: Client, args: argparse.Namespace) -> int:
+    """Follow the changes under the prefix until interrupted."""
+    import msgspec
+
+    from shoal.client import Compacted
+
+    start = args.from_revision
+    if start is not None and not (start.isdigit() and int(start) >= 1):
+        raise ConfigError(f"--from: a revision (an integer >= 1), got {start!r}")
+    try:
+        with client.meta.watch(args.prefix, None if start is None else int(start)) as watch:
+            print(f"Watching meta keys under {args.prefix!r} from revision {watch.next_from} "
+                  f"at {client.base} (Ctrl-C to stop)", file=sys.stderr, flush=True)  # fmt: skip
+            for event in watch:
+                if args.json:
+                    print(json.dumps(msgspec.to_builtins(event)), flush=True)
+                elif event.type == "delete":
+                    print(f"{event.revision} delete {event.key}", flush=True)
+                else:
+                    print(f"{event.revision} put {event.key} {_shown(event.value)}", flush=True)
+    except Compacted as exc:
+        print(f"shoal: {exc.message} (compacted revision {exc.revision})", file=sys.stderr)
+        return 1
+    return 0

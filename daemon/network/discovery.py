@@ -10,6 +10,10 @@ With seeds, discovery is a second way in, not the first: it starts
 DISCOVERY_AFTER_JOIN_S after a seed answered, or at once when one did not.
 zeroconf is imported only when discovery starts.
 
+Once started, the view is looked at every REDISCOVERY_POLL_S: when a large
+share of the members died at once, discovery announces this node and asks
+for the others again, in bounded rounds (daemon/network/rediscovery.py).
+
 `JoinWaiters` answers `shoal join` (POST /v1/join): each address's outcome,
 once every attempt has finished.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import random
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from shoal.daemon.config import AgentConfig
+from shoal.daemon.network.rediscovery import Rediscovery
 from shoal.daemon.network.wire import Wire
 from shoal.kernel.contract import Address
 from shoal.kernel.errors import ConfigError
@@ -38,6 +44,7 @@ if TYPE_CHECKING:  # zeroconf is loaded when discovery starts, after the join is
 
 MAX_DISCOVERY_JOINS = 3
 DISCOVERY_AFTER_JOIN_S = 5.0
+REDISCOVERY_POLL_S = 1.0
 _MAX_IGNORED_KEYS = 1024
 log = structlog.get_logger("shoal")
 
@@ -80,6 +87,8 @@ class DiscoveryJoins:
         # With seeds: what discovery starts with, once the join has answered.
         self._later: tuple[Address, str] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._rediscovery = Rediscovery(random.Random())
+        self._watch: asyncio.Task[None] | None = None
 
     def start_after_join(self, advertise: Address, node_id_hex: str) -> None:
         """With seeds: start once the first join attempt has answered."""
@@ -127,6 +136,7 @@ class DiscoveryJoins:
                 f"multicast: {exc.strerror}"
             ) from None
         log.info("discovery started", interfaces=interfaces, service=cfg.discovery_service)
+        self._watch = asyncio.get_running_loop().create_task(self._watch_view())
 
     async def announced(self, timeout_s: float = 1.0) -> None:
         """Return once discovery's first announcement is out (at once when
@@ -142,9 +152,13 @@ class DiscoveryJoins:
         """Cancel a start still waiting (the agent is stopping)."""
         if self._task is not None:
             self._task.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
 
     async def stop(self) -> None:
         """Unregister and stop browsing."""
+        if self._watch is not None:
+            self._watch.cancel()
         if self.discovery is not None:
             await self.discovery.stop()
 
@@ -166,6 +180,33 @@ class DiscoveryJoins:
         except ConfigError as exc:
             log.error("discovery failed", error=str(exc))
             self._fail(exc)
+
+    async def _watch_view(self) -> None:
+        """Announce and ask again when a large share of the members died at once."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(REDISCOVERY_POLL_S)
+            self.watch_once(loop.time())
+
+    def watch_once(self, now: float) -> None:
+        """One look at the view (see `_watch_view`)."""
+        table = self._node.swim.table
+        dead_since: dict[str, float] = {}
+        for m in table.members.values():
+            if m.state is MemberState.DEAD:
+                at = table.down_at(m.ident.name)
+                if at is not None:
+                    dead_since[m.ident.name] = at
+        rediscovery = self._rediscovery
+        if not rediscovery.due(now, set(self._node.peers_up()), dead_since) or self._node.leaving:
+            return
+        if rediscovery.rounds == 1:
+            log.info("many members failed at once: announcing and asking again",
+                     failed=sorted(rediscovery.burst))  # fmt: skip
+        else:
+            log.debug("rediscovery round", round=rediscovery.rounds)
+        if self.discovery is not None:
+            self.discovery.refresh()
 
     def _is_member_label(self, label: str) -> bool:
         """Whether a discovery label is a live member's (no need to resolve it)."""

@@ -1,8 +1,9 @@
 """A small message-queue cluster that coordinates only through shoal.
 
-Brokers register through sessions bound to a TTL check, the broker beside
-the shoal controller assigns partition leaders with a fenced write, and
-every broker serves the partitions it leads. See README.md in this folder.
+Brokers register through sessions bound to a TTL check; topics and the
+partition assignment live in shoal's metadata log, changed with
+compare-and-set (the broker beside the shoal controller assigns partition
+leaders); every broker serves the partitions it leads. See README.md in this folder.
 """
 
 from .assignment import Assignment, assign

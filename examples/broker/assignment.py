@@ -1,9 +1,11 @@
 """Which broker leads which partition: the one rule, pure, in one place.
 
-The broker on the shoal controller's node computes a new assignment whenever
-the set of live brokers or the controller epoch changes, and writes it as the
-key `assignment` under a fence (the epoch it acts under). Every broker reads
-it back and serves the partitions it leads.
+A partition is (topic, number), written "topic/number" in JSON. The broker
+on the shoal controller's node computes a new assignment whenever the
+topics, the set of live brokers or the controller epoch change, and writes
+it to the metadata log's key `assignment` with compare-and-set
+(controller.py). Every broker reads it back and serves the partitions it
+leads.
 
 The rule is sticky, then balanced:
 1. a partition keeps its leader while that broker is live, so a broker that
@@ -18,9 +20,32 @@ from the same inputs.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Assignment", "assign"]
+__all__ = ["Assignment", "Part", "assign", "part_name", "parse_part", "valid_topic"]
+
+Part = tuple[str, int]  # (topic, partition number)
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def valid_topic(name: object) -> bool:
+    """A topic name: 1 to 100 of letters, digits, '.', '_' and '-'."""
+    return isinstance(name, str) and _TOPIC.fullmatch(name) is not None
+
+
+def part_name(part: Part) -> str:
+    return f"{part[0]}/{part[1]}"
+
+
+def parse_part(name: str) -> Part:
+    """Raises ValueError when `name` is not "topic/number"."""
+    topic, _, number = name.rpartition("/")
+    if not valid_topic(topic):
+        raise ValueError(f"not a partition: {name!r}")
+    return topic, int(number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +54,11 @@ class Assignment:
     of the controller that wrote them."""
 
     epoch: int
-    leaders: dict[int, str] = field(default_factory=dict)
+    leaders: dict[Part, str] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        """The JSON stored in shoal: {"epoch": E, "leaders": {"0": "b1", ...}}."""
-        leaders = {str(p): b for p, b in sorted(self.leaders.items())}
+        """The JSON stored in shoal: {"epoch": E, "leaders": {"orders/0": "b1", ...}}."""
+        leaders = {part_name(p): b for p, b in sorted(self.leaders.items())}
         return json.dumps({"epoch": self.epoch, "leaders": leaders}).encode()
 
     @classmethod
@@ -45,21 +70,22 @@ class Assignment:
         """
         try:
             doc = json.loads(raw)
-            leaders = {int(p): str(b) for p, b in doc["leaders"].items()}
+            leaders = {parse_part(p): str(b) for p, b in doc["leaders"].items()}
             return cls(epoch=int(doc["epoch"]), leaders=leaders)
         except (TypeError, KeyError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not an assignment: {exc}") from None
 
-    def led_by(self, broker_id: str) -> list[int]:
+    def led_by(self, broker_id: str) -> list[Part]:
         """The partitions `broker_id` leads, in order."""
         return sorted(p for p, b in self.leaders.items() if b == broker_id)
 
 
-def assign(partitions: int, live: list[str], previous: dict[int, str]) -> dict[int, str]:
-    """Leaders for partitions 0..partitions-1 over the `live` broker ids.
+def assign(partitions: Iterable[Part], live: list[str],
+           previous: dict[Part, str]) -> dict[Part, str]:  # fmt: skip
+    """Leaders for `partitions` over the `live` broker ids.
 
     Args:
-        partitions: how many partitions there are.
+        partitions: every partition of every topic.
         live: the ids of the brokers that may lead (any order).
         previous: the leaders in force now (kept where still live).
 
@@ -67,13 +93,14 @@ def assign(partitions: int, live: list[str], previous: dict[int, str]) -> dict[i
         partition -> broker id; empty when no broker is live.
     """
     brokers = sorted(set(live))
+    parts = sorted(set(partitions))
     if not brokers:
         return {}
-    leaders = {p: previous[p] for p in range(partitions) if previous.get(p) in brokers}
+    leaders = {p: previous[p] for p in parts if previous.get(p) in brokers}
     load = {b: 0 for b in brokers}
     for b in leaders.values():
         load[b] += 1
-    for p in range(partitions):
+    for p in parts:
         if p not in leaders:
             least = min(brokers, key=lambda b: (load[b], b))
             leaders[p] = least

@@ -17,14 +17,18 @@ only through `shoal.client.AsyncClient`:
 - A lost session (a renewal answered 404: it expired, its check went
   critical, or the agent restarted) wakes a refresh, which opens a NEW
   session and registers again. Until then the broker serves nothing.
-- Two watches (members + controller + `brokers/`, and the key `assignment`)
-  only say "something changed". Each change, and a tick every
+- Two watches (members + controller + `brokers/`, and the kv key
+  `metadata-changed`, which a broker rings after each change it makes to
+  the log) only say "something changed". Each change, and a tick every
   `refresh_s`, runs one `_refresh`, which re-reads what it needs from the
-  agent: the controller, the registered brokers and the assignment. Reading
-  the state again instead of applying events one by one means a missed or
-  repeated event can do no harm.
+  agent: the controller and the registered brokers (kv), the topics and the
+  assignment (the metadata log, read linearizably). Reading the state
+  again instead of applying events one by one means a missed or repeated
+  event can do no harm.
 - When the agent says `is_self`, the `PartitionController` writes a new
-  assignment under the controller's epoch as a fenced write (controller.py).
+  assignment to the metadata log with compare-and-set (controller.py).
+- `create_topic` adds a topic to the key `topics` with compare-and-set
+  (metadata.py); the controller then gives its partitions leaders.
 - The broker serves produce and fetch for the partitions the assignment in
   force gives it, and answers `not_leader` (with the leader's address) for
   the others.
@@ -50,13 +54,23 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from shoal.client import AsyncClient, AsyncSession, AsyncWatch, NotFound, ShoalError
 
-from .assignment import Assignment
+from .assignment import Assignment, Part, part_name, valid_topic
 from .controller import BrokerInfo, PartitionController, read_brokers
+from .metadata import (
+    DOORBELL,
+    Topic,
+    check_create,
+    create_topic,
+    read_assignment,
+    read_topics,
+    ring,
+)
 
 __all__ = ["Broker"]
 
@@ -73,7 +87,6 @@ class Broker:
         host: the address clients reach this broker at.
         port: its TCP port.
         agent: the local shoal agent, "ADDR:PORT" or "unix:/path".
-        partitions: how many partitions the cluster has (same on every broker).
         refresh_s: re-read the cluster at least this often (the watches
             wake a refresh sooner), and retry this often without an agent.
         check_id: the agent's TTL check this broker keeps passing, and
@@ -86,7 +99,7 @@ class Broker:
     """
 
     def __init__(self, broker_id: str, host: str, port: int, agent: str,
-                 partitions: int = 8, refresh_s: float = 1.0, check_id: str | None = None,
+                 refresh_s: float = 1.0, check_id: str | None = None,
                  session_ttl_s: float = 3.0, check_interval_s: float = 1.0) -> None:  # fmt: skip
         self.id = broker_id
         self.check_id = check_id or f"broker-{broker_id}"
@@ -96,15 +109,19 @@ class Broker:
         self._ticked_at = 0.0  # loop time of the health loop's last turn
         self.host = host
         self.port = port
-        self.partitions = partitions
         self.refresh_s = refresh_s
         self.client = AsyncClient(addr=agent, timeout=2.0)
-        self.controller = PartitionController(self.client, partitions)
+        # The metadata log's calls may wait for the controller (a write's
+        # answer within 3 s, docs/metadata.md): a client of their own.
+        self.meta = AsyncClient(addr=agent, timeout=5.0)
+        self.controller = PartitionController(self.meta)
+        self.topics: dict[str, Topic] = {}
         self.assignment: Assignment | None = None
-        self._version = (0, 0)  # of the assignment in force: (fence epoch, HLC)
+        self._revisions = (0, 0)  # mod revisions of the topics and assignment in force
         self.brokers: dict[str, BrokerInfo] = {}
-        self.logs: dict[int, list[Any]] = {}  # only for the partitions led here
+        self.logs: dict[Part, list[Any]] = {}  # only for the partitions led here
         self.connected = False  # the last refresh reached the agent
+        self.meta_readable = False  # the last refresh read the metadata log
         self._changed = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------
@@ -118,7 +135,7 @@ class Broker:
             asyncio.create_task(self._refresh_loop()),
             asyncio.create_task(self._hold_agent()),
             asyncio.create_task(self._follow(self._cluster_events)),
-            asyncio.create_task(self._follow(self._assignment_events)),
+            asyncio.create_task(self._follow(self._doorbell)),
         ]
         try:
             await stop.wait()
@@ -130,6 +147,7 @@ class Broker:
             with contextlib.suppress(ShoalError):
                 await self._withdraw()  # move partitions now
             await self.client.close()
+            await self.meta.close()
             await server.wait_closed()
 
     async def _refresh_loop(self) -> None:
@@ -212,8 +230,8 @@ class Broker:
     def _cluster_events(self) -> AsyncWatch[Any]:
         return self.client.watch(topics=("members", "controller", "kv"), prefix="brokers/")
 
-    def _assignment_events(self) -> AsyncWatch[Any]:
-        return self.client.kv.watch(prefix="assignment")
+    def _doorbell(self) -> AsyncWatch[Any]:
+        return self.client.kv.watch(prefix=DOORBELL)
 
     # -- coordination -----------------------------------------------------------
 
@@ -224,14 +242,26 @@ class Broker:
         mine, session = self.brokers.get(self.id), self.session
         if mine is None or session is None or session.lost or mine.session != session.id:
             await self._register()
-        current, version = await self._read_assignment()
-        epoch = controller.epoch if controller.is_self else None
-        if epoch is not None and await self.controller.reconcile(epoch, self.brokers, current):
-            current, version = await self._read_assignment()  # the one written, its version
         if not self.connected:
             log.info("agent reachable: serving again")
         self.connected = True
-        self._apply(current, version)
+        try:
+            # A read is safe to give up: one that waits on a controller that
+            # just died would hold up the refresh after the next election.
+            async with asyncio.timeout(self.refresh_s):
+                topics, topics_revision = await read_topics(self.meta)
+                current, revision = await read_assignment(self.meta)
+            if controller.is_self and controller.epoch is not None:
+                current, revision = await self.controller.reconcile(
+                    controller.epoch, self.brokers, topics, current, revision)  # fmt: skip
+        except (ShoalError, TimeoutError) as exc:  # no controller serves reads now
+            if self.meta_readable:
+                log.warning("metadata log unreadable (%s): keeping what is in force",
+                            exc or "no answer in time")  # fmt: skip
+            self.meta_readable = False
+            return
+        self.meta_readable = True
+        self._apply(topics, topics_revision, current, revision)
 
     async def _register(self) -> None:
         """Write `brokers/<id>` with a live session, opening a new one if the
@@ -275,25 +305,17 @@ class Broker:
         else:
             await self.client.kv.delete(f"brokers/{self.id}")
 
-    async def _read_assignment(self) -> tuple[Assignment | None, tuple[int, int]]:
-        """The assignment this agent holds, and its version: (fence epoch, HLC),
-        the order in which every replica ranks fenced versions."""
-        try:
-            kv = await self.client.kv.get("assignment")
-        except NotFound:
-            return None, (0, 0)
-        try:
-            return Assignment.decode(kv.value), (kv.epoch, kv.hlc)
-        except ValueError as exc:
-            log.warning("ignoring the key assignment: %s", exc)
-            return None, (0, 0)
-
-    def _apply(self, new: Assignment | None, version: tuple[int, int]) -> None:
-        """Make `new` the assignment in force, if it is newer than the one in
-        force (a freshly restarted agent may still hold an older one)."""
-        if new is None or version <= self._version:
+    def _apply(self, topics: dict[str, Topic], topics_revision: int, new: Assignment | None,
+               revision: int) -> None:  # fmt: skip
+        """Make `topics` and `new` the ones in force, each if it is at a
+        later revision of the log than the one in force."""
+        if topics_revision > self._revisions[0]:
+            self.topics = topics
+            self._revisions = (topics_revision, self._revisions[1])
+        if new is None or revision <= self._revisions[1]:
             return
-        old, self.assignment, self._version = self.assignment, new, version
+        old, self.assignment = self.assignment, new
+        self._revisions = (self._revisions[0], revision)
         before = set(old.led_by(self.id)) if old is not None else set()
         after = set(new.led_by(self.id))
         for p in before - after:
@@ -301,7 +323,8 @@ class Broker:
         for p in after - before:
             self.logs[p] = []
         if old is None or (old.epoch, old.leaders) != (new.epoch, new.leaders):
-            log.info("assignment of epoch %d in force: leading %s", new.epoch, sorted(after))
+            log.info("assignment of epoch %d (revision %d) in force: leading %s", new.epoch,
+                     revision, " ".join(map(part_name, sorted(after))))  # fmt: skip
 
     # -- the line protocol ------------------------------------------------------
 
@@ -309,7 +332,10 @@ class Broker:
                                 writer: asyncio.StreamWriter) -> None:  # fmt: skip
         try:
             while line := await reader.readline():
-                writer.write(json.dumps(self.answer(line)).encode() + b"\n")
+                answer = self.answer(line)
+                if answer.get("op") == "create_topic":  # the only one that waits
+                    answer = await self._create_topic(answer)
+                writer.write(json.dumps(answer).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, ValueError):
             pass  # ValueError: a line over the stream limit
@@ -317,7 +343,8 @@ class Broker:
             writer.close()
 
     def answer(self, line: bytes) -> dict[str, Any]:
-        """The answer to one request line (see README.md for the protocol)."""
+        """The answer to one request line (see README.md for the protocol);
+        a valid `create_topic` request is returned as it is, to be run."""
         try:
             request = json.loads(line)
             op = request["op"]
@@ -325,15 +352,22 @@ class Broker:
             return {"error": "bad_request", "detail": "one JSON object with an 'op' per line"}
         if op == "status":
             return self._status()
+        if op == "create_topic":
+            return check_create(request)
         if op not in ("produce", "fetch"):
             return {"error": "bad_request", "detail": f"unknown op {op!r}"}
-        partition = request.get("partition")
-        if not isinstance(partition, int) or not 0 <= partition < self.partitions:
-            return {"error": "bad_request", "detail": f"partition must be 0..{self.partitions - 1}"}
-        refused = self._refusal(partition)
+        topic, partition = request.get("topic"), request.get("partition")
+        if not valid_topic(topic):
+            return {"error": "bad_request", "detail": "topic: 1-100 of A-Z a-z 0-9 . _ -"}
+        if topic not in self.topics:
+            return {"error": "no_such_topic", "detail": f"no topic {topic!r} known here"}
+        count = self.topics[topic].partitions
+        if not isinstance(partition, int) or not 0 <= partition < count:
+            return {"error": "bad_request", "detail": f"partition must be 0..{count - 1}"}
+        refused = self._refusal((topic, partition))
         if refused is not None:
             return refused
-        entries = self.logs[partition]
+        entries = self.logs[topic, partition]
         epoch = self.assignment.epoch if self.assignment is not None else 0
         if op == "produce":
             entries.append(request.get("value"))
@@ -345,18 +379,29 @@ class Broker:
         messages = [{"offset": offset + i, "value": v} for i, v in enumerate(chunk)]
         return {"ok": True, "messages": messages, "end": len(entries), "epoch": epoch}
 
-    def _refusal(self, partition: int) -> dict[str, Any] | None:
-        """Why this broker does not serve `partition` now, or None if it does."""
+    async def _create_topic(self, request: dict[str, Any]) -> dict[str, Any]:
+        token = request.get("token") or uuid.uuid4().hex
+        answer = await create_topic(self.meta, request["topic"], request["partitions"], token,
+                                    float(request.get("timeout", 5.0)))  # fmt: skip
+        if answer.get("ok"):
+            log.info("topic %s created (%d partitions)", answer["topic"], answer["partitions"])
+            await ring(self.client, answer["revision"])  # the controller gives it leaders
+        return {**answer, "token": token}
+
+    def _refusal(self, part: Part) -> dict[str, Any] | None:
+        """Why this broker does not serve `part` now, or None if it does."""
         if not self.connected or self.assignment is None:
             return {"error": "unavailable", "detail": "no assignment in force here"}
         if self.session is None or self.session.lost:
             return {"error": "unavailable", "detail": "not registered (no live session)"}
         if asyncio.get_running_loop().time() - self._ticked_at > self.session_ttl_s:
             return {"error": "unavailable", "detail": "stopped beyond the session's TTL"}
-        leader = self.assignment.leaders.get(partition)
+        leader = self.assignment.leaders.get(part)
+        if leader is None:
+            return {"error": "unavailable", "detail": "no leader assigned yet"}
         if leader == self.id:
             return None
-        info = self.brokers.get(leader) if leader is not None else None
+        info = self.brokers.get(leader)
         return {"error": "not_leader", "leader": leader,
                 "address": info.address if info is not None else None}  # fmt: skip
 
@@ -364,8 +409,12 @@ class Broker:
         a = self.assignment
         s = self.session
         return {"ok": True, "id": self.id, "connected": self.connected,
+                "meta_readable": self.meta_readable,
                 "session": s.id if s is not None and not s.lost else None,
+                "topics": {n: t.partitions for n, t in sorted(self.topics.items())},
                 "epoch": a.epoch if a is not None else None,
-                "leaders": {str(p): b for p, b in sorted(a.leaders.items())} if a else {},
-                "leading": sorted(self.logs) if self.connected else [],
+                "revision": self._revisions[1] if a is not None else None,
+                "leaders": {part_name(p): b for p, b in sorted(a.leaders.items())} if a else {},
+                "leading": [part_name(p) for p in sorted(self.logs)] if self.connected else [],
                 "brokers": {b.id: b.address for b in self.brokers.values()}}  # fmt: skip
+

@@ -4,8 +4,9 @@ It needs one or more broker addresses to start from (or the brokers a shoal
 agent lists under `brokers/`, with `BrokerClient.from_agent`). A request goes
 to the partition's last known leader, else to a starting address; a
 `not_leader` answer names the leader's address and the request goes there.
-`unavailable` or a refused connection tries the next address, and after a
-full round the client waits a little and starts over, until `timeout_s`.
+`unavailable`, `no_such_topic` (a broker learns of a new topic within a
+second) or a refused connection tries the next address, and after a full
+round the client waits a little and starts over, until `timeout_s`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from typing import Any
 
 from shoal.client import AsyncClient
@@ -40,7 +42,7 @@ class BrokerClient:
             raise BrokerError("no broker address to start from")
         self.bootstrap = list(bootstrap)
         self.timeout_s = timeout_s
-        self.leaders: dict[int, str] = {}  # partition -> address, learned from answers
+        self.leaders: dict[tuple[str, int], str] = {}  # partition -> address, from answers
 
     @classmethod
     async def from_agent(cls, agent: str, timeout_s: float = 10.0) -> BrokerClient:
@@ -49,14 +51,39 @@ class BrokerClient:
             brokers = await read_brokers(shoal)
         return cls(sorted(b.address for b in brokers.values()), timeout_s)
 
-    async def produce(self, partition: int, value: Any) -> int:
-        """Append `value` to `partition`; its offset."""
-        answer = await self.request({"op": "produce", "partition": partition, "value": value})
+    async def create_topic(self, topic: str, partitions: int, token: str | None = None,
+                           timeout_s: float = 5.0) -> dict[str, Any]:  # fmt: skip
+        """Ask a broker to create `topic`; its answer (README.md, "The
+        protocol"): `ok`, or the error `exists`, `not_applied` or `unknown`
+        (ask again with the answer's `token` to learn which).
+
+        Raises:
+            BrokerError: a bad request, or no broker answered.
+        """
+        request = {"op": "create_topic", "topic": topic, "partitions": partitions,
+                   "timeout": timeout_s, "token": token or uuid.uuid4().hex}  # fmt: skip
+        last = "no broker"
+        for address in self.bootstrap:
+            try:
+                answer = await call(address, request, timeout_s + 2.0)
+            except OSError as exc:
+                last = f"{address}: {exc}"
+                continue  # the same token: another broker cannot create it twice
+            if answer.get("error") == "bad_request":
+                raise BrokerError(answer.get("detail", "bad request"))
+            return answer
+        raise BrokerError(f"create {topic}: no broker answered (last: {last})")
+
+    async def produce(self, topic: str, partition: int, value: Any) -> int:
+        """Append `value` to a partition of `topic`; its offset."""
+        answer = await self.request({"op": "produce", "topic": topic, "partition": partition,
+                                     "value": value})  # fmt: skip
         return int(answer["offset"])
 
-    async def fetch(self, partition: int, offset: int = 0) -> list[tuple[int, Any]]:
-        """Up to 100 messages of `partition` from `offset` on, as (offset, value)."""
-        answer = await self.request({"op": "fetch", "partition": partition, "offset": offset})
+    async def fetch(self, topic: str, partition: int, offset: int = 0) -> list[tuple[int, Any]]:
+        """Up to 100 messages of a partition of `topic` from `offset` on, as (offset, value)."""
+        answer = await self.request({"op": "fetch", "topic": topic, "partition": partition,
+                                     "offset": offset})  # fmt: skip
         return [(m["offset"], m["value"]) for m in answer["messages"]]
 
     async def request(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +92,7 @@ class BrokerClient:
         Raises:
             BrokerError: a bad request, or no leader within `timeout_s`.
         """
-        partition = request["partition"]
+        partition = (request["topic"], request["partition"])
         deadline = time.monotonic() + self.timeout_s
         pause_s = 0.05
         last = "no answer"
@@ -96,7 +123,7 @@ class BrokerClient:
             self.leaders.pop(partition, None)
             await asyncio.sleep(pause_s)  # a new assignment is on its way
             pause_s = min(pause_s * 2, 0.5)
-        raise BrokerError(f"partition {partition}: no leader answered within "
+        raise BrokerError(f"partition {partition[0]}/{partition[1]}: no leader answered within "
                           f"{self.timeout_s} s (last: {last})")  # fmt: skip
 
 

@@ -22,6 +22,8 @@ def agents(tmp_path):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if report.when == "teardown":
+        _pass_on_notices(report)
     cluster = getattr(item, "funcargs", {}).get("agents")
     if report.when != "call" or not report.failed or not isinstance(cluster, AgentCluster):
         return
@@ -34,11 +36,16 @@ def pytest_runtest_makereport(item, call):
         report.sections.append((f"log of {agent.name} ({agent.ip})", "\n".join(shown)))
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Which build stood in for the previous release (loudly when it was not
-    a real release), and the upgrade tests' figures (releases.py)."""
+def _pass_on_notices(report):
+    """The upgrade tests' notices (which build stood in for the previous
+    release, loudly when it was not a real release, and their figures:
+    releases.py) ride on the report of the test that made them, to the
+    summary (tests/conftest.py, "figures the tests reported")."""
+    global _notices_sent
     releases = sys.modules.get("tests.integration.releases")
-    if releases is not None and releases.NOTICES:
-        terminalreporter.section("upgrade: builds and figures")
-        for line in releases.NOTICES:
-            terminalreporter.write_line(line)
+    if releases is not None:
+        report.user_properties.extend(("figure", line) for line in releases.NOTICES[_notices_sent:])
+        _notices_sent = len(releases.NOTICES)
+
+
+_notices_sent = 0

@@ -58,6 +58,12 @@ def test_pipelined_requests_on_one_connection_are_answered_in_order():
     assert all(a[0] == 200 and b"connection: close" not in a[2] for a in answers)
 
 
+def test_a_bare_flag_in_the_query_is_present():
+    # `GET /v1/meta/k?stale` as curl sends it: the flag counts, with the value "".
+    ((status, body, _),) = _run(b"GET /v1/meta/k?stale&watch=&a=1 HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert status == 200 and body["query"] == {"stale": [""], "watch": [""], "a": ["1"]}
+
+
 def test_an_absolute_url_and_a_chunked_body_are_understood():
     raw = (b"POST http://h:1/p/q?x=%20y HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n"
            b"2\r\nab\r\n1\r\nc\r\n0\r\n\r\n")  # fmt: skip

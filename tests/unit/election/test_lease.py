@@ -24,6 +24,7 @@ from shoal.kernel import codec
 
 CONFIG = VoterConfig(b"L" * 8, 1, ("a", "b", "c"))
 PEER = ("10.0.0.9", 7946)
+PEER_C = (f"10.0.0.{ord('c')}", 7946)  # voter c's address (see `voter`)
 
 
 def voter(name: str = "b", epoch: int = 0) -> LeaseElection:
@@ -247,6 +248,24 @@ def member_view(states: dict[str, Liveness], name: str) -> LeaseElection:
     return LeaseElection(name, LeaseConfig(), random.Random(1), view,
                          lambda n: (f"10.0.0.{ord(n)}", 7946), 0, CONFIG,
                          liveness_of=states.get)  # fmt: skip
+
+
+def test_a_controller_whose_renewals_win_sends_one_notice_per_renewal_and_no_backstop_round():
+    """Each won renewal tells everyone, so the backstop round (every
+    `notice_interval_s`) would only repeat it: a datagram per member
+    (0.063 per agent per second at N = 20, bench/datagram_mix.py)."""
+    el = voter("a")
+    (req, _) = stand(el)
+    el.receive(LeaseGrant(req.seq, req.epoch, "b"), PEER, 0.05)
+    el.drain()
+    cfg = LeaseConfig()
+    sent = sent_until(el, 3 * cfg.notice_interval_s, "b")
+    renewals = {m.seq for _, to, m in sent if isinstance(m, LeaseRequest) and to == PEER_C}
+    to_c = [t for t, to, m in sent if isinstance(m, ControllerNotice) and to == PEER_C]
+    slow = [t for t in to_c if t > 1.0]  # after the new controller's fast repeats
+    assert len(slow) == len(renewals) >= 3 * cfg.notice_interval_s - 2
+    gaps = [b - a for a, b in zip(slow, slow[1:], strict=False)]
+    assert min(gaps) >= cfg.renew_interval_s - 0.01
 
 
 def test_every_renewal_that_wins_tells_every_member_a_newcomer_included():
