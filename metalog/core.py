@@ -205,11 +205,6 @@ class MetaLog:
             self._origin.read(rid, key, now)
         return rid
 
-    def held_from(self) -> int:
-        """The first index the log still holds (1: nothing compacted); the
-        state at any revision below it is only in the snapshot."""
-        return self.log.offset + 1
-
     def ready(self) -> bool:
         """Whether the voters may change: this node, leading, has committed
         an entry of its own epoch (or does not lead the log: nothing of the

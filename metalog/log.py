@@ -45,8 +45,9 @@ class Log:
 
     def held_from(self) -> int:
         """The first index the log still holds (entries before it are
-        compacted; 1: none are). A watch is served from here on."""
-        return 1
+        compacted into a snapshot; 1: none are). A watch is served from
+        here on."""
+        return self.offset + 1
 
     def last(self) -> tuple[int, int]:
         """(epoch, index) of the last entry: what the voters compare."""

@@ -5,7 +5,10 @@ values; the controller's own restart resumes from its snapshot."""
 
 from __future__ import annotations
 
+import pytest
+
 from shoal.client import Client, NotApplied
+from shoal.client.errors import Compacted
 from shoal.daemon.disk.datadir import DataDir
 from shoal.storage.config import SyncConfig
 from tests.conftest import poll_until
@@ -69,7 +72,8 @@ def test_a_follower_down_during_many_writes_catches_up_by_snapshot(agents, tmp_p
     """kill -9 of a follower, 300 writes through the others (snapshots and
     compaction meanwhile), a restart: it installs the controller's snapshot
     (160 KB, in chunks) and then serves, from its own state, every key's value and revision as
-    the controller commits them; writes after it go on as usual."""
+    the controller commits them; writes after it go on as usual. A watch
+    from a compacted revision is a 410 naming the compacted revision."""
     config = tmp_path / "shoal.toml"
     config.write_text(CONFIG)
     started = agents.start(3, extra=["--meta", "--no-discovery", "--config", str(config)])
@@ -85,6 +89,14 @@ def test_a_follower_down_during_many_writes_catches_up_by_snapshot(agents, tmp_p
         key, value = f"topics/t{i % 40:02d}", f"partitions={i};".encode() + bytes(4096)
         written[key] = (value, client_of(others[i % 2]).meta.put(key, value).revision)
     assert all(a.metric("shoal_meta_snapshots_taken_total") >= 10 for a in others)
+    # A watch from before the compacted entries is told so (410), and one
+    # from just after the compacted revision replays what is kept.
+    with pytest.raises(Compacted) as gone:
+        with client_of(others[0]).meta.watch("topics/", from_revision=1) as watch:
+            next(watch)
+    assert gone.value.revision >= 200
+    with client_of(others[0]).meta.watch("topics/", from_revision=gone.value.revision + 1) as w:
+        assert next(w).revision > gone.value.revision
     follower.start()  # its old log: far behind what the controller still holds
     last = max(rev for _, rev in written.values())
     poll_until(lambda: stale(follower, "topics/t00") == written["topics/t00"]

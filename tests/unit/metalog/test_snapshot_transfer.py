@@ -110,7 +110,7 @@ def test_an_install_is_answered_only_once_durable_and_a_deposed_leader_is_refuse
     (ack,) = item.releases[0].messages
     assert ack == AppendAck(3, "node-b", True, 6)
     assert follower.state.keys == _state([1, 2, 3, 4, 5, 6]).keys
-    assert follower.held_from() == 7 and follower.counters.snapshots_installed == 1
+    assert follower.log.held_from() == 7 and follower.counters.snapshots_installed == 1
 
 
 def test_a_snapshot_whose_digest_matches_but_is_not_a_state_is_refused():
