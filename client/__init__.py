@@ -30,6 +30,7 @@ from shoal.client.errors import (
     Unknown,
 )
 from shoal.client.meta import AsyncMetaApi, MetaApi
+from shoal.client.metatxn import Compare, TxnDelete, TxnGet, TxnItem, TxnPut, TxnResult
 from shoal.client.metawatch import AsyncMetaWatch, MetaEvent, MetaListing, MetaWatch
 from shoal.client.session import Session
 from shoal.client.sync import Client, KvApi, Watch
@@ -67,6 +68,7 @@ __all__ = [
     "MetaListing", "MetaValue", "MetaWatch", "MetaWritten", "NotApplied", "NotFound",
     "QueryResult", "SelfInfo", "Session", "SessionInfo", "ShoalError", "TooLarge", "Unauthorized",
     "Unavailable", "Unknown", "UserEvent", "Watch", "Written",
+    "Compare", "TxnDelete", "TxnGet", "TxnItem", "TxnPut", "TxnResult",
 ]  # fmt: skip
 
 _ASYNC = ("AsyncClient", "AsyncKvApi", "AsyncWatch")

@@ -9,9 +9,11 @@ revision); not applied (`NotApplied`: safe to retry); or unknown
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from shoal.client import calls
+from shoal.client.metatxn import Compare, TxnOp, TxnResult, txn_call
 from shoal.client.metawatch import AsyncMetaWatch, MetaCursor, MetaListing, MetaWatch, list_steps
 from shoal.client.types import MetaValue, MetaWritten
 
@@ -54,6 +56,18 @@ class MetaApi:
         """Delete the key (committed as `put` is); `cas` as for `put`."""
         return self._client.run(calls.one(calls.meta_delete(key, cas)))
 
+    # -- transactions (client/metatxn.py) ----------------------------------------
+
+    def txn(self, compare: Sequence[Compare] = (), success: Sequence[TxnOp] = (),
+            failure: Sequence[TxnOp] = ()) -> TxnResult:  # fmt: skip
+        """Run `success` if every compare holds, else `failure`, atomically
+        at one revision (at most 64 compares and operations together).
+
+        Raises:
+            NotApplied: not appended, retry. Unknown: may have been
+                committed. BadRequest, TooLarge: the agent refused it as given.
+        """
+        return self._client.run(calls.one(txn_call(compare, success, failure)))
     # -- listing and watching (client/metawatch.py) ----------------------------------
 
     def list(self, prefix: str = "", stale: bool = False) -> MetaListing:
@@ -95,6 +109,12 @@ class AsyncMetaApi:
         """See `MetaApi.delete`."""
         return await self._client.run(calls.one(calls.meta_delete(key, cas)))
 
+    # -- transactions (client/metatxn.py) ----------------------------------------
+
+    async def txn(self, compare: Sequence[Compare] = (), success: Sequence[TxnOp] = (),
+                  failure: Sequence[TxnOp] = ()) -> TxnResult:  # fmt: skip
+        """See `MetaApi.txn`."""
+        return await self._client.run(calls.one(txn_call(compare, success, failure)))
     # -- listing and watching (client/metawatch.py) ----------------------------------
 
     async def list(self, prefix: str = "", stale: bool = False) -> MetaListing:

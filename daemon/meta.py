@@ -29,7 +29,7 @@ from shoal.daemon.metawatch import MetaWatches
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.metalog.core import ProposalDone, ReadDone
-from shoal.metalog.messages import Append, Propose, ReadRequest, ReadResult
+from shoal.metalog.messages import Append, Propose, ProposeResult, ReadRequest, ReadResult
 from shoal.metalog.snapshot import SnapshotChunk
 from shoal.metalog.state import KeyState, MetaOp
 from shoal.node.composition import ShoalNode
@@ -171,7 +171,8 @@ def channel_for(send: Send, mtu_bytes: int) -> Send:
     not fit one datagram of `mtu_bytes`."""
     if send.channel is Channel.PACKET and any(
         (type(m) is Append and m.entries) or type(m) is Propose
-        or (type(m) is ReadResult and m.value) or type(m) is SnapshotChunk
+        or (type(m) is ReadResult and m.value) or (type(m) is ProposeResult and m.txn)
+        or type(m) is SnapshotChunk
         for m in send.messages
     ):  # fmt: skip
         if len(codec.encode_payload(send.messages)) > mtu_bytes:

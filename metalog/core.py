@@ -77,7 +77,7 @@ from shoal.metalog.messages import (
 from shoal.metalog.origin import Origin
 from shoal.metalog.reads import ReadIndex
 from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
-from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp
+from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp, TxnApplied
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
@@ -354,8 +354,9 @@ class MetaLog:
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
             if asked is not None and not isinstance(result, Duplicate):
-                if isinstance(result, Applied):
-                    self._answer(*asked, OUTCOME_COMMITTED, result.revision)
+                if isinstance(result, Applied | TxnApplied):
+                    txn = result if isinstance(result, TxnApplied) else None
+                    self._answer(*asked, OUTCOME_COMMITTED, result.revision, txn)
                 else:
                     self._answer(*asked, OUTCOME_CONFLICT, result.current)
         if self._snapshot_due(state.revision):
@@ -377,8 +378,9 @@ class MetaLog:
         self.out.persist(PersistSnapshot(self.snapshot, through))
         self.counters.snapshots_taken += 1
 
-    def _answer(self, origin: str, pid: int, outcome: int, revision: int) -> None:
-        self._origin.answer(origin, ProposeResult(pid, outcome, revision))
+    def _answer(self, origin: str, pid: int, outcome: int, revision: int,
+                txn: TxnApplied | None = None) -> None:  # fmt: skip
+        self._origin.answer(origin, ProposeResult(pid, outcome, revision, txn))
 
     def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
         # Only the leader of the epoch the proposal was sent to appends it: a

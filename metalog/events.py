@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from shoal.kernel.counters import Counters
+from shoal.metalog.state import TxnApplied
 
 
 class MetaConfig(msgspec.Struct, frozen=True):
@@ -36,11 +37,13 @@ class MetaCounters(Counters):
 
 class ProposalDone(msgspec.Struct, frozen=True):
     """The outcome of this node's proposal `pid` (OUTCOME_*; `revision`:
-    the commit's, or the key's current one on a conflict)."""
+    the commit's, or the key's current one on a conflict; `txn`: a
+    committed transaction's branch and results)."""
 
     pid: int
     outcome: int
     revision: int
+    txn: TxnApplied | None = None
 
 
 class ReadDone(msgspec.Struct, frozen=True):

@@ -19,7 +19,19 @@ import msgspec
 from shoal.kernel import codec
 from shoal.kernel.codec import DecodeError, boolean, counter, name, u64
 from shoal.metalog.snapshot import SnapshotAck, SnapshotChunk
-from shoal.metalog.state import MetaDelete, MetaOp, MetaPut, NoOp
+from shoal.metalog.state import (
+    MAX_TXN_OPS,
+    Compare,
+    KeyState,
+    MetaDelete,
+    MetaGet,
+    MetaOp,
+    MetaPut,
+    MetaTxn,
+    NoOp,
+    TxnApplied,
+    TxnOp,
+)
 
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 512 * 1024
@@ -83,11 +95,13 @@ OUTCOME_UNKNOWN = 3  # appended, then leadership was lost: may or may not commit
 
 
 class ProposeResult(msgspec.Struct, frozen=True):
-    """The controller's answer to a `Propose`."""
+    """The controller's answer to a `Propose` (`txn`: a committed
+    transaction's branch and results)."""
 
     pid: int
     outcome: int
     revision: int
+    txn: TxnApplied | None = None
 
 
 class ReadRequest(msgspec.Struct, frozen=True):
@@ -143,7 +157,45 @@ def _op(v: object) -> MetaOp:
         return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES), _cas(v[3]))
     if v[0] == 2 and len(v) == 3:
         return MetaDelete(_key(v[1]), _cas(v[2]))
+    if v[0] == 3 and len(v) == 4:
+        compares, success, failure = _list(v[1]), _list(v[2]), _list(v[3])
+        if len(compares) + len(success) + len(failure) > MAX_TXN_OPS:
+            raise DecodeError("shape", "too many transaction operations")
+        return MetaTxn(tuple(_compare(c) for c in compares), tuple(_txn_op(o) for o in success),
+                       tuple(_txn_op(o) for o in failure))  # fmt: skip
     raise DecodeError("shape", "bad metadata operation")
+
+
+def _list(v: object) -> list[Any]:
+    if type(v) is not list:
+        raise DecodeError("shape", "bad transaction")
+    return v
+
+
+def _compare(v: object) -> Compare:
+    if (type(v) is not list or len(v) != 5 or type(v[1]) is not int or type(v[2]) is not int
+            or not (0 <= v[1] <= 3 and 0 <= v[2] <= 3)):  # fmt: skip
+        raise DecodeError("shape", "bad compare")
+    return Compare(_key(v[0]), v[1], v[2], u64(v[3]), _bytes(v[4], MAX_VALUE_BYTES))
+
+
+def _txn_op(v: object) -> TxnOp:
+    if type(v) is not list or not v or type(v[0]) is not int:
+        raise DecodeError("shape", "bad transaction operation")
+    if len(v) == 2 and v[0] in (2, 3):
+        return MetaDelete(_key(v[1])) if v[0] == 2 else MetaGet(_key(v[1]))
+    if len(v) == 3 and v[0] == 1:
+        return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES))
+    raise DecodeError("shape", "bad transaction operation")
+
+
+def _enc_txn_op(op: TxnOp) -> list[Any]:
+    match op:
+        case MetaPut(key, value):
+            return [1, key, value]
+        case MetaDelete(key):
+            return [2, key]
+    return [3, op.key]
 
 
 def _enc_op(op: MetaOp) -> list[Any]:
@@ -152,7 +204,31 @@ def _enc_op(op: MetaOp) -> list[Any]:
             return [1, key, value, cas]
         case MetaDelete(key, cas):
             return [2, key, cas]
+        case MetaTxn(compares, success, failure):
+            return [3, [[c.key, c.target, c.cmp, c.number, c.value] for c in compares],
+                    [_enc_txn_op(o) for o in success], [_enc_txn_op(o) for o in failure]]
     return [0]
+
+
+def _enc_txn_result(t: TxnApplied | None) -> list[Any] | None:
+    if t is None:
+        return None
+    return [t.revision, t.succeeded, [None if k is None else [k.value, k.create_revision,
+                                      k.mod_revision, k.version] for k in t.results]]
+
+
+def _txn_result(v: object) -> TxnApplied | None:
+    if v is None:
+        return None
+    if type(v) is not list or len(v) != 3 or type(v[2]) is not list or len(v[2]) > MAX_TXN_OPS:
+        raise DecodeError("shape", "bad transaction result")
+    results = []
+    for k in v[2]:
+        if k is not None and (type(k) is not list or len(k) != 4):
+            raise DecodeError("shape", "bad transaction result")
+        results.append(None if k is None else KeyState(_bytes(k[0], MAX_VALUE_BYTES), u64(k[1]),
+                                                       u64(k[2]), u64(k[3])))  # fmt: skip
+    return TxnApplied(u64(v[0]), boolean(v[1]), tuple(results))
 
 
 def _entries(v: object) -> tuple[Entry, ...]:
@@ -194,8 +270,8 @@ def _encode(msg: Any) -> list[Any] | None:
             return [71, epoch, follower, ok, match_index, read_seq]
         case Propose(origin, pid, op, epoch):
             return [72, origin, pid, _enc_op(op), epoch]
-        case ProposeResult(pid, outcome, revision):
-            return [73, pid, outcome, revision]
+        case ProposeResult(pid, outcome, revision, txn):
+            return [73, pid, outcome, revision, _enc_txn_result(txn)]
         case ReadRequest(origin, rid, key):
             return [74, origin, rid, key]
         case ReadResult(rid, ok, value, mod_revision, revision):
@@ -217,7 +293,8 @@ codec.register(71, 6, lambda f: AppendAck(counter(f[1]), name(f[2]), boolean(f[3
                                           u64(f[5])), _encode)  # fmt: skip
 codec.register(72, 5, lambda f: Propose(name(f[1]), u64(f[2]), _op(f[3]), counter(f[4])),
                _encode)  # fmt: skip
-codec.register(73, 4, lambda f: ProposeResult(u64(f[1]), _outcome(f[2]), u64(f[3])), _encode)
+codec.register(73, 5, lambda f: ProposeResult(u64(f[1]), _outcome(f[2]), u64(f[3]),
+                                              _txn_result(f[4])), _encode)  # fmt: skip
 codec.register(74, 4, lambda f: ReadRequest(name(f[1]), u64(f[2]), _key(f[3])), _encode)
 codec.register(75, 6, lambda f: ReadResult(u64(f[1]), boolean(f[2]), _opt_value(f[3]),
                                            u64(f[4]), u64(f[5])), _encode)  # fmt: skip

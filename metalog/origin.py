@@ -105,7 +105,7 @@ class Origin:
             if addr is not None:
                 self.out.send(Send(addr, (result,)))
         elif type(result) is ProposeResult:
-            self.out.event(ProposalDone(result.pid, result.outcome, result.revision))
+            self.out.event(ProposalDone(result.pid, result.outcome, result.revision, result.txn))
         else:
             assert type(result) is ReadResult
             self.out.event(ReadDone(result.rid, result.ok, result.value, result.mod_revision,
@@ -125,7 +125,7 @@ class Origin:
             outcome = OUTCOME_UNKNOWN
         if outcome == OUTCOME_UNKNOWN:
             self.counters.proposals_unknown += 1
-        self.out.event(ProposalDone(msg.pid, outcome, msg.revision))
+        self.out.event(ProposalDone(msg.pid, outcome, msg.revision, msg.txn))
 
     def on_read_result(self, msg: ReadResult, sender: Address, now: float) -> None:
         """The controller's answer to one of our reads."""

@@ -54,9 +54,10 @@ Partitions. The model splits each operation into per-partition parts
 (`Model.split`); for a key-value model, one part per key. Linearizability is
 local (Herlihy & Wing, Theorem 1): a history of single-object operations is
 linearizable if and only if each object's sub-history is, so each key is
-searched alone, which turns one exponential search into many small ones. A
-part that spans keys (a transaction) breaks locality; the model's docstring
-says what per-key checking of it does and does not prove.
+searched alone, which turns one exponential search into many small ones. An
+operation that spans keys (a transaction) is not single-object: the model
+puts the keys the history's transactions join into one partition
+(`MetaModel.for_history`, union-find), where locality holds again.
 
 Budget. The problem is NP-complete (Gibbons & Korach, 1997), so the check
 takes a budget: a number of search steps (deterministic: the same history

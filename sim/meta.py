@@ -5,8 +5,10 @@ latency, clock rates within the drift bound, and a schedule of faults
 (crashes, a crash right after a log write and before its fsync, restarts,
 partitions, the controller cut off, heals); meanwhile simulated clients,
 each talking to one node as an application talks to its local agent, put,
-compare-and-set, delete and read a few keys. Every call and return is
-recorded on true time, and an outcome the client cannot know (a timeout, a
+compare-and-set, delete and read a few keys, and run transactions over
+two others (sim/metatxn.py: a transfer with compares on both keys'
+revisions, a create-if-absent whose failure branch deletes). Every call
+and return is recorded on true time, and an outcome the client cannot know (a timeout, a
 node that crashed under it, `unknown`) is recorded as such, never as a
 success or a failure.
 
@@ -16,12 +18,10 @@ What must hold, checked after the run:
   into the checker's operations (sim/metamodel.py, sim/metahistory.py,
   sim/linearizability.py: Wing & Gong with Lowe's cache, per key),
   `linearizable()` checks them.
-- **State machine safety**: no two nodes ever applied different entries
-  at one index (every node's applied prefix is a prefix of the longest).
+- **State machine safety**: no two nodes ever apply different entries at
+  one index (checked as each entry is applied, `MetaLog.on_apply`).
 - **No acknowledged write lost**: every write a client saw committed at
-  revision R is, at the end, the entry at index R of every node that
-  applied that far.
-
+  revision R is the entry that nodes applied at index R.
 - **Equal states at equal revisions**: every node's state machine at the
   end (restored from snapshots, caught up by one, or applied entry by
   entry) is, byte for byte, the state that applying the committed entries
@@ -56,7 +56,19 @@ from shoal.metalog.messages import (
     Entry,
 )
 from shoal.metalog.snapshot import encode_state
-from shoal.metalog.state import MetaDelete, MetaOp, MetaPut, MetaState
+from shoal.metalog.state import (
+    CMP_EQUAL,
+    TARGET_CREATE,
+    TARGET_MOD,
+    Compare,
+    MetaDelete,
+    MetaGet,
+    MetaOp,
+    MetaPut,
+    MetaState,
+    MetaTxn,
+    TxnApplied,
+)
 from shoal.sim.clock import NodeClock
 from shoal.sim.cluster import SimCluster
 from shoal.sim.elections import (
@@ -70,6 +82,7 @@ from shoal.sim.elections import (
 from shoal.sim.linearizability import CheckResult, Operation
 from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
+from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
 from shoal.sim.network import LinkProfile
 
 # Every fault of the election's swarm, leaves included: a leave removes the
@@ -82,7 +95,7 @@ class Call:
     """One client operation as the client saw it (times are true time)."""
 
     client: int
-    kind: str  # "put", "delete", "get"
+    kind: str  # "put", "delete", "get", "txn"
     key: bytes
     value: bytes | None
     cas: int | None
@@ -92,6 +105,8 @@ class Call:
     revision: int = 0  # a write's commit revision; a conflict's current revision
     read_value: bytes | None = None
     read_mod_revision: int = 0
+    txn: MetaTxn | None = None
+    txn_result: TxnApplied | None = None
 
 
 @dataclass
@@ -121,6 +136,11 @@ class MetaRun:
         ops = []
         for c in self.calls:
             key = c.key.decode()
+            if c.txn is not None:
+                done = txn_output(c.txn, c.txn_result, c.outcome)
+                ops.append(Operation(c.client, c.call_at, None if done is None else c.return_at,
+                                     txn_input(c.txn), done))  # fmt: skip
+                continue
             if c.kind == "get":
                 if c.outcome == "ok":
                     value = None if c.read_value is None else c.read_value.decode()
@@ -191,7 +211,11 @@ class _Clients:
         call = Call(client, kind, key, value, cas, self.cluster.now)
         self.run.calls.append(call)
         now = self.cluster._local(node_i)  # noqa: SLF001 - the node's own clock
-        if kind == "get":
+        if self.rng.random() < 0.1:
+            call.kind, call.key, call.value, call.cas = "txn", b"", None, None
+            call.txn = self._txn()
+            ident = ("write", node.meta_propose(call.txn, now))
+        elif kind == "get":
             ident = ("read", node.meta_read(key, now))
         else:
             op: MetaOp = MetaPut(key, value or b"", cas) if kind == "put" else MetaDelete(key, cas)
@@ -201,12 +225,45 @@ class _Clients:
         self.by_node.setdefault(node_i, set()).add(slot)
         self.cluster._flush(node_i)  # noqa: SLF001
 
+    def _txn(self) -> MetaTxn:
+        """A transfer over both keys if neither changed since last seen, or
+        (one in three) both created if the second is absent, else it is
+        deleted: a failure branch that writes."""
+        a, b = TXN_KEYS
+        self.values += 1
+        va, vb = b"a%d" % self.values, b"b%d" % self.values
+        if self.rng.random() < 0.33:
+            return MetaTxn(
+                (Compare(b, TARGET_CREATE, CMP_EQUAL, 0),),
+                (MetaPut(b, vb), MetaPut(a, va)),
+                (MetaDelete(b), MetaGet(a)),
+            )
+        compares = tuple(Compare(k, TARGET_MOD, CMP_EQUAL, self.last_rev.get(k, 0))
+                         for k in TXN_KEYS)  # fmt: skip
+        return MetaTxn(compares, (MetaPut(a, va), MetaPut(b, vb)), (MetaGet(a), MetaGet(b)))
+
+    def _learn(self, txn: MetaTxn, done: TxnApplied) -> None:
+        """The mod revisions a committed transaction tells of its keys."""
+        for op, result in zip(txn.success if done.succeeded else txn.failure, done.results,
+                              strict=True):  # fmt: skip
+            if isinstance(op, MetaPut):
+                self.last_rev[op.key] = done.revision
+            elif isinstance(op, MetaDelete):
+                self.last_rev[op.key] = 0
+            else:
+                self.last_rev[op.key] = 0 if result is None else result.mod_revision
+
     def on_event(self, now: float, node: int, event: Any) -> None:
         if isinstance(event, ProposalDone):
             call = self._done((node, "write", event.pid))
             if call is None:
                 return
-            if event.outcome == OUTCOME_COMMITTED:
+            if call.txn is not None and event.outcome == OUTCOME_COMMITTED:
+                assert event.txn is not None
+                call.outcome, call.revision, call.return_at = "ok", event.revision, now
+                call.txn_result = event.txn
+                self._learn(call.txn, event.txn)
+            elif event.outcome == OUTCOME_COMMITTED:
                 call.outcome, call.revision, call.return_at = "ok", event.revision, now
                 self.last_rev[call.key] = event.revision if call.kind == "put" else 0
             elif event.outcome == OUTCOME_CONFLICT:
@@ -346,8 +403,11 @@ class _Applied:
             if call.kind == "get" or call.outcome != "ok" or call.revision not in entries:
                 continue
             entry = entries[call.revision]
-            expected = (MetaPut(call.key, call.value or b"", call.cas) if call.kind == "put"
-                        else MetaDelete(call.key, call.cas))  # fmt: skip
+            expected: MetaOp = MetaDelete(call.key, call.cas)
+            if call.txn is not None:
+                expected = call.txn
+            elif call.kind == "put":
+                expected = MetaPut(call.key, call.value or b"", call.cas)
             if entry.op != expected:
                 run.violations.append(f"acknowledged {call.kind} {call.key!r} at revision "
                                       f"{call.revision} is not there: {entry}")  # fmt: skip

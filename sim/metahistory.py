@@ -4,7 +4,8 @@
 operations that cannot matter out, seen ones ended where they were seen),
 `check_revisions` (what per-key checking cannot see: acknowledged revisions
 are global, unique and in real-time order across keys), then
-`linearizability.check` with `MetaModel`, key by key. The model and the
+`linearizability.check` with `MetaModel`, key by key (the keys
+transactions join, together). The model and the
 reasoning behind each rule are in metamodel.py's docstring and below.
 """
 
@@ -25,6 +26,8 @@ from shoal.sim.metamodel import (
     NotApplied,
     Put,
     Read,
+    Txn,
+    TxnDone,
     Value,
     Written,
 )
@@ -57,13 +60,34 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
 
     Timed-out deletes are kept as they are: an absent key's reads do not
     say which delete they saw.
+
+    The operations on a key a transaction touches are only dropped when
+    they certainly did nothing (not applied, a timed-out read), as are
+    transactions that touch no key: a transaction's compares and gets see
+    values and revisions the rules above do not account for.
     """
     by_key: dict[str, list[int]] = {}
+    in_txns: set[str] = set()
+    kept: dict[int, Operation] = {}
     for index, op in enumerate(history):
+        if isinstance(op.input, Txn):
+            in_txns.update(op.input.keys)
+            if op.input.keys and not isinstance(op.output, NotApplied):
+                kept[index] = op
+            continue
         assert isinstance(op.input, Get | Put | Delete), op.input
         by_key.setdefault(op.input.key, []).append(index)
-    kept: dict[int, Operation] = {}
-    for indices in by_key.values():
+    for key, indices in by_key.items():
+        if key in in_txns:
+            kept.update(
+                (i, history[i])
+                for i in indices
+                if not (
+                    isinstance(history[i].output, NotApplied)
+                    or (history[i].output is None and isinstance(history[i].input, Get))
+                )
+            )
+            continue
         kept.update(_prepare_key([history[i] for i in indices], indices))
     return [kept[i] for i in sorted(kept)]
 
@@ -166,7 +190,8 @@ def check_meta(
         text = "revisions out of order across keys:\n" + "\n".join(problems[:5])
         return CheckResult(Verdict.ILLEGAL, 0, 0, explanation=text)
     prepared = prepare(history)
-    return check(prepared, MetaModel(), max_steps=max_steps, clock=clock, timeout_s=timeout_s)
+    model = MetaModel.for_history(prepared)
+    return check(prepared, model, max_steps=max_steps, clock=clock, timeout_s=timeout_s)
 
 
 def check_revisions(history: Sequence[Operation]) -> list[str]:
@@ -175,8 +200,9 @@ def check_revisions(history: Sequence[Operation]) -> list[str]:
     Revisions are given in commit order, once each: two puts acknowledged
     at one revision, or a put called after another returned but
     acknowledged at a lower revision, cannot both be true (a put is its own
-    transaction here). Deletes are left out: deleting an absent key
-    answers with a revision that is not its own.
+    transaction here), and so is a committed transaction's. Deletes are
+    left out: deleting an absent key answers with a revision that is not
+    its own.
 
     Returns:
         One line per problem found, empty if none.
@@ -185,8 +211,10 @@ def check_revisions(history: Sequence[Operation]) -> list[str]:
         (
             (op.return_at, op.output.revision, op)
             for op in history
-            if isinstance(op.input, Put)
-            and isinstance(op.output, Written)
+            if (
+                (isinstance(op.input, Put) and isinstance(op.output, Written))
+                or isinstance(op.output, TxnDone)
+            )
             and op.return_at is not None
         ),
         key=lambda put: (put[0], put[1]),

@@ -60,33 +60,48 @@ checked. The state holds no version: no output reports one, and two
 orders that differ only in it must meet in the search's cache (a
 transaction's compare on the version would bring it back).
 
-Transactions are out of scope for now. Split by key (each key's compares
-and the operations on it of the branch taken, at the transaction's one
-revision), a transaction with a known outcome could be checked soundly:
-every linearizable history passes, since each key's part takes effect at the
-transaction's one instant. But the check would be weaker than it looks. It
-does not see a transaction applied on one key and not on another, because
-each key's part may be placed at its own instant; a failed transaction's
-compares cannot be checked on any one key (the one that failed may be
-another's); a timed-out transaction whose compares read another key has an
-outcome no single key can decide, which a deterministic per-key model cannot
-hold (it needs a set of states per key, Porcupine's NondeterministicModel);
-and compares on the version or the create revision would put both back in
-the state, and in the cache. Until the log's transaction API settles, a
-client that wants the weaker check records a transaction's effects on each
-key as separate operations, and leaves them out of `check_revisions` (one
-revision on several keys is legal for a transaction, not for puts).
+Transactions (`Txn`, etcd's). A transaction spans keys, so per-key
+partitions are not valid for it: `MetaModel.for_history` puts every key a
+history's transactions touch, with the keys transactions share with them
+(union-find), into one partition, whose state holds each of its keys'
+states (`Group`; the operations on one key of it step that key's state as
+above). A transaction with a known outcome (`TxnDone`) must find each of
+its compares true if it succeeded (a compare the state cannot decide, on
+an unknown revision or on a version or create revision not tracked, is
+allowed either way, and `mod_revision = R` pins an unknown revision to R),
+and not all of them true if it failed; then the branch it names runs in
+order, each put and delete a write at the transaction's revision, each get
+a read that must match. A timed-out transaction runs the branch its
+compares decide; when they cannot decide it runs the success branch. That
+is sound when its failure branch writes nothing (a failure is then the
+same as never taking effect, which the search always tries): clients that
+time out a transaction whose failure branch writes must compare only what
+the state decides (values, absence: `create_revision = 0`), as the swarm's
+do. `check_revisions` counts a transaction's revision as a put's: it too
+takes one revision of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shoal.sim.txnmodel import Cmp as Cmp  # re-exported: a transaction's parts
+from shoal.sim.txnmodel import Txn as Txn
+from shoal.sim.txnmodel import TxnDone as TxnDone
+from shoal.sim.txnmodel import describe_txn, holds
+
+if TYPE_CHECKING:
+    from shoal.sim.linearizability import Operation
 
 Value = str | bytes
 # (value or None when absent, mod revision or its lower bound, exact)
 MetaState = tuple[Value | None, int, bool]
 ABSENT: MetaState = (None, 0, True)
+# A partition of several keys (those transactions join): each key's state,
+# absent ones left out, sorted by key. Its `init` is ABSENT, read as empty.
+Group = tuple[tuple[str, MetaState], ...]
 # The value `prepare` gives a timed-out put that no read returned: which one
 # it was cannot matter, and timed-out puts that differ only in it are
 # interchangeable in the search.
@@ -145,35 +160,65 @@ class NotApplied:
 
 
 class MetaModel:
-    """The metadata log's model for `linearizability.check`, one partition per key."""
+    """The metadata log's model for `linearizability.check`: one partition
+    per key, but one for the keys transactions join (`for_history`)."""
+
+    def __init__(self, groups: dict[str, str] | None = None) -> None:
+        self.groups = groups or {}  # a key transactions touch -> its partition
+
+    @classmethod
+    def for_history(cls, history: Sequence[Operation]) -> MetaModel:
+        """The model with the keys of `history`'s transactions joined."""
+        parent: dict[str, str] = {}
+
+        def root(key: str) -> str:
+            while parent.setdefault(key, key) != key:
+                parent[key] = parent[parent[key]]
+                key = parent[key]
+            return key
+
+        for op in history:
+            if isinstance(op.input, Txn):
+                first, *rest = op.input.keys
+                for key in rest:
+                    parent[root(key)] = root(first)
+        return cls({key: root(key) for key in parent})
 
     def split(
         self, input: object, output: object | None
     ) -> Sequence[tuple[Hashable, object, object | None]]:
-        """One part: the operation's own key."""
+        """One part: the operation's key, or its keys' partition."""
+        if isinstance(input, Txn):
+            return ((self.groups[input.keys[0]], input, output),)
         assert isinstance(input, Get | Put | Delete), input
-        return ((input.key, input, output),)
+        return ((self.groups.get(input.key, input.key), input, output),)
 
     def init(self) -> MetaState:
-        """An absent key, no revision yet."""
+        """An absent key, no revision yet (an empty `Group`)."""
         return ABSENT
 
-    def step(self, state: MetaState, input: object, output: object | None) -> MetaState | None:
-        """The key's state after the operation, or None if its output is not legal."""
+    def step(self, state: Any, input: object, output: object | None) -> Any:
+        """The partition's state after the operation, or None if its output is not legal."""
         if isinstance(output, NotApplied):
             return state
-        if isinstance(input, Get):
-            return _read(state, output)
-        if isinstance(input, Put):
-            return _write(state, input.value, input.cas, output)
-        assert isinstance(input, Delete), input
-        if state[0] is None and input.cas in (None, 0):
-            # Nothing to delete: no revision, no change, any answer but a conflict.
-            return None if isinstance(output, Conflict) else state
-        return _write(state, None, input.cas, output)
+        if isinstance(input, Txn):
+            return _txn(_keys(state), input, output)
+        assert isinstance(input, Get | Put | Delete), input
+        if input.key in self.groups:
+            keys = _keys(state)
+            after = _step_key(keys.get(input.key, ABSENT), input, output)
+            if after is None:
+                return None
+            keys[input.key] = after
+            return _group(keys)
+        return _step_key(state, input, output)
 
     def describe(self, input: object, output: object | None) -> str:
         """`put('k', 'v', cas=3) -> ok(7)`, `get('k') -> ('v', 7)`, ... -> unknown."""
+        if isinstance(input, Txn):
+            return describe_txn(
+                input, output, lambda op: self.describe(op, None).removesuffix(" -> unknown")
+            )
         match input:
             case Get(key):
                 call = f"get({key!r})"
@@ -196,13 +241,80 @@ class MetaModel:
                 result = repr(output)
         return f"{call} -> {result}"
 
-    def describe_state(self, state: MetaState) -> str:
-        """`'v' at revision 7`, `absent`, `'v' at an unknown revision >= 8`."""
-        value, mod_revision, exact = state
-        if value is None:
-            return "absent"
-        at = f"revision {mod_revision}" if exact else f"an unknown revision >= {mod_revision}"
-        return f"{value!r} at {at}"
+    def describe_state(self, state: Any) -> str:
+        """`'v' at revision 7`, `absent`, `'v' at an unknown revision >= 8`;
+        a group's keys each so, `{'a': absent, ...}`."""
+        if type(state[-1]) is not bool:  # a MetaState ends with `exact`
+            return "{" + ", ".join(f"{k!r}: {_describe_key(s)}" for k, s in state) + "}"
+        return _describe_key(state)
+
+
+def _describe_key(state: MetaState) -> str:
+    value, mod_revision, exact = state
+    if value is None:
+        return "absent"
+    at = f"revision {mod_revision}" if exact else f"an unknown revision >= {mod_revision}"
+    return f"{value!r} at {at}"
+
+
+def _step_key(
+    state: MetaState, input: Get | Put | Delete, output: object | None
+) -> MetaState | None:
+    """One key's state after a single-key operation (None: not legal)."""
+    if isinstance(input, Get):
+        return _read(state, output)
+    if isinstance(input, Put):
+        return _write(state, input.value, input.cas, output)
+    if state[0] is None and input.cas in (None, 0):
+        # Nothing to delete: no revision, no change, any answer but a conflict.
+        return None if isinstance(output, Conflict) else state
+    return _write(state, None, input.cas, output)
+
+
+def _keys(state: Any) -> dict[str, MetaState]:
+    """A group's states by key (ABSENT, the init: none yet)."""
+    return {} if state == ABSENT else dict(state)
+
+
+def _group(keys: dict[str, MetaState]) -> Any:
+    """The hashable state of a group: absent keys left out, sorted."""
+    items = tuple(sorted((k, s) for k, s in keys.items() if s != ABSENT))
+    return items or ABSENT
+
+
+def _txn(keys: dict[str, MetaState], txn: Txn, output: object | None) -> Any:
+    """A group's state after a transaction, or None if its output is not legal."""
+    held = [holds(keys.get(c.key, ABSENT), c) for c in txn.compares]
+    if output is None:
+        succeeded = False not in held  # undecided: the success branch (module docstring)
+        revision = None
+    else:
+        if not isinstance(output, TxnDone):
+            return None
+        succeeded, revision = output.succeeded, output.revision
+        if (False in held) if succeeded else all(h is True for h in held):
+            return None
+        if succeeded:
+            for c in txn.compares:  # an unknown revision the compare names is pinned
+                value, mod_revision, exact = keys.get(c.key, ABSENT)
+                if c.target == "mod" and c.op == "=" and not exact and value is not None:
+                    keys[c.key] = (value, int(c.operand), True)
+    branch = txn.success if succeeded else txn.failure
+    results = (None,) * len(branch) if output is None else output.results
+    if len(results) != len(branch):
+        return None
+    written = None if revision is None else Written(revision)
+    for op, result in zip(branch, results, strict=True):
+        if isinstance(op, Get) and output is None:
+            continue  # a timed-out transaction's get says nothing
+        if isinstance(op, Get) and not isinstance(result, Read):
+            return None
+        state = keys.get(op.key, ABSENT)
+        after = _read(state, result) if isinstance(op, Get) else _step_key(state, op, written)
+        if after is None:
+            return None
+        keys[op.key] = after
+    return _group(keys)
 
 
 def _read(state: MetaState, output: object | None) -> MetaState | None:

@@ -4,6 +4,7 @@
     DELETE /v1/meta/<key>[?cas=R]    delete <key>
     GET    /v1/meta/<key>[?stale]    the key, read through the controller (or,
                                      with ?stale, from this agent's applied state)
+    POST   /v1/meta/txn              a transaction (api/metatxn.py)
 
 Every answer tells the outcome. A write: committed (200, with its
 revision); refused by its `cas` (409, with the key's current mod
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from shoal.daemon.api.answers import HttpError, Request
+from shoal.daemon.api.metatxn import TXN_ROUTE, txn_route
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.meta import MetaService
 from shoal.metalog.messages import (
@@ -41,6 +43,11 @@ def meta_route(agent: AgentPort, request: Request) -> Any:
     """The metadata routes: one key each."""
     service = agent.meta
     method, path = request.method, request.path
+    if method == "POST" and path == TXN_ROUTE:
+        if service is None:
+            raise HttpError(503, f"{NOT_APPLIED} (the metadata log is off on this agent: "
+                            "[meta] enabled, docs/metadata.md)", outcome="not_applied")  # fmt: skip
+        return txn_route(service, request.body)
     key = unquote_to_bytes(path[_SKIP:]) if "%" in path else path[_SKIP:].encode()
     if not key:
         raise HttpError(405 if method in ("PUT", "DELETE") else 404,

@@ -53,6 +53,7 @@ from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
 from shoal.daemon.api.http import HttpServer
 from shoal.daemon.api.kv import KV_PREFIX, kv_route
 from shoal.daemon.api.meta import META_PREFIX, meta_route
+from shoal.daemon.api.metatxn import TXN_BODY_BYTES, TXN_ROUTE
 from shoal.daemon.api.metawatch import collection_route
 from shoal.daemon.api.port import AgentPort, AgentStatus
 from shoal.daemon.disk.dataformat import FORMAT_VERSION
@@ -128,6 +129,8 @@ class ApiServer:
         """The largest request body accepted for `method path`."""
         if method == "PUT" and (path.startswith(KV_PREFIX) or path.startswith(META_PREFIX)):
             return MAX_VALUE_BYTES
+        if method == "POST" and path == TXN_ROUTE:
+            return TXN_BODY_BYTES
         return MAX_BODY_BYTES
 
     def handle(self, request: Request) -> Any:

@@ -1,4 +1,4 @@
-"""`shoal meta put|get|delete|list|watch`: the metadata log from the shell
+"""`shoal meta put|get|delete|list|watch|txn`: the metadata log from the shell
 (docs/metadata.md).
 
 Each write prints its outcome: `Committed: KEY at revision R` (exit 0); a
@@ -12,6 +12,12 @@ lines (`--json`: the listing with revisions); `watch PREFIX [--from R]`
 prints one line per committed change, `REVISION put KEY VALUE` or
 `REVISION delete KEY`, until interrupted, resuming by itself; a revision
 no longer kept is one line on stderr and exit 1.
+
+`txn FILE|-` sends a JSON transaction (docs/metadata.md) and prints the
+answer as JSON: exit 0 when its compares held, 1 when its failure branch
+ran (a line on stderr says so; both committed), 1 for not applied and
+unknown as the writes; a document that is not JSON, or one the agent
+refuses as given (400, 413), is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
                            help="read this agent's applied state (fast; may be behind)")
             p.add_argument("--json", action="store_true", help="print JSON with revisions")
     _add_list_watch(actions, api_arg)
+    _add_txn_parser(actions, api_arg)
 
 
 def _add_list_watch(actions: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -77,6 +84,8 @@ def meta_command(client: Client, args: argparse.Namespace) -> int:
     from shoal.client import NotFound
 
     action: str = args.meta_command
+    if action == "txn":
+        return txn_command(client, args.file)
     if action in ("list", "watch"):
         return _list(client, args) if action == "list" else _watch(client, args)
     if not args.key:
@@ -111,6 +120,50 @@ def _cas(text: str | None) -> int | None:
     return int(text)
 
 
+# -- transactions --------------------------------------------------------------------
+
+
+def _add_txn_parser(actions: Any, api_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = actions.add_parser("txn", help="run a transaction (JSON: compare, success, failure) "
+                           "atomically, once committed")  # fmt: skip
+    api_arg(p)
+    p.add_argument("file", metavar="FILE", help="the JSON transaction, or - to read stdin")
+
+
+def txn_command(client: Client, source: str) -> int:
+    """`shoal meta txn FILE|-`: send the document, print the answer."""
+    from shoal.client import BadRequest, TooLarge
+    from shoal.client.metatxn import txn_document_call
+
+    try:
+        body = sys.stdin.buffer.read() if source == "-" else _read(source)
+        json.loads(body)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not a JSON transaction ({exc})") from None
+    try:
+        answer = client.run(_one(txn_document_call(body)))
+    except (BadRequest, TooLarge) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    print(json.dumps(answer, indent=2))
+    if answer.get("succeeded"):
+        return 0
+    print(f"shoal: compares did not hold: the failure branch ran at revision "
+          f"{answer.get('revision')}", file=sys.stderr)  # fmt: skip
+    return 1
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+def _one(call: Any) -> Any:
+    from shoal.client import calls
+
+    return calls.one(call)
 def _shown(value: bytes | None) -> str:
     """A value on one line: text with newlines as \\n, else base64:..."""
     value = value or b""

@@ -8,6 +8,7 @@ import pytest
 
 from shoal.election.voter import Voter
 from shoal.metalog.core import MetaLog
+from shoal.metalog.state import MetaState
 from shoal.sim.meta import meta_run
 
 MAX_SEEDS = 40
@@ -26,6 +27,7 @@ def first_caught() -> int | None:
 def restored() -> Iterator[None]:
     yield
     MetaLog.mutation = None
+    MetaState.mutation = None
     Voter.check_log = True
 
 
@@ -47,6 +49,14 @@ def test_the_checks_catch_a_snapshot_one_entry_short(restored):
     assert seed is not None
     r = meta_run(seed)
     assert any("is not the committed entries' state" in v for v in r.violations), r.violations
+
+
+def test_the_checks_catch_a_transaction_that_ignores_its_compares(restored):
+    """A transaction that runs its success branch though a compare failed
+    (a transfer over a balance another client changed) is caught by the
+    model's transactions, checked over both of their keys at once."""
+    MetaState.mutation = "txn_ignores_compares"
+    assert first_caught() is not None
 
 
 def test_the_checks_catch_a_vote_without_the_up_to_date_check(restored):

@@ -2,10 +2,10 @@
 loss, duplication, crashes (some right after a log write, before its
 fsync, some while installing a snapshot), voters leaving and coming back,
 clock rates in and far outside the drift bound, a replayer, and clients
-putting, compare-and-setting, deleting and reading, with snapshots and log
-compaction every few entries: every history is linearizable, nothing
-acknowledged is lost, no two nodes apply different entries at one index,
-and nodes at equal revisions hold equal states."""
+putting, compare-and-setting, deleting, reading and running transactions,
+with snapshots and log compaction every few entries: every history is
+linearizable, nothing acknowledged is lost, no two nodes apply different
+entries at one index, and nodes at equal revisions hold equal states."""
 
 import os
 

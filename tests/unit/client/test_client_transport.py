@@ -196,6 +196,7 @@ def test_the_public_names_are_pinned():
         "Member", "MemberAnswer", "MemberEvent", "NotFound", "QueryResult", "SelfInfo",
         "Session", "SessionInfo", "ShoalError", "TooLarge", "Unauthorized", "Unavailable",
         "UserEvent", "Watch", "Written",
+        "Compare", "TxnDelete", "TxnGet", "TxnItem", "TxnPut", "TxnResult",
         "AsyncMetaWatch", "Compacted", "MetaEvent", "MetaListing", "MetaWatch",  # meta watches
     ])  # fmt: skip
     for name in shoal.client.__all__:

@@ -55,6 +55,9 @@ def test_the_keyring_file_keeps_its_version_and_a_0_1_file_still_loads(tmp_path)
         (f'{{"version": -1, "keys": ["{KEY}"]}}', 0o600, "whole number"),
         (f'{{"keys": ["{KEY}"]}}', 0o600, "version"),
     ],
+    # Named by what they refuse: KEY is random, and the test's name must be the
+    # same in every process that collects it (make test runs two: pytest-xdist).
+    ids=["world-readable", "not-json", "short-key", "empty", "negative-version", "no-version"],
 )
 def test_a_bad_keyring_file_is_refused_naming_the_setting(tmp_path, content, mode, message):
     """A world-readable, malformed or short-keyed file stops the agent (exit 2)."""

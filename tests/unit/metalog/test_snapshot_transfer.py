@@ -122,3 +122,17 @@ def test_a_snapshot_whose_digest_matches_but_is_not_a_state_is_refused():
     assert follower.state.revision == 0 and follower.counters.snapshot_chunks_refused == 1
     (send,) = follower.drain().send
     assert send.messages[0] == SnapshotAck(2, "node-b", 9, 0)
+
+
+def test_a_state_a_transaction_left_is_restored_whole():
+    """A snapshot holds keys however an op left them: after a transaction,
+    the restored state equals the state applied entry by entry."""
+    from shoal.metalog.state import CMP_EQUAL, TARGET_MOD, Compare, MetaDelete, MetaTxn
+
+    state = _state([1, 2])
+    txn = MetaTxn((Compare(b"key-1", TARGET_MOD, CMP_EQUAL, 1),),
+                  (MetaPut(b"key-3", b"t"), MetaDelete(b"key-2")))  # fmt: skip
+    assert state.apply(3, txn, "node-0", 200).succeeded  # type: ignore[union-attr]
+    back = restore(take(state, 2))
+    assert back.keys == state.keys and set(back.keys) == {b"key-1", b"key-3"}
+    assert encode_state(back) == encode_state(state)
