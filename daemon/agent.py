@@ -256,8 +256,10 @@ class Agent:
         self.local = LocalDelivery(self._loop, me, self._receive)
         self.meta = MetaService(self._loop, lambda: self.node, self.flush,
                                 settings.answer_timeout_s)  # fmt: skip
-        return {"meta": MetaConfig(settings.heartbeat_s, settings.answer_timeout_s),
-                "meta_log": self.data_dir.load_log()}
+        return {"meta": MetaConfig(settings.heartbeat_s, settings.answer_timeout_s,
+                                   settings.snapshot_every, settings.keep_entries),
+                "meta_log": self.data_dir.load_log(),
+                "meta_snapshot": self.data_dir.load_snapshot()}
 
     def _send(self, send: Send) -> None:
         """Send one `Send`; one to this agent itself is delivered here."""

@@ -56,13 +56,19 @@ class FaultConfig(msgspec.Struct, frozen=True):
 class MetaSettings(msgspec.Struct, frozen=True):
     """`[meta]`: the metadata log (docs/metadata.md)."""
 
-    # Off by default in this release: the log is a preview (no snapshots,
-    # no voter changes yet). Turn it on on every agent of a cluster.
+    # Off by default in this release: the log is a preview (no voter
+    # changes yet). Turn it on on every agent of a cluster.
     enabled: bool = False
     heartbeat_s: float = 0.1  # the controller's heartbeat (metalog/core.py, MetaConfig)
     answer_timeout_s: float = 3.0  # a forwarded write unanswered: unknown (504)
+    snapshot_every: int = 10_000  # applied entries between snapshots (metalog/snapshot.py)
+    keep_entries: int = 1_000  # entries kept behind a snapshot for followers slightly behind
 
     def __post_init__(self) -> None:
+        if not 10 <= self.snapshot_every <= 10_000_000:
+            raise ValueError("snapshot_every must be 10 to 10,000,000 entries")
+        if not 0 <= self.keep_entries <= 10_000_000:
+            raise ValueError("keep_entries must be 0 to 10,000,000 entries")
         if not 0.01 <= self.heartbeat_s <= 5.0:
             raise ValueError("heartbeat_s must be 0.01 to 5 seconds")
         if not 0.1 <= self.answer_timeout_s <= 60.0:

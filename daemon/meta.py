@@ -10,7 +10,8 @@ and not answered by then has an *unknown* outcome, and is told so.
 Messages the log sends to this agent's own address (the controller's own
 durable answer to itself) are delivered here, in the next pass of the
 loop, not through the socket (`LocalDelivery`). The log sends datagrams;
-an `Append` (a proposal, a read's answer) larger than the MTU goes on a stream instead
+an `Append` (a proposal, a read's answer, a snapshot's chunk) larger than the MTU goes on
+a stream instead
 (`channel_for`), and what arrives on a stream is answered at the sender's
 gossip address, found by the name the message carries (`reply_to`): a
 stream's source port is not one anybody listens on.
@@ -29,6 +30,7 @@ from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.metalog.core import ProposalDone, ReadDone
 from shoal.metalog.messages import Append, Propose, ProposeResult, ReadRequest, ReadResult
+from shoal.metalog.snapshot import SnapshotChunk
 from shoal.metalog.state import KeyState, MetaOp
 from shoal.node.composition import ShoalNode
 
@@ -170,6 +172,7 @@ def channel_for(send: Send, mtu_bytes: int) -> Send:
     if send.channel is Channel.PACKET and any(
         (type(m) is Append and m.entries) or type(m) is Propose
         or (type(m) is ReadResult and m.value) or (type(m) is ProposeResult and m.txn)
+        or type(m) is SnapshotChunk
         for m in send.messages
     ):  # fmt: skip
         if len(codec.encode_payload(send.messages)) > mtu_bytes:
@@ -182,7 +185,7 @@ def reply_to(node: ShoalNode, messages: list[Any], sender: Address) -> Address:
     that a log request names (its leader or origin), else `sender`."""
     first = messages[0] if messages else None
     kind = type(first)
-    if kind is Append:
+    if kind is Append or kind is SnapshotChunk:
         name = first.leader  # type: ignore[union-attr]
     elif kind is Propose or kind is ReadRequest:
         name = first.origin  # type: ignore[union-attr]

@@ -32,21 +32,17 @@ current epoch after it). Every node applies committed entries in order to
 its `MetaState`; the leader then answers the proposal: committed (with its
 revision), or a conflict of its `cas`.
 
-**Outcomes.** A write proposed anywhere is forwarded to the controller. Its
-origin is told exactly one of: committed, conflict, *not applied* (nothing
-was sent: no controller known), or *unknown* (sent: the controller asked
-no longer leads, or lost its leadership after appending it, or did not
-answer in time: it may yet commit). A minority never acknowledges a write.
-A controller that no longer leads the epoch a proposal names refuses it,
-but its origin still reports it unknown: with a network that duplicates
-datagrams, the refusal may answer a copy of a proposal whose original it
-appended while it led.
+**Outcomes** of a write asked anywhere: metalog/origin.py.
 
 **Reads** (ReadIndex, Ongaro's thesis §6.4): the leader, once an entry of
 its epoch is committed, notes its commit index, sends a heartbeat round
 numbered `read_seq`, and answers once a majority of the voters have
 acknowledged that round (or a later one) under its epoch: no clock is
 trusted. A read asked before then waits.
+
+**Snapshots** (metalog/snapshot.py): every `snapshot_every` applied
+entries a node snapshots its state and compacts its log behind it; a
+follower that needs entries the leader no longer holds gets the snapshot.
 
 Pure: no IO, no clock; time is passed in, the driver makes writes durable.
 """
@@ -57,10 +53,13 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
+
 from shoal.kernel.contract import EMPTY, Address, Output, Send
 from shoal.kernel.outbox import Outbox
+from shoal.metalog import snapshot as snap
 from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
-from shoal.metalog.log import Log
+from shoal.metalog.log import resume
 from shoal.metalog.messages import (
     MAX_ENTRIES_PER_APPEND,
     OUTCOME_COMMITTED,
@@ -75,8 +74,10 @@ from shoal.metalog.messages import (
     ReadRequest,
     ReadResult,
 )
+from shoal.metalog.origin import Origin
 from shoal.metalog.reads import ReadIndex
-from shoal.metalog.state import Applied, Duplicate, MetaOp, MetaState, NoOp, TxnApplied
+from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
+from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp, TxnApplied
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
@@ -88,7 +89,9 @@ class MetaLog:
     # catches it (tests/sim/test_meta.py): "commit_alone" (acknowledge once
     # the leader's own disk holds an entry, not a majority's) or
     # "read_without_quorum" (serve reads from local state without
-    # confirming leadership: a deposed controller answers stale).
+    # confirming leadership: a deposed controller answers stale), or
+    # "snapshot_short" (a snapshot holds the state one entry before the
+    # index it claims).
     mutation: str | None = None
 
     def __init__(self, name: str, me: Address, config: MetaConfig, rng: random.Random,
@@ -96,7 +99,8 @@ class MetaLog:
                  highest_epoch: Callable[[], int], saw_epoch: Callable[[int], None],
                  voters: Callable[[], tuple[tuple[str, ...], ...]],
                  controller: Callable[[], tuple[str, int] | None],
-                 addr_of: Callable[[str], Address | None]) -> None:  # fmt: skip
+                 addr_of: Callable[[str], Address | None],
+                 snapshot: Snapshot | None = None) -> None:  # fmt: skip
         """Args:
         name: this node's name; me: its address (its own durable appends
             answer it there, as a follower's answer the leader).
@@ -111,11 +115,17 @@ class MetaLog:
             change, however it ends, can elect a controller without an
             entry committed here); controller: the controller known, if any.
         addr_of: a member's address.
+        snapshot: the latest snapshot a previous run left durable (`entries`
+            then go on from somewhere at or before it).
         """
         self.name, self.me, self.config, self.rng = name, me, config, rng
-        self.log = Log(entries)
-        self.state = MetaState()
-        self.commit = 0
+        self.snapshot = snapshot
+        self.log, self.state = resume(snapshot, entries)
+        self.commit = self.state.revision
+        self._sender = snap.Sender(config.chunk_bytes, config.chunk_window)
+        self._receiver = snap.Receiver()
+        # Called with each entry as it is applied (the simulator's checks).
+        self.on_apply: Callable[[Entry], None] | None = None
         self.out = Outbox()
         self.counters = MetaCounters()
         self._leading_epoch, self._highest_epoch = leading_epoch, highest_epoch
@@ -135,16 +145,13 @@ class MetaLog:
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._now = 0.0  # the latest time an input came with (drain has none)
-        # Origin state: what this node asked, and until when it waits. Ids
-        # start at random, so a restarted node's are not its last run's
-        # (the state machine skips a proposal id it applied before).
-        self._next_id = rng.getrandbits(48)
-        self._asked: dict[int, float] = {}  # pid -> deadline
-        self._reading: dict[int, float] = {}  # rid -> deadline
+        # What this node asked the controller, and until when it waits.
+        self._origin = Origin(name, config, rng, self.out, self.counters, controller, addr_of)
         self.handlers: dict[type, Callable[[Any, Address, float], None]] = {
             Append: self._on_append, AppendAck: self._on_ack, Propose: self._on_propose,
-            ProposeResult: self._on_result, ReadRequest: self._on_read,
-            ReadResult: self._on_read_result,
+            ProposeResult: self._origin.on_result, ReadRequest: self._on_read,
+            ReadResult: self._origin.on_read_result, SnapshotChunk: self._on_chunk,
+            SnapshotAck: self._on_chunk_ack,
         }  # fmt: skip
 
     # -- the core contract -----------------------------------------------------
@@ -160,19 +167,11 @@ class MetaLog:
         self.leadership(now)
         if self.epoch is not None and now >= self._heartbeat_at:
             self._replicate(now, heartbeat=True)
-        for pid, deadline in list(self._asked.items()):
-            if now >= deadline:
-                del self._asked[pid]
-                self.counters.proposals_unknown += 1
-                self.out.event(ProposalDone(pid, OUTCOME_UNKNOWN, 0))
-        for rid, deadline in list(self._reading.items()):
-            if now >= deadline:
-                del self._reading[rid]
-                self.out.event(ReadDone(rid, False, None, 0, 0))
+        self._origin.expire(now)
 
     def next_deadline(self) -> float | None:
         """The next heartbeat or answer timeout."""
-        times = [*self._asked.values(), *self._reading.values()]
+        times = self._origin.deadlines()
         if self.epoch is not None:
             times.append(self._heartbeat_at)
         return min(times) if times else None
@@ -194,35 +193,20 @@ class MetaLog:
 
     def propose(self, op: MetaOp, now: float) -> int:
         """Write `op` through the controller; its `ProposalDone` follows."""
-        self._next_id += 1
-        pid = self._next_id
+        pid = self._origin.next_id()
         if self.epoch is not None:
             self._append(op, (self.name, pid), now)
-            return pid
-        known = self._controller()
-        addr = None if known is None else self._addr_of(known[0])
-        if known is None or addr is None or known[0] == self.name:
-            self.counters.proposals_not_applied += 1
-            self.out.event(ProposalDone(pid, OUTCOME_NOT_APPLIED, 0))
-            return pid
-        self._asked[pid] = now + self.config.answer_timeout_s
-        self.out.send(Send(addr, (Propose(self.name, pid, op, known[1]),)))
+        else:
+            self._origin.propose(pid, op, now)
         return pid
 
     def read(self, key: bytes, now: float) -> int:
         """Read `key` linearizably through the controller; `ReadDone` follows."""
-        self._next_id += 1
-        rid = self._next_id
+        rid = self._origin.next_id()
         if self.epoch is not None:
             self._start_read(self.name, rid, key, now)
-            return rid
-        known = self._controller()
-        addr = None if known is None else self._addr_of(known[0])
-        if known is None or addr is None or known[0] == self.name:
-            self.out.event(ReadDone(rid, False, None, 0, 0))
-            return rid
-        self._reading[rid] = now + self.config.answer_timeout_s
-        self.out.send(Send(addr, (ReadRequest(self.name, rid, key),)))
+        else:
+            self._origin.read(rid, key, now)
         return rid
 
     def ready(self) -> bool:
@@ -248,6 +232,7 @@ class MetaLog:
         self._next = {}
         self._match = {}
         self._reads.reset()
+        self._sender.reset()
         self._append(NoOp(), None, now)
         self._noop_index = self.log.last_index
 
@@ -281,14 +266,17 @@ class MetaLog:
         self._follow_voters()
         log = self.log
         for voter, nxt in self._next.items():
-            entries = log.since(nxt, MAX_ENTRIES_PER_APPEND)
-            if not entries and not heartbeat:
+            prev_epoch = log.epoch_at(nxt - 1)
+            entries = () if prev_epoch is None else log.since(nxt, MAX_ENTRIES_PER_APPEND)
+            if not entries and not heartbeat and prev_epoch is not None:
                 continue
             addr = self._addr_of(voter)
             if addr is None:
                 continue
-            prev_epoch = log.epoch_at(nxt - 1)
-            assert prev_epoch is not None
+            if prev_epoch is None:  # compacted away: the snapshot instead
+                self._send_snapshot(voter, addr, heartbeat)
+                continue
+            self._sender.done(voter)
             msg = Append(self.epoch, self.name, nxt - 1, prev_epoch, entries, self.commit,
                          self._reads.seq)  # fmt: skip
             self.out.send(Send(addr, (msg,)))
@@ -305,6 +293,20 @@ class MetaLog:
         self._match.pop(name, None)
         if name in self._next:
             self._next[name] = self.log.last_index + 1  # it backs up from there
+
+    def _send_snapshot(self, voter: str, addr: Address, again: bool) -> None:
+        assert self.epoch is not None and self.snapshot is not None
+        for chunk in self._sender.chunks(voter, self.snapshot, self.log.offset, self.epoch,
+                                         self.name, again):  # fmt: skip
+            self.counters.snapshot_chunks_sent += 1
+            self.out.send(Send(addr, (chunk,)))
+
+    def _on_chunk_ack(self, msg: SnapshotAck, sender: Address, now: float) -> None:
+        if self.epoch is None or msg.epoch != self.epoch or msg.follower not in self._next:
+            return
+        addr = self._addr_of(msg.follower)
+        if addr is not None and self._sender.acked(msg.follower, msg.index, msg.received):
+            self._send_snapshot(msg.follower, addr, False)
 
     def _follow_voters(self) -> None:
         """Replicate to every voter of every set, and to the learners: a new
@@ -359,8 +361,12 @@ class MetaLog:
         state, log = self.state, self.log
         while state.revision < self.commit:
             index = state.revision + 1
-            entry = log.entries[index - 1]
+            entry = log.entry(index)
+            if MetaLog.mutation == "snapshot_short" and self._snapshot_due(index):
+                self._take_snapshot(index)  # the bug: the state before the entry
             result = state.apply(index, entry.op, entry.origin, entry.pid)
+            if self.on_apply is not None:
+                self.on_apply(entry)
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
             if asked is not None and not isinstance(result, Duplicate):
@@ -369,17 +375,28 @@ class MetaLog:
                     self._answer(*asked, OUTCOME_COMMITTED, result.revision, txn)
                 else:
                     self._answer(*asked, OUTCOME_CONFLICT, result.current)
+        if self._snapshot_due(state.revision):
+            self._take_snapshot(state.revision)
+
+    def _snapshot_due(self, index: int) -> bool:
+        every = self.config.snapshot_every
+        return every > 0 and index - (0 if self.snapshot is None else self.snapshot.index) >= every
+
+    def _take_snapshot(self, index: int) -> None:
+        """Snapshot the state as `index`'s; compact the log behind it but
+        for a tail (the driver stores one, then drops the other)."""
+        epoch = self.log.epoch_at(index)
+        assert epoch is not None
+        data = snap.encode_state(self.state)
+        self.snapshot = Snapshot(index, epoch, data, snap.digest(data))
+        through = max(self.log.offset, index - self.config.keep_entries)
+        self.log.compact(through)
+        self.out.persist(PersistSnapshot(self.snapshot, through))
+        self.counters.snapshots_taken += 1
 
     def _answer(self, origin: str, pid: int, outcome: int, revision: int,
                 txn: TxnApplied | None = None) -> None:  # fmt: skip
-        if outcome == OUTCOME_UNKNOWN:
-            self.counters.proposals_unknown += 1
-        if origin == self.name:
-            self.out.event(ProposalDone(pid, outcome, revision, txn))
-            return
-        addr = self._addr_of(origin)
-        if addr is not None:
-            self.out.send(Send(addr, (ProposeResult(pid, outcome, revision, txn),)))
+        self._origin.answer(origin, ProposeResult(pid, outcome, revision, txn))
 
     def _on_propose(self, msg: Propose, sender: Address, now: float) -> None:
         # Only the leader of the epoch the proposal was sent to appends it: a
@@ -426,28 +443,32 @@ class MetaLog:
             held = self.state.get(key)
             answer = ReadResult(rid, True, None if held is None else held.value,
                                 0 if held is None else held.mod_revision, self.state.revision)
-        if origin == self.name:
-            self.out.event(ReadDone(answer.rid, answer.ok, answer.value, answer.mod_revision,
-                                    answer.revision))  # fmt: skip
-            return
-        addr = self._addr_of(origin)
-        if addr is not None:
-            self.out.send(Send(addr, (answer,)))
+        self._origin.answer(origin, answer)
 
     # -- follower -----------------------------------------------------------------
 
-    def _on_append(self, msg: Append, sender: Address, now: float) -> None:
-        if self.epoch is not None and msg.epoch > self.epoch:
+    def _from_leader(self, epoch: int, sender: Address, read_seq: int) -> bool:
+        """Whether to follow a leader of `epoch` (else refused: deposed)."""
+        if self.epoch is not None and epoch > self.epoch:
             self._step_down()  # a successor leads: the election will say so too
         highest = self._highest_epoch()
-        if msg.epoch < highest or (self.epoch is not None and msg.epoch <= self.epoch):
+        if epoch < highest or (self.epoch is not None and epoch <= self.epoch):
             self.counters.appends_refused_epoch += 1
             refusal = AppendAck(max(highest, self.epoch or 0), self.name, False,
-                                self.log.last_index, msg.read_seq)  # fmt: skip
+                                self.log.last_index, read_seq)  # fmt: skip
             self.out.send(Send(sender, (refusal,)))
+            return False
+        self._saw_epoch(epoch)
+        return True
+
+    def _on_append(self, msg: Append, sender: Address, now: float) -> None:
+        if not self._from_leader(msg.epoch, sender, msg.read_seq):
             return
-        self._saw_epoch(msg.epoch)
         log = self.log
+        if msg.prev_index < log.offset:  # compacted here: committed, so the same
+            msg = msgspec.structs.replace(msg, prev_index=log.offset, prev_epoch=log.offset_epoch,
+                                          entries=tuple(e for e in msg.entries
+                                                        if e.index > log.offset))  # fmt: skip
         if log.epoch_at(msg.prev_index) != msg.prev_epoch:
             self.counters.appends_refused_gap += 1
             hint = min(log.last_index, msg.prev_index - 1)
@@ -466,24 +487,22 @@ class MetaLog:
             self.commit = commit
             self._apply(now)
 
-    def _on_result(self, msg: ProposeResult, sender: Address, now: float) -> None:
-        if self._asked.pop(msg.pid, None) is None:
-            return  # answered already (timed out as unknown), or not ours
-        outcome = msg.outcome
-        if outcome == OUTCOME_NOT_APPLIED:
-            # The controller asked no longer leads that epoch, but it may
-            # have appended a copy of this proposal while it did (a
-            # duplicated datagram answered after the original was appended:
-            # the swarm's checker found it), and that copy may yet commit.
-            # Only a write never sent is surely not applied.
-            outcome = OUTCOME_UNKNOWN
-        if outcome == OUTCOME_UNKNOWN:
-            self.counters.proposals_unknown += 1
-        self.out.event(ProposalDone(msg.pid, outcome, msg.revision, msg.txn))
-
-    def _on_read_result(self, msg: ReadResult, sender: Address, now: float) -> None:
-        if self._reading.pop(msg.rid, None) is None:
+    def _on_chunk(self, msg: SnapshotChunk, sender: Address, now: float) -> None:
+        if not self._from_leader(msg.epoch, sender, 0):
             return
-        self.out.event(ReadDone(msg.rid, msg.ok, msg.value, msg.mod_revision, msg.revision))
-
-
+        if msg.index <= self.commit:  # held already (its state, or later)
+            self.out.send_durable(Send(sender, (AppendAck(msg.epoch, self.name, True,
+                                                          msg.index),)))  # fmt: skip
+            return
+        received, done = self._receiver.take(msg)
+        self.counters.snapshot_chunks_refused = self._receiver.refused
+        if done is None:
+            self.out.send(Send(sender, (SnapshotAck(msg.epoch, self.name, msg.index, received),)))
+            return
+        whole, self.state = done
+        through = self.log.install(whole.index, whole.epoch)
+        self.commit, self.snapshot = whole.index, whole
+        self.counters.snapshots_installed += 1
+        self.out.persist(PersistSnapshot(whole, through))
+        ack = AppendAck(msg.epoch, self.name, True, whole.index)
+        self.out.send_durable(Send(sender, (ack,)))  # once the snapshot is durable

@@ -9,10 +9,14 @@ from shoal.metalog.state import TxnApplied
 
 
 class MetaConfig(msgspec.Struct, frozen=True):
-    """The log's timing."""
+    """The log's timing, and its snapshots (metalog/snapshot.py)."""
 
     heartbeat_s: float = 0.1  # the leader's heartbeat (and resend) interval
     answer_timeout_s: float = 3.0  # a forwarded write or read unanswered: unknown
+    snapshot_every: int = 10_000  # applied entries between snapshots (0: never)
+    keep_entries: int = 1_000  # entries kept behind a snapshot, for followers slightly behind
+    chunk_bytes: int = 64 * 1024  # a snapshot is sent in chunks of this size
+    chunk_window: int = 4  # chunks in flight to one follower
 
 
 class MetaCounters(Counters):
@@ -25,6 +29,10 @@ class MetaCounters(Counters):
     proposals_not_applied: int = 0
     proposals_unknown: int = 0
     reads_served: int = 0
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0  # received whole from the leader, checked, installed
+    snapshot_chunks_sent: int = 0
+    snapshot_chunks_refused: int = 0  # damaged (checksum), sent again
 
 
 class ProposalDone(msgspec.Struct, frozen=True):

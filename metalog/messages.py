@@ -3,7 +3,9 @@
 Raft's AppendEntries and its answer, carrying the election's epoch as the
 term; a proposal forwarded to the controller and its outcome; a
 linearizable read asked of the controller (ReadIndex, Ongaro's thesis
-section 6.4) and its answer. Sent only while the cluster's feature level
+section 6.4) and its answer; a snapshot sent in chunks to a follower the
+log no longer has the entries for, and its progress (76-77,
+metalog/snapshot.py). Sent only while the cluster's feature level
 includes the metadata log (node/features.py), so an agent that predates it
 never receives one.
 """
@@ -16,6 +18,7 @@ import msgspec
 
 from shoal.kernel import codec
 from shoal.kernel.codec import DecodeError, boolean, counter, name, u64
+from shoal.metalog.snapshot import SnapshotAck, SnapshotChunk
 from shoal.metalog.state import (
     MAX_TXN_OPS,
     Compare,
@@ -33,6 +36,7 @@ from shoal.metalog.state import (
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 512 * 1024
 MAX_ENTRIES_PER_APPEND = 1024
+MAX_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class Entry(msgspec.Struct, frozen=True, gc=False):
@@ -120,7 +124,8 @@ class ReadResult(msgspec.Struct, frozen=True):
     revision: int
 
 
-MetaMessage = Append | AppendAck | Propose | ProposeResult | ReadRequest | ReadResult
+MetaMessage = (Append | AppendAck | Propose | ProposeResult | ReadRequest | ReadResult
+               | SnapshotChunk | SnapshotAck)  # fmt: skip
 
 
 # -- codec -----------------------------------------------------------------
@@ -271,6 +276,10 @@ def _encode(msg: Any) -> list[Any] | None:
             return [74, origin, rid, key]
         case ReadResult(rid, ok, value, mod_revision, revision):
             return [75, rid, ok, value, mod_revision, revision]
+        case SnapshotChunk(epoch, leader, index, snap_epoch, size, offset, data, crc, digest):
+            return [76, epoch, leader, index, snap_epoch, size, offset, data, crc, digest]
+        case SnapshotAck(epoch, follower, index, received):
+            return [77, epoch, follower, index, received]
     return None  # fmt: skip
 
 
@@ -289,3 +298,20 @@ codec.register(73, 5, lambda f: ProposeResult(u64(f[1]), _outcome(f[2]), u64(f[3
 codec.register(74, 4, lambda f: ReadRequest(name(f[1]), u64(f[2]), _key(f[3])), _encode)
 codec.register(75, 6, lambda f: ReadResult(u64(f[1]), boolean(f[2]), _opt_value(f[3]),
                                            u64(f[4]), u64(f[5])), _encode)  # fmt: skip
+
+
+def _digest(v: object) -> bytes:
+    if type(v) is not bytes or len(v) != 32:
+        raise DecodeError("shape", "bad snapshot digest")
+    return v
+
+
+def _chunk(f: list[Any]) -> SnapshotChunk:
+    data = _bytes(f[7], MAX_CHUNK_BYTES)
+    return SnapshotChunk(counter(f[1]), name(f[2]), u64(f[3]), counter(f[4]), u64(f[5]),
+                         u64(f[6]), data, u64(f[8]), _digest(f[9]))  # fmt: skip
+
+
+codec.register(76, 10, _chunk, _encode)
+codec.register(77, 5, lambda f: SnapshotAck(counter(f[1]), name(f[2]), u64(f[3]), u64(f[4])),
+               _encode)  # fmt: skip

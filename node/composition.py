@@ -41,6 +41,7 @@ from shoal.membership.profiles import SwimConfig
 from shoal.membership.swim import Handler, SwimNode
 from shoal.metalog.core import MetaConfig, MetaLog
 from shoal.metalog.messages import Entry
+from shoal.metalog.snapshot import Snapshot
 from shoal.metalog.state import MetaOp
 from shoal.node import nextrelease
 from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
@@ -96,6 +97,7 @@ class ShoalNode:
         bootstrap_expect: int = 3,
         meta: MetaConfig | None = None,
         meta_log: tuple[Entry, ...] = (),
+        meta_snapshot: Snapshot | None = None,
     ) -> None:
         """Compose the cores for one node.
 
@@ -117,6 +119,7 @@ class ShoalNode:
             meta: run the metadata log (metalog/) with this timing; None:
                 not (the agent turns it on through the feature level).
             meta_log: the metadata log's entries a previous run left durable.
+            meta_snapshot: and its latest snapshot (metalog/snapshot.py).
         """
         self.swim = SwimNode(ident, swim_config, random.Random(rng.getrandbits(64)), incarnation)
         cfg = sync_config or SyncConfig()
@@ -166,7 +169,8 @@ class ShoalNode:
             self._routes[LevelProbe] = self._on_level_probe
         self.meta: MetaLog | None = None
         if meta is not None:
-            self.meta = self._compose_meta(meta, meta_log, random.Random(rng.getrandbits(64)))
+            self.meta = self._compose_meta(meta, meta_log, random.Random(rng.getrandbits(64)),
+                                           meta_snapshot)  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -314,7 +318,7 @@ class ShoalNode:
     # -- the metadata log (metalog/) ---------------------------------------------
 
     def _compose_meta(self, config: MetaConfig, entries: tuple[Entry, ...],
-                      rng: random.Random) -> MetaLog:  # fmt: skip
+                      rng: random.Random, snapshot: Snapshot | None) -> MetaLog:  # fmt: skip
         election = self.election
         features = self.features
 
@@ -342,7 +346,7 @@ class ShoalNode:
         meta = MetaLog(self.name, self.swim.ident.addr, config, rng, entries,
                        leading_epoch=leading_epoch, highest_epoch=highest_epoch,
                        saw_epoch=election.saw_epoch, voters=voters, controller=controller,
-                       addr_of=self._addr_of)  # fmt: skip
+                       addr_of=self._addr_of, snapshot=snapshot)  # fmt: skip
         election.log_position = meta.log.last
         # No voter change before an entry of the controller's own epoch is
         # committed (the fix to the single-server change bug, Ongaro 2015).

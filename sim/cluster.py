@@ -37,6 +37,7 @@ from shoal.membership.member import Member, MemberState, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.metalog.core import MetaConfig
 from shoal.metalog.log import PersistLog
+from shoal.metalog.snapshot import PersistSnapshot
 from shoal.node.composition import ShoalNode
 from shoal.sim.clock import NodeClock
 from shoal.sim.disk import FsyncLatency, SimDisk
@@ -254,7 +255,8 @@ class SimCluster:
         disk = self.disks[i]
         node = ShoalNode(self.idents[i], self.config, rng, disk.incarnation, self.stores[i],
                          self.sync_config, SIM_WALL_BASE_MS, self.lease_config,
-                         disk.election, self.bootstrap_expect, self.meta, disk.log)  # fmt: skip
+                         disk.election, self.bootstrap_expect, self.meta, disk.log,
+                         disk.snapshot)  # fmt: skip
         self.nodes[i] = node
         local = self.clocks[i].local(self.now)
         if known:
@@ -384,7 +386,7 @@ class SimCluster:
                     self._start_sync(i)
                 for hook in self.write_hooks:
                     hook(i)
-        elif isinstance(write, PersistLog):
+        elif isinstance(write, PersistLog | PersistSnapshot):
             if self.fsync is None:
                 disk.write_log_synced(write)
             else:

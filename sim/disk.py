@@ -20,6 +20,7 @@ from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import Send
 from shoal.metalog.log import PersistLog
 from shoal.metalog.messages import Entry
+from shoal.metalog.snapshot import PersistSnapshot, Snapshot
 
 ElectionState = tuple[int, VoterConfig | None]
 """(highest epoch granted, voter configuration), as `PersistElection` holds."""
@@ -33,16 +34,20 @@ class SimDisk:
 
     __slots__ = ("incarnation", "election", "_written", "_writes", "_durable", "_syncing",
                  "_covers", "_held", "crashes", "log", "_log_written", "_log_covers",
-                 "wiped")  # fmt: skip
+                 "wiped", "snapshot", "_snap_written", "_snap_covers")  # fmt: skip
 
     def __init__(self) -> None:
         self.incarnation = 0  # synced in place, as the agent does
         self.election: ElectionState = (0, None)  # durable
         self._written: ElectionState = (0, None)  # latest, maybe not durable
-        # The metadata log (metalog/): durable entries, and the latest written.
+        # The metadata log (metalog/): durable entries and snapshot, and the
+        # latest written (the entries, contiguous, from any index).
         self.log: tuple[Entry, ...] = ()
         self._log_written: list[Entry] = []
         self._log_covers: tuple[Entry, ...] = ()
+        self.snapshot: Snapshot | None = None
+        self._snap_written: Snapshot | None = None
+        self._snap_covers: Snapshot | None = None
         self.wiped = 0  # times the disk was lost (a new data directory)
         self._writes = 0
         self._durable = 0  # writes covered by completed syncs
@@ -62,19 +67,29 @@ class SimDisk:
         self._writes += 1
         return not self._syncing
 
-    def write_log(self, write: PersistLog) -> bool:
-        """Write log entries unsynced (the tail from `from_index` replaced);
-        True when a sync must start now."""
-        del self._log_written[write.from_index - 1 :]
-        self._log_written.extend(write.entries)
+    def write_log(self, write: PersistLog | PersistSnapshot) -> bool:
+        """Write log entries unsynced (the tail from `from_index` replaced),
+        or a snapshot and the log's compaction behind it (one atomic
+        write); True when a sync must start now."""
+        self._write_log(write)
         self._writes += 1
         return not self._syncing
 
-    def write_log_synced(self, write: PersistLog) -> None:
+    def write_log_synced(self, write: PersistLog | PersistSnapshot) -> None:
         """The same, durable at once (no fsync latency modelled)."""
-        del self._log_written[write.from_index - 1 :]
-        self._log_written.extend(write.entries)
-        self.log = tuple(self._log_written)
+        self._write_log(write)
+        self.log, self.snapshot = tuple(self._log_written), self._snap_written
+
+    def _write_log(self, write: PersistLog | PersistSnapshot) -> None:
+        held = self._log_written
+        if isinstance(write, PersistSnapshot):
+            self._snap_written = write.snapshot
+            self._log_written = [e for e in held if e.index > write.drop_through]
+            return
+        first = held[0].index if held else write.from_index
+        assert first <= write.from_index <= first + len(held), "a gap in the log"
+        del held[write.from_index - first :]
+        held.extend(write.entries)
 
     def start_sync(self) -> None:
         """A sync starts: it covers every write made so far."""
@@ -82,6 +97,7 @@ class SimDisk:
         self._syncing = True
         self._covers = (self._writes, self._written)
         self._log_covers = tuple(self._log_written)
+        self._snap_covers = self._snap_written
 
     def sync_done(self) -> tuple[list[Send], bool]:
         """The running sync completed. Returns the sends it releases (all
@@ -89,7 +105,7 @@ class SimDisk:
         sync must start (writes arrived meanwhile)."""
         self._syncing = False
         self._durable, self.election = self._covers
-        self.log = self._log_covers
+        self.log, self.snapshot = self._log_covers, self._snap_covers
         if self.pending:
             return [], True
         held, self._held = self._held, []
@@ -107,6 +123,7 @@ class SimDisk:
         """The host stops: unsynced writes and held sends are lost."""
         self._written = self.election
         self._log_written = list(self.log)
+        self._snap_written = self.snapshot
         self._writes = self._durable
         self._syncing = False
         self._held = []
@@ -119,4 +136,5 @@ class SimDisk:
         self.incarnation = 0
         self.election = self._written = (0, None)
         self.log, self._log_written = (), []
+        self.snapshot = self._snap_written = None
         self.wiped += 1

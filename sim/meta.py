@@ -7,8 +7,8 @@ partitions, the controller cut off, heals); meanwhile simulated clients,
 each talking to one node as an application talks to its local agent, put,
 compare-and-set, delete and read a few keys, and run transactions over
 two others (sim/metatxn.py: a transfer with compares on both keys'
-revisions, a create-if-absent whose failure branch deletes). Every call and return is
-recorded on true time, and an outcome the client cannot know (a timeout, a
+revisions, a create-if-absent whose failure branch deletes). Every call
+and return is recorded on true time, and an outcome the client cannot know (a timeout, a
 node that crashed under it, `unknown`) is recorded as such, never as a
 success or a failure.
 
@@ -18,11 +18,19 @@ What must hold, checked after the run:
   into the checker's operations (sim/metamodel.py, sim/metahistory.py,
   sim/linearizability.py: Wing & Gong with Lowe's cache, per key),
   `linearizable()` checks them.
-- **State machine safety**: no two nodes ever applied different entries
-  at one index (every node's applied prefix is a prefix of the longest).
+- **State machine safety**: no two nodes ever apply different entries at
+  one index (checked as each entry is applied, `MetaLog.on_apply`).
 - **No acknowledged write lost**: every write a client saw committed at
-  revision R is, at the end, the entry at index R of every node that
-  applied that far.
+  revision R is the entry that nodes applied at index R.
+- **Equal states at equal revisions**: every node's state machine at the
+  end (restored from snapshots, caught up by one, or applied entry by
+  entry) is, byte for byte, the state that applying the committed entries
+  in order gives at its revision.
+
+Snapshots are taken often (every few entries, a short tail kept), so
+followers behind after a partition or a crash catch up by snapshot,
+restarts load one, and one run in two with fsync latency crashes a node
+right after it writes an installed snapshot, before the fsync.
 
 Voter changes are in the schedule (a leave removes a voter, its return
 adds it back): the election decides them one at a time, never before the
@@ -42,8 +50,14 @@ from typing import Any
 
 from shoal.election.config import LeaseConfig
 from shoal.membership.profiles import PROFILES
-from shoal.metalog.core import MetaConfig, ProposalDone, ReadDone
-from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_CONFLICT, OUTCOME_NOT_APPLIED
+from shoal.metalog.core import MetaConfig, MetaLog, ProposalDone, ReadDone
+from shoal.metalog.messages import (
+    OUTCOME_COMMITTED,
+    OUTCOME_CONFLICT,
+    OUTCOME_NOT_APPLIED,
+    Entry,
+)
+from shoal.metalog.snapshot import encode_state
 from shoal.metalog.state import (
     CMP_EQUAL,
     TARGET_CREATE,
@@ -53,6 +67,7 @@ from shoal.metalog.state import (
     MetaGet,
     MetaOp,
     MetaPut,
+    MetaState,
     MetaTxn,
     TxnApplied,
 )
@@ -113,6 +128,9 @@ class MetaRun:
     committed_entries: int = 0
     replays: int = 0  # copies of traffic the replayer delivered
     cluster: SimCluster | None = field(default=None, repr=False)  # as the run left it
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0  # by followers, from their leader
+    restored: int = 0  # boots that loaded a snapshot
 
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
@@ -308,11 +326,16 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     disk_rng = random.Random(seed * 7_919 + 11)
     fsync_s = disk_rng.choice([0.0, 0.002, 0.02])
 
+    snap_rng = random.Random(seed * 6_007 + 5)  # its own stream: the schedules stay
+    config = MetaConfig(snapshot_every=snap_rng.choice([5, 10, 25]),
+                        keep_entries=snap_rng.choice([0, 2, 8]),
+                        chunk_bytes=snap_rng.choice([64, 512]), chunk_window=2)  # fmt: skip
     cluster = SimCluster(n, seed, PROFILES["lan"],
                          LinkProfile(loss=loss, duplicate=rng.choice([0.0, 0.02])),
                          clocks=clocks, lease_config=lease, bootstrap_expect=n,
-                         fsync=_fsync_latency(fsync_s), meta=MetaConfig())  # fmt: skip
+                         fsync=_fsync_latency(fsync_s), meta=config)  # fmt: skip
     run = MetaRun(seed, n, loss, fsync_s, cluster=cluster)
+    applied = _Applied(cluster, run)
     if wild:
         run.faults.append(f"clock rates up to {drift:+.0%}")
     attackers = attack(cluster, replay_rate)
@@ -336,6 +359,8 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     if fsync_s > 0:
         _crash_before_fsync(cluster, disk_rng.uniform(7.0, heal_at_s - 4.0), heal_at_s - 2.0,
                             disk_rng.uniform(0.05, 1.0), down, faults)  # fmt: skip
+    if fsync_s > 0 and snap_rng.random() < 0.5:
+        _crash_installing(cluster, snap_rng.uniform(0.05, 1.0), down, run, applied)
     run.faults += faults.faults
 
     def heal_all() -> None:
@@ -351,36 +376,86 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
             call.outcome = "unknown" if call.kind != "get" else "failed"
             if call.kind == "get":
                 call.return_at = cluster.now
-    _check_logs(cluster, run)
+    applied.check(cluster)
+    run.snapshots_taken = sum(m.counters.snapshots_taken for m in applied.metas)
+    run.snapshots_installed = sum(m.counters.snapshots_installed for m in applied.metas)
     run.replays = sum(a.replayed for a in attackers)
     return run
 
 
-def _check_logs(cluster: SimCluster, run: MetaRun) -> None:
-    """State machine safety and no acknowledged write lost (module docstring)."""
-    applied = []
-    for node in cluster.nodes:
-        if node is not None and node.meta is not None:
-            meta = node.meta
-            applied.append((node.name, meta.log.entries[: meta.state.revision]))
-    longest = max((entries for _, entries in applied), key=len, default=[])
-    run.committed_entries = len(longest)
-    for name, entries in applied:
-        if entries != longest[: len(entries)]:
-            first = next(i for i, (a, b) in enumerate(zip(entries, longest, strict=False))
-                         if a != b)  # fmt: skip
-            run.violations.append(f"{name} applied {entries[first]} where another applied "
-                                  f"{longest[first]}")  # fmt: skip
-    for call in run.calls:
-        if call.kind == "get" or call.outcome != "ok":
-            continue
-        if call.revision > len(longest):
-            continue  # no live node applied that far (all restarted since): nothing to compare
-        entry = longest[call.revision - 1]
-        expected: MetaOp = (MetaPut(call.key, call.value or b"", call.cas) if call.kind == "put"
-                            else MetaDelete(call.key, call.cas))  # fmt: skip
-        if call.txn is not None:
-            expected = call.txn
-        if entry.op != expected:
-            run.violations.append(f"acknowledged {call.kind} {call.key!r} at revision "
-                                  f"{call.revision} is not there: {entry}")  # fmt: skip
+class _Applied:
+    """Every entry any node applies, by index (state machine safety as it
+    happens), and the checks at the end (module docstring)."""
+
+    def __init__(self, cluster: SimCluster, run: MetaRun) -> None:
+        self.run = run
+        self.entries: dict[int, Entry] = {}
+        self.metas: list[MetaLog] = []  # every node's log, each run of it
+        cluster.boot_hooks.append(lambda i: self.on_boot(cluster, i))
+
+    def on_boot(self, cluster: SimCluster, i: int) -> None:
+        node = cluster.nodes[i]
+        assert node is not None and node.meta is not None
+        meta = node.meta
+        self.metas.append(meta)
+        self.run.restored += meta.snapshot is not None
+        meta.on_apply = lambda entry: self.on_apply(meta.name, entry)
+
+    def on_apply(self, name: str, entry: Entry) -> None:
+        first = self.entries.setdefault(entry.index, entry)
+        if first != entry:
+            self.run.violations.append(f"{name} applied {entry} where another applied {first}")
+
+    def check(self, cluster: SimCluster) -> None:
+        """No acknowledged write lost; equal states at equal revisions."""
+        run, entries = self.run, self.entries
+        run.committed_entries = len(entries)
+        for call in run.calls:
+            if call.kind == "get" or call.outcome != "ok" or call.revision not in entries:
+                continue
+            entry = entries[call.revision]
+            expected: MetaOp = MetaDelete(call.key, call.cas)
+            if call.txn is not None:
+                expected = call.txn
+            elif call.kind == "put":
+                expected = MetaPut(call.key, call.value or b"", call.cas)
+            if entry.op != expected:
+                run.violations.append(f"acknowledged {call.kind} {call.key!r} at revision "
+                                      f"{call.revision} is not there: {entry}")  # fmt: skip
+        live = sorted((n.meta.state.revision, n.name, n.meta.state) for n in cluster.nodes
+                      if n is not None and n.meta is not None)  # fmt: skip
+        reference = MetaState()
+        for revision, name, state in live:
+            while reference.revision < revision and reference.revision + 1 in entries:
+                e = entries[reference.revision + 1]
+                reference.apply(e.index, e.op, e.origin, e.pid)
+            if reference.revision == revision and encode_state(state) != encode_state(reference):
+                run.violations.append(f"{name}'s state at revision {revision} is not the "
+                                      "committed entries' state")  # fmt: skip
+
+
+def _crash_installing(cluster: SimCluster, reboot_s: float, down: set[int], run: MetaRun,
+                      applied: _Applied) -> None:  # fmt: skip
+    """Crash the first node that writes a snapshot it installed, before
+    that write's fsync (its acknowledgement is lost with it), and boot it
+    again `reboot_s` later."""
+    n, armed, seen = cluster.n, [True], [0]
+
+    def on_write(i: int) -> None:
+        installed = sum(m.counters.snapshots_installed for m in applied.metas)
+        fresh, seen[0] = installed > seen[0], installed
+        if not fresh or not armed[0] or i in down or len(down) >= (n - 1) // 2:
+            return
+        armed[0] = False
+        down.add(i)
+        run.faults.append(f"{cluster.now:.3f} crash {i} installing a snapshot, before fsync")
+        cluster.at(cluster.now, lambda: cluster._halt(i))  # noqa: SLF001
+
+        def reboot() -> None:
+            if i in down:
+                down.discard(i)
+                cluster._boot(i, [j for j in range(n) if j != i])  # noqa: SLF001
+
+        cluster.at(cluster.now + reboot_s, reboot)
+
+    cluster.write_hooks.append(on_write)

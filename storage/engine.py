@@ -138,16 +138,20 @@ class Engine:
         for name in names:
             self._local.delete(name, self._unsynced)
 
-    def local_batch(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+    def local_batch(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes],
+                    ranges: tuple[tuple[bytes, bytes], ...] = ()) -> None:  # fmt: skip
         """Put and delete names of this node's own state in one atomic,
         unsynced WriteBatch (the next `sync()` makes it durable): after a
-        crash it is there whole or not at all."""
+        crash it is there whole or not at all. `ranges`: [begin, end) spans
+        of names deleted too (one range tombstone each)."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         handle = self._db.get_column_family_handle("local")
         for name, value in puts:
             batch.put(name, value, handle)
         for name in deletes:
             batch.delete(name, handle)
+        for begin, end in ranges:
+            batch.delete_range(begin, end, handle)
         self._db.write(batch, self._unsynced)
 
     def sync(self) -> None:

@@ -38,8 +38,10 @@ _RUN = b"run"
 TAGS_FILE = "tags.json"  # the tags `shoal tags` set; they win over the config's
 _ELECTION = b"election"
 # The metadata log's entries (metalog/): this prefix + the index, 8 bytes
-# big-endian, so that a scan reads them in order.
+# big-endian, so that a scan reads them in order; its latest snapshot
+# (metalog/snapshot.py), whose write deletes the entries behind it.
 _LOG = b"meta/log/"
+_SNAPSHOT = b"meta/snapshot"
 
 
 class StoredIdentity(msgspec.Struct, frozen=True):
@@ -183,11 +185,43 @@ class DataDir:
         except (ValueError, TypeError, cbor2.CBORDecodeError, DecodeError):
             raise DataDirError(f"data_dir: the metadata log in {self.path} is damaged; "
                                "move the directory away") from None  # fmt: skip
-        if any(e.index != i + 1 for i, e in enumerate(entries)):
+        snapshot = self.load_snapshot()
+        first = 1 if not entries else entries[0].index
+        if (any(e.index != first + i for i, e in enumerate(entries))
+                or first > (1 if snapshot is None else snapshot.index + 1)):  # fmt: skip
             raise DataDirError(f"data_dir: the metadata log in {self.path} has a gap; "
                                "move the directory away")  # fmt: skip
-        self._log_last = len(entries)
+        self._log_last = entries[-1].index if entries else 0
         return tuple(entries)
+
+    def load_snapshot(self) -> Any:
+        """The metadata log's latest snapshot (a `Snapshot`), or None.
+
+        Raises:
+            DataDirError: it is damaged (its checksum does not match).
+        """
+        from shoal.metalog.snapshot import from_wire
+
+        raw = self.engine.local_get(_SNAPSHOT)
+        if raw is None:
+            return None
+        try:
+            return from_wire(cbor2.loads(raw))
+        except (ValueError, TypeError, cbor2.CBORDecodeError):
+            raise DataDirError(f"data_dir: the metadata log's snapshot in {self.path} is "
+                               "damaged; move the directory away") from None  # fmt: skip
+
+    def save_snapshot(self, write: Any) -> None:
+        """Store `write.snapshot` and delete the log's entries up to
+        `write.drop_through` (a `PersistSnapshot`): one atomic, unsynced
+        write with a range delete, so the log's size stays bounded."""
+        from shoal.metalog.snapshot import to_wire
+
+        end = _LOG + (write.drop_through + 1).to_bytes(8, "big")
+        self.engine.local_batch([(_SNAPSHOT, cbor2.dumps(to_wire(write.snapshot)))], [],
+                                ((_LOG, end),))  # fmt: skip
+        if write.drop_through >= self._log_last:
+            self._log_last = write.snapshot.index  # none left: appends follow the snapshot
 
     def save_log(self, write: Any) -> None:
         """Replace the log from `write.from_index` on with `write.entries`

@@ -30,6 +30,7 @@ from shoal.daemon.disk.datadir import DataDir
 from shoal.election.events import PersistElection
 from shoal.kernel.contract import Persist, PersistIncarnation, Send
 from shoal.metalog.log import PersistLog
+from shoal.metalog.snapshot import PersistSnapshot
 
 log = structlog.get_logger("shoal")
 
@@ -70,6 +71,9 @@ class Persister:
                 self._hold_for_sync()
             elif isinstance(write, PersistLog):  # the metadata log, as election state
                 self._data_dir.save_log(write)
+                self._hold_for_sync()
+            elif isinstance(write, PersistSnapshot):  # and its snapshots
+                self._data_dir.save_snapshot(write)
                 self._hold_for_sync()
             elif write is not None and self._other is not None:
                 self._other(write)

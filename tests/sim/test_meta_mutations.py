@@ -40,6 +40,17 @@ def test_the_checks_catch_a_mutated_log(mutation, restored):
     assert first_caught() is not None
 
 
+def test_the_checks_catch_a_snapshot_one_entry_short(restored):
+    """A snapshot that claims index S but holds the state before entry S
+    (what a node restarted from it, or a follower that installed it, then
+    serves): the states at equal revisions differ."""
+    MetaLog.mutation = "snapshot_short"
+    seed = first_caught()
+    assert seed is not None
+    r = meta_run(seed)
+    assert any("is not the committed entries' state" in v for v in r.violations), r.violations
+
+
 def test_the_checks_catch_a_transaction_that_ignores_its_compares(restored):
     """A transaction that runs its success branch though a compare failed
     (a transfer over a balance another client changed) is caught by the

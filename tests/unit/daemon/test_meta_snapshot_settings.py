@@ -1,0 +1,20 @@
+"""`[meta] snapshot_every` and `keep_entries`: taken from the config file,
+and a bad value is one line naming the setting."""
+
+import pytest
+
+from shoal.daemon import config
+from shoal.kernel.errors import ConfigError
+
+
+def test_snapshot_settings_are_read_and_checked():
+    cfg = config.build([{"node_name": "x", "meta": {"snapshot_every": 50, "keep_entries": 0}}])
+    assert (cfg.meta.snapshot_every, cfg.meta.keep_entries) == (50, 0)
+    default = config.build([{"node_name": "x"}]).meta
+    assert (default.snapshot_every, default.keep_entries) == (10_000, 1_000)
+    with pytest.raises(ConfigError, match=r"^meta\.snapshot_every = 5: .*10 to 10,000,000"):
+        config.build([{"node_name": "x", "meta": {"snapshot_every": 5}}])
+    with pytest.raises(ConfigError, match=r"^meta\.keep_entries"):
+        config.build([{"node_name": "x", "meta": {"keep_entries": -1}}])
+    with pytest.raises(ConfigError, match=r"^meta\.snapshot_every: expected a number"):
+        config.build([{"node_name": "x", "meta": {"snapshot_every": "often"}}])
