@@ -234,8 +234,15 @@ class Sender:
         """`follower` confirmed `received` bytes of the snapshot at `index`;
         True when that moved its transfer on."""
         state = self._to.get(follower)
-        if state is None or state[0].index != index or received <= state[1]:
+        if state is None or state[0].index != index or received == state[1]:
             return False
+        if received < state[1]:
+            # It holds less than it confirmed: it restarted (a crash before
+            # the install's fsync) or dropped the transfer. From there again
+            # (a stale copy of an old answer costs a few chunks sent twice);
+            # without this the leader resent its last chunk forever.
+            state[1] = state[2] = received
+            return True
         state[1] = received
         state[2] = max(state[2], received)
         return True

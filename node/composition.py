@@ -356,7 +356,23 @@ class ShoalNode:
         # longer count (election/controller.py, issue 37).
         election.caught_up = meta.caught_up
         election.lost_disk = meta.forget
-        meta.learners = election.controller.learners
+        table = self.swim.table
+
+        def learners() -> tuple[str, ...]:
+            # ... and every other live member that speaks the log observes
+            # it: the controller replicates to it without counting it in any
+            # majority, so every agent applies the committed entries and
+            # serves watches, listings and reads (issue 37: "every other
+            # agent as a non-voting observer").
+            config = election.voters
+            voting = frozenset(() if config is None else config.voters)
+            live = table.live
+            observers = [name for name, m in table.members.items()
+                         if name in live and name not in voting
+                         and m.ident.versions.features >= META_LOG_FEATURE]  # fmt: skip
+            return (*election.controller.learners(), *observers)
+
+        meta.learners = learners
         self._routes.update(meta.handlers)
         return meta
 

@@ -48,6 +48,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from shoal.election.config import LeaseConfig
 from shoal.membership.profiles import PROFILES
 from shoal.metalog.core import MetaConfig, MetaLog, ProposalDone, ReadDone
@@ -330,6 +332,11 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     config = MetaConfig(snapshot_every=snap_rng.choice([5, 10, 25]),
                         keep_entries=snap_rng.choice([0, 2, 8]),
                         chunk_bytes=snap_rng.choice([64, 512]), chunk_window=2)  # fmt: skip
+    # One five-node run in three has 3 voters: the other two observe the log
+    # (replicated to, counted in no majority), and clients use them too.
+    observed = n == 5 and random.Random(seed * 4_099 + 3).random() < 0.33
+    if observed:
+        lease = msgspec.structs.replace(lease, max_voters=3)
     cluster = SimCluster(n, seed, PROFILES["lan"],
                          LinkProfile(loss=loss, duplicate=rng.choice([0.0, 0.02])),
                          clocks=clocks, lease_config=lease, bootstrap_expect=n,
@@ -338,6 +345,8 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     applied = _Applied(cluster, run)
     if wild:
         run.faults.append(f"clock rates up to {drift:+.0%}")
+    if observed:
+        run.faults.append("3 voters, 2 observers")
     attackers = attack(cluster, replay_rate)
     for i in range(n):
         cluster.start(i, rng.uniform(0.0, 1.0), [0] if i else [])
