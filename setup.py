@@ -4,7 +4,7 @@ pyproject.toml holds everything else about the distribution; this file only
 adds extension modules, built from the very same .py files (one source of
 truth: mypyc compiles the modules that run interpreted otherwise). The
 modules are the ones the simulator and the agent spend their time in
-(docs/architecture.md, "The compiled path", has the profile and figures).
+(docs/performance.md, "The compiled path", has the profile and figures).
 
 The build falls back to pure Python, and says why, when
 - SHOAL_PURE=1 is set (or any value but 0/empty),

@@ -2,7 +2,7 @@
 
 Five agents started together on 2 cores see each other only once the last
 one has announced itself, so every module on that path is paid five times
-over (docs/architecture.md, "Start-up"). These modules are loaded later, by
+over (docs/performance.md, "Start-up"). These modules are loaded later, by
 the code that needs them.
 """
 
