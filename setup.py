@@ -59,7 +59,7 @@ COMPILED = (
     "membership/awareness", "membership/broadcast", "membership/claims", "membership/clockskew",
     "membership/codec", "membership/exchange", "membership/gossip", "membership/probe",
     "membership/probing", "membership/suspicion", "membership/swim", "membership/table",
-    "election/lease",
+    "election/candidacy", "election/lease",
     "storage/antientropy", "storage/hlc", "storage/initiator", "storage/merkle",
     "storage/responder", "storage/store",
     "daemon/api/changes", "daemon/api/http", "daemon/api/kv", "daemon/disk/commit",
