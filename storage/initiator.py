@@ -33,7 +33,7 @@ from shoal.storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeD
 from shoal.storage.records import Record
 from shoal.storage.responder import record_size, records_in
 from shoal.storage.store import Replica
-from shoal.storage.syncstate import Session, SyncCompleted, SyncCounters
+from shoal.storage.syncstate import SyncCompleted, SyncCounters, SyncSession
 
 PeerSampler = Callable[[random.Random, int], list[Address]]
 # The first answer of a session is the root comparison: a few dozen bytes
@@ -85,7 +85,7 @@ class Initiator:
         self._deadlines = deadlines
         self._send = out.sends
         self._events = out.events
-        self._session: Session | None = None
+        self._session: SyncSession | None = None
         self._session_ids = itertools.count(rng.getrandbits(32))
         # Peers to sync with as soon as the slot is free, in order.
         self._queue: list[Address] = []
@@ -120,7 +120,7 @@ class Initiator:
         if self._session is not None:
             return False
         first_answer_by = now + min(_FIRST_ANSWER_TIMEOUT_S, self.config.session_timeout_s)
-        session = Session(next(self._session_ids), peer, now, first_answer_by)
+        session = SyncSession(next(self._session_ids), peer, now, first_answer_by)
         self._session = session
         self.counters.sessions_started += 1
         self._deadlines.push(session.deadline_at, self._due_session_timeout)
@@ -204,7 +204,7 @@ class Initiator:
             return
         self._start_digests(session, now)
 
-    def _start_digests(self, session: Session, now: float) -> None:
+    def _start_digests(self, session: SyncSession, now: float) -> None:
         """Push whole subtrees the peer has nothing under; ask about the rest."""
         session.digesting = True
         empty = [(lv, i) for lv, i, count in session.pending if count == 0]
@@ -237,7 +237,7 @@ class Initiator:
         session.sent += self._push_records(session, wanted)
         self._end_session(ok=True, now=now)
 
-    def _push_records(self, session: Session, records: Iterable[Record]) -> int:
+    def _push_records(self, session: SyncSession, records: Iterable[Record]) -> int:
         """Send `records` to the session's peer, in frames of a quarter of
         the byte budget, up to the budget; returns how many went out."""
         chunk: list[Record] = []
@@ -261,7 +261,7 @@ class Initiator:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _current(self, session_id: int, sender: Address) -> Session | None:
+    def _current(self, session_id: int, sender: Address) -> SyncSession | None:
         s = self._session
         if s is None or s.id != session_id or s.peer != sender:
             self.counters.unexpected += 1
@@ -269,14 +269,14 @@ class Initiator:
         self._answered(s)
         return s
 
-    def _answered(self, s: Session) -> None:
+    def _answered(self, s: SyncSession) -> None:
         """The peer answered: it is reachable, so the session gets its full time."""
         if not s.answered:
             s.answered = True
             s.deadline_at = s.started_at + self.config.session_timeout_s
             self._deadlines.push(s.deadline_at, self._due_session_timeout)
 
-    def _request(self, session: Session, msg: Any) -> None:
+    def _request(self, session: SyncSession, msg: Any) -> None:
         self._send.append(Send(session.peer, (msg,), Channel.STREAM))
 
     def _end_unanswered(self, now: float) -> None:
