@@ -30,8 +30,7 @@ from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
 from shoal.storage.config import SESSION_BUDGET_BYTES, SyncConfig
 from shoal.storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
-from shoal.storage.records import Record
-from shoal.storage.responder import record_size, records_in
+from shoal.storage.records import Record, frame_size
 from shoal.storage.store import Replica
 from shoal.storage.syncstate import SyncCompleted, SyncCounters, SyncSession
 
@@ -210,11 +209,11 @@ class Initiator:
         empty = [(lv, i) for lv, i, count in session.pending if count == 0]
         asked = tuple((lv, i) for lv, i, count in session.pending if count > 0)
         if empty:
-            session.sent += self._push_records(session, records_in(self.replica, empty))
+            session.sent += self._push_records(session, self.replica.records_in(empty))
         if not asked:
             self._end_session(ok=True, now=now)
             return
-        records = records_in(self.replica, asked)
+        records = self.replica.records_in(asked)
         versions = tuple((r.key, r.hlc, r.writer, r.epoch) for r in records)
         self._request(session, SyncDigests(session.id, asked, versions))
 
@@ -243,7 +242,7 @@ class Initiator:
         chunk: list[Record] = []
         chunk_bytes = total_bytes = sent = 0
         for rec in records:
-            size = record_size(rec)
+            size = frame_size(rec)
             if total_bytes + size > SESSION_BUDGET_BYTES and sent:
                 session.more = True  # the rest goes in the next session
                 break

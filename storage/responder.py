@@ -18,13 +18,13 @@ A malformed request (a level or an index outside the tree) is counted as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.storage.config import SESSION_BUDGET_BYTES
 from shoal.storage.merkle import FANOUT
 from shoal.storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
-from shoal.storage.records import Record
+from shoal.storage.records import Record, frame_size
 from shoal.storage.store import Replica
 from shoal.storage.syncstate import SyncCounters
 
@@ -82,10 +82,10 @@ class Responder:
         theirs = {key: (epoch, stamp, writer) for key, stamp, writer, epoch in msg.versions}
         newer: list[Record] = []
         budget, more = SESSION_BUDGET_BYTES, False
-        for rec in records_in(self.replica, msg.ranges):
+        for rec in self.replica.records_in(msg.ranges):
             other = theirs.pop(rec.key, None)
             if other is None or rec.version > other:
-                budget -= record_size(rec)
+                budget -= frame_size(rec)
                 if budget < 0:
                     more = True  # the rest goes in the next session
                     continue
@@ -97,16 +97,3 @@ class Responder:
 
     def _reply(self, to: Address, msg: SyncTreeDiff | SyncRecords) -> None:
         self._send.append(Send(to, (msg,), Channel.STREAM))
-
-
-def records_in(replica: Replica, ranges: Sequence[tuple[int, int]]) -> Iterator[Record]:
-    """The records under the given (level, index) nodes of the tree."""
-    tree, store = replica.tree, replica.store
-    for level, index in ranges:
-        first, end = tree.leaf_range(level, index)
-        yield from store.in_leaves(first, end)
-
-
-def record_size(rec: Record) -> int:
-    """Roughly the bytes a record takes in a frame."""
-    return len(rec.key) + len(rec.value or b"") + 32
