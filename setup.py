@@ -4,7 +4,7 @@ pyproject.toml holds everything else about the distribution; this file only
 adds extension modules, built from the very same .py files (one source of
 truth: mypyc compiles the modules that run interpreted otherwise). The
 modules are the ones the simulator and the agent spend their time in
-(docs/architecture.md, "The compiled path", has the profile and figures).
+(docs/performance.md, "The compiled path", has the profile and figures).
 
 The build falls back to pure Python, and says why, when
 - SHOAL_PURE=1 is set (or any value but 0/empty),
@@ -59,8 +59,9 @@ COMPILED = (
     "membership/awareness", "membership/broadcast", "membership/claims", "membership/clockskew",
     "membership/codec", "membership/exchange", "membership/gossip", "membership/probe",
     "membership/probing", "membership/suspicion", "membership/swim", "membership/table",
-    "election/lease",
-    "storage/antientropy", "storage/hlc", "storage/merkle", "storage/store",
+    "election/candidacy", "election/lease",
+    "storage/antientropy", "storage/hlc", "storage/initiator", "storage/merkle",
+    "storage/responder", "storage/store",
     "daemon/api/changes", "daemon/api/http", "daemon/api/kv", "daemon/disk/commit",
     "services/core", "node/composition",
     "sim/checks", "sim/clock", "sim/cluster", "sim/disk", "sim/network",

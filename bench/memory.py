@@ -55,7 +55,7 @@ STEPS = [
     ("command line", "import shoal.daemon.cli.app"),
     ("configuration, cores, structlog, msgspec", "import shoal.daemon.config"),
     ("agent module (uvloop, rocksdict, cbor2, sealing)", "import shoal.daemon.agent"),
-    ("zeroconf", "import shoal.membership.discovery"),
+    ("zeroconf", "import shoal.daemon.network.mdns"),
     ("API server", "import shoal.daemon.api.server"),
     ("RocksDB opened (shoal's options)",
      "import tempfile, pathlib\n"
@@ -84,7 +84,7 @@ LIBRARY_STEPS = [
      "shoal.storage.antientropy, shoal.node.composition"),
     ("shoal: command line, configuration, agent, discovery",
      "import shoal.daemon.cli.app, shoal.daemon.config, shoal.daemon.agent, "
-     "shoal.membership.discovery"),
+     "shoal.daemon.network.mdns"),
     ("shoal: API server", "import shoal.daemon.api.server"),
 ]
 

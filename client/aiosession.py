@@ -1,5 +1,5 @@
 """`AsyncSession`: a session kept alive by an asyncio task (the schedule and
-its reasons: session.py)."""
+its reasons: session.py). It knows its client only as `AsyncSessionClient`."""
 
 from __future__ import annotations
 
@@ -7,15 +7,24 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from shoal.client import calls
 from shoal.client.errors import NotFound, ShoalError
 from shoal.client.session import Keepalive
 from shoal.client.types import SessionInfo, Written
 
-if TYPE_CHECKING:
-    from shoal.client.aio import AsyncClient
+T = TypeVar("T")
+
+
+class AsyncSessionClient(Protocol):
+    """What an `AsyncSession` asks of the client that opened it (`AsyncClient`)."""
+
+    timeout: float  # seconds a call may take
+
+    async def send(self, call: calls.Call[T]) -> T:
+        """One request and its decoded answer (ShoalError on a refusal)."""
+        ...
 
 
 class AsyncSession:
@@ -25,7 +34,7 @@ class AsyncSession:
     Attributes: as `Session`'s; `on_lost` is called in the event loop.
     """
 
-    def __init__(self, client: AsyncClient, ttl: float = 10.0, name: str = "",
+    def __init__(self, client: AsyncSessionClient, ttl: float = 10.0, name: str = "",
                  checks: Sequence[str] = (),
                  on_lost: Callable[[AsyncSession], object] | None = None) -> None:  # fmt: skip
         self._client = client
@@ -61,7 +70,7 @@ class AsyncSession:
     async def put(self, key: str, value: bytes | str) -> Written:
         """See `Session.put`."""
         try:
-            return await self._client.kv.put(key, value, session=self.id)
+            return await self._client.send(calls.kv_put(key, value, session=self.id))
         except NotFound as exc:
             self._lose(f"the agent no longer holds the session: {exc.message}")
             raise

@@ -6,11 +6,17 @@ The token comes from the argument, else the file named by the argument,
 else the file named by $SHOAL_API_TOKEN_FILE, else $SHOAL_API_TOKEN: the
 order the `shoal` command line reads them in. A token file must not be
 readable by other users (the agent's rule for its own).
+
+`Endpoint.connect` opens an http.client connection to it (TCP or unix),
+and `headers` says who we are: what `Client` and a `Session`'s own
+keepalive connection share.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +36,20 @@ class Endpoint:
     def base(self) -> str:
         """How messages name the agent: `http://HOST:PORT` or `unix:PATH`."""
         return f"unix:{self.path}" if self.path else f"http://{self.host}:{self.port}"
+
+    def connect(self, timeout_s: float | None) -> http.client.HTTPConnection:
+        """A connection to the agent (opened at its first request)."""
+        if self.path:
+            return UnixConnection(self.path, timeout_s)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+
+
+def headers(token: str, data: bytes | None) -> dict[str, str]:
+    """The headers of a request with body `data`, bearing `token` if any."""
+    out = {"Content-Type": "application/json"} if data is not None else {}
+    if token:
+        out["Authorization"] = f"Bearer {token}"
+    return out
 
 
 def parse_endpoint(addr: str | None = None) -> Endpoint:
@@ -71,3 +91,21 @@ def resolve_token(token: str | None = None,
     if not text:
         raise ValueError(f"the token file {path} is empty")
     return text
+
+
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix stream socket (the agent's `api_socket`)."""
+
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock

@@ -21,7 +21,9 @@ so from `session.lost`, `wait_lost()`, or the `on_lost` callback.
 
 `Keepalive` is the schedule, told the time (pure); `Session` runs it on a
 daemon thread with one HTTP connection of its own, kept open between
-renewals; `AsyncSession` (aiosession.py) runs it as a task.
+renewals; `AsyncSession` (aiosession.py) runs it as a task. A session knows
+its client only as the little it asks of it (`SessionClient`), so that the
+client imports its sessions and nothing imports the client back.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from shoal.client import calls
+from shoal.client.endpoint import Endpoint, headers
 from shoal.client.errors import NotFound, ShoalError
 from shoal.client.types import SessionInfo, Written
 
-if TYPE_CHECKING:
-    from shoal.client.sync import Client
+T = TypeVar("T")
 
 RENEW_FRACTION = 1 / 3
 RETRY_MIN_S = 0.1
@@ -82,6 +84,18 @@ class Keepalive:
         return min(RETRY_MAX_S, max(RETRY_MIN_S, (self.expires_at - now) / 4))
 
 
+class SessionClient(Protocol):
+    """What a `Session` asks of the client that opened it (`Client`)."""
+
+    endpoint: Endpoint  # where the keepalive connection goes
+    token: str
+    timeout: float  # seconds a call may take
+
+    def send(self, call: calls.Call[T]) -> T:
+        """One request and its decoded answer (ShoalError on a refusal)."""
+        ...
+
+
 class Session:
     """A session on the agent, renewed by a daemon thread until closed.
 
@@ -95,11 +109,11 @@ class Session:
         on_lost: called with the session, in the keepalive thread, when it is lost.
     """
 
-    def __init__(self, client: Client, ttl: float = 10.0, name: str = "",
+    def __init__(self, client: SessionClient, ttl: float = 10.0, name: str = "",
                  checks: Sequence[str] = (),
                  on_lost: Callable[[Session], object] | None = None) -> None:  # fmt: skip
         self._client = client
-        info = client.run(calls.one(calls.session_open(ttl, name, checks)))
+        info = client.send(calls.session_open(ttl, name, checks))
         self.id = info.id
         self.ttl_s = info.ttl_s
         self.name = name
@@ -130,14 +144,14 @@ class Session:
             NotFound: the session is gone (it is then `lost`).
         """
         try:
-            return self._client.kv.put(key, value, session=self.id)
+            return self._client.send(calls.kv_put(key, value, session=self.id))
         except NotFound as exc:
             self._lose(f"the agent no longer holds the session: {exc.message}")
             raise
 
     def info(self) -> SessionInfo:
         """The session as the agent holds it now (NotFound once it is gone)."""
-        return self._client.run(calls.one(calls.session_info(self.id)))
+        return self._client.send(calls.session_info(self.id))
 
     def close(self) -> None:
         """Stop renewing and end the session on the agent, which deletes its
@@ -149,7 +163,7 @@ class Session:
             self._thread.join()
         if not self.lost:
             try:
-                self._client.run(calls.one(calls.session_close(self.id)))
+                self._client.send(calls.session_close(self.id))
             except NotFound:
                 pass  # expired meanwhile: its keys are gone all the same
 
@@ -204,16 +218,16 @@ class Session:
         if self._conn is None:
             # A renewal that hangs must not outlast the retries the TTL leaves room for.
             timeout_s = min(client.timeout, max(1.0, self._keepalive.interval_s))
-            self._conn = client._connection(timeout_s)
+            self._conn = client.endpoint.connect(timeout_s)
         try:
-            self._conn.request(call.method, call.path, body=call.body,
-                               headers=client._headers(call.body))  # fmt: skip
+            sent = headers(client.token, call.body)
+            self._conn.request(call.method, call.path, body=call.body, headers=sent)
             resp = self._conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
             self._conn = None
-            raise calls.unreachable(client.base, exc) from None
+            raise calls.unreachable(client.endpoint.base, exc) from None
         if resp.will_close:
             self._conn.close()
             self._conn = None

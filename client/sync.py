@@ -9,14 +9,13 @@ line uses it and starts fast.
 from __future__ import annotations
 
 import http.client
-import socket
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from shoal.client import calls
-from shoal.client.endpoint import parse_endpoint, resolve_token
+from shoal.client.endpoint import headers, parse_endpoint, resolve_token
 from shoal.client.errors import ShoalError, Unavailable
 from shoal.client.meta import MetaApi
 from shoal.client.session import Session
@@ -42,24 +41,6 @@ from shoal.client.watch import OPEN, SILENCE_S, WatchCursor
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Event)
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a unix stream socket (the agent's `api_socket`)."""
-
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.unix_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 class Client:
@@ -274,9 +255,10 @@ class Client:
         Raises:
             ShoalError: a refusal (its subclass by status), or Unavailable.
         """
-        conn = self._connection(self.timeout + call.wait_s)
+        conn = self.endpoint.connect(self.timeout + call.wait_s)
         try:
-            conn.request(call.method, call.path, body=call.body, headers=self._headers(call.body))
+            sent = headers(self.token, call.body)
+            conn.request(call.method, call.path, body=call.body, headers=sent)
             resp = conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -285,23 +267,11 @@ class Client:
             conn.close()
         return calls.answer(call, resp.status, resp.reason, body)
 
-    def _connection(self, timeout_s: float | None) -> http.client.HTTPConnection:
-        if self.endpoint.path:
-            return _UnixConnection(self.endpoint.path, timeout_s)
-        return http.client.HTTPConnection(self.endpoint.host, self.endpoint.port,
-                                          timeout=timeout_s)  # fmt: skip
-
-    def _headers(self, data: bytes | None) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        return headers
-
     def _stream(self, path: str, timeout_s: float | None) -> _Opened:
         """Open a streaming GET; a refusal raises (`calls.answer`)."""
-        conn = self._connection(timeout_s)
+        conn = self.endpoint.connect(timeout_s)
         try:
-            conn.request("GET", path, headers=self._headers(None))
+            conn.request("GET", path, headers=headers(self.token, None))
             resp = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()

@@ -142,7 +142,7 @@ class Agent:
         # The first announcement goes out before anything else is loaded:
         # five agents started together on 2 cores see each other once the
         # last one has announced, and the API server's import (10 ms of CPU)
-        # would come first otherwise (docs/architecture.md, "Start-up").
+        # would come first otherwise (docs/performance.md, "Start-up").
         await self.discovery.announced()
         self._log_started()
         from shoal.daemon.api.server import ApiServer  # loaded after the node is up and joining

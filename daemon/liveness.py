@@ -15,7 +15,7 @@ from collections.abc import Callable
 import structlog
 
 from shoal.daemon.health import CRITICAL, HEALTH_TAG, HealthChecks
-from shoal.daemon.sessions import Session, SessionTable
+from shoal.daemon.sessions import HeldSession, SessionTable
 from shoal.kernel.contract import Tags
 from shoal.kernel.errors import ShoalError
 from shoal.membership.member import make_tags
@@ -51,19 +51,19 @@ class Liveness:
 
     # -- sessions -------------------------------------------------------------------
 
-    def open_session(self, ttl_s: float, name: str, checks: tuple[str, ...]) -> Session:
+    def open_session(self, ttl_s: float, name: str, checks: tuple[str, ...]) -> HeldSession:
         """Open a session (SessionError for a bad TTL or too many)."""
         session = self.sessions.open(ttl_s, name, checks, self._loop.time())
         self._arm()
         return session
 
-    def renew(self, session_id: str) -> Session:
+    def renew(self, session_id: str) -> HeldSession:
         """Keep `session_id` alive for another TTL (SessionError 404 if gone)."""
         session = self.sessions.renew(session_id, self._loop.time())
         self._arm()
         return session
 
-    def close(self, session_id: str) -> Session:
+    def close(self, session_id: str) -> HeldSession:
         """End `session_id` now and delete its keys."""
         session = self.sessions.close(session_id)
         self._end(session, "closed")
@@ -84,7 +84,7 @@ class Liveness:
             self._end(session, "expired")
         self._arm()
 
-    def _end(self, session: Session, why: str) -> None:
+    def _end(self, session: HeldSession, why: str) -> None:
         """Delete the keys still holding the version written under `session`."""
         node = self._node
         deleted = 0

@@ -53,7 +53,7 @@ class SessionError(Exception):
 
 
 @dataclass(slots=True)
-class Session:
+class HeldSession:
     """One open session."""
 
     id: str
@@ -83,7 +83,7 @@ class SessionTable:
     """The open sessions of one agent (module docstring)."""
 
     def __init__(self) -> None:
-        self._open: dict[str, Session] = {}
+        self._open: dict[str, HeldSession] = {}
         self._due: list[tuple[float, str]] = []  # (expires_at, id), some stale
         self.opened = 0
         self.expired = 0
@@ -92,7 +92,7 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self._open)
 
-    def open(self, ttl_s: float, name: str, checks: tuple[str, ...], now: float) -> Session:
+    def open(self, ttl_s: float, name: str, checks: tuple[str, ...], now: float) -> HeldSession:
         """A new session that expires `ttl_s` from `now` unless renewed.
 
         Raises:
@@ -104,13 +104,13 @@ class SessionTable:
                                f"not {ttl_s:g}")  # fmt: skip
         if len(self._open) >= MAX_SESSIONS:
             raise SessionError(503, f"this agent holds {MAX_SESSIONS} sessions already")
-        session = Session(os.urandom(8).hex(), name, ttl_s, now + ttl_s, checks)
+        session = HeldSession(os.urandom(8).hex(), name, ttl_s, now + ttl_s, checks)
         self._open[session.id] = session
         heapq.heappush(self._due, (session.expires_at, session.id))
         self.opened += 1
         return session
 
-    def get(self, session_id: str) -> Session:
+    def get(self, session_id: str) -> HeldSession:
         """The open session `session_id`.
 
         Raises:
@@ -122,7 +122,7 @@ class SessionTable:
                                "was closed, or the agent restarted): open a new one")  # fmt: skip
         return session
 
-    def renew(self, session_id: str, now: float) -> Session:
+    def renew(self, session_id: str, now: float) -> HeldSession:
         """Push the expiry of `session_id` to `ttl_s` from `now`."""
         session = self.get(session_id)
         session.expires_at = now + session.ttl_s
@@ -136,14 +136,14 @@ class SessionTable:
             raise SessionError(409, f"a session holds at most {MAX_SESSION_KEYS} keys")
         session.keys[key] = hlc
 
-    def close(self, session_id: str) -> Session:
+    def close(self, session_id: str) -> HeldSession:
         """End `session_id` now; the caller deletes its keys."""
         session = self.get(session_id)
         del self._open[session_id]
         self.closed += 1
         return session
 
-    def expire_due(self, now: float) -> list[Session]:
+    def expire_due(self, now: float) -> list[HeldSession]:
         """End and return the sessions whose TTL ran out by `now`."""
         heap, due = self._due, []
         while heap and heap[0][0] <= now:
@@ -159,7 +159,7 @@ class SessionTable:
         self.expired += len(due)
         return due
 
-    def bound_to(self, check_id: str) -> list[Session]:
+    def bound_to(self, check_id: str) -> list[HeldSession]:
         """End and return the sessions that named check `check_id` (it
         turned critical)."""
         bound = [s for s in self._open.values() if check_id in s.checks]
@@ -175,6 +175,6 @@ class SessionTable:
             heapq.heappop(heap)  # closed since
         return heap[0][0] if heap else None  # (a renewed session wakes the timer early once)
 
-    def all(self) -> list[Session]:
+    def all(self) -> list[HeldSession]:
         """The open sessions, by id."""
         return [self._open[k] for k in sorted(self._open)]

@@ -132,7 +132,7 @@ class Controller:
         self.fresh_epoch = False  # the next renewal moves to a new epoch
         self._ineligible = False  # our own tags say we may not be controller (duties)
         # Voters told by a notice that we hold our epoch after they refused
-        # it (`LeaseElection._refused_renewal`); cleared with each new epoch.
+        # it (`Candidacy._refused_renewal`); cleared with each new epoch.
         self.told_of_epoch: set[str] = set()
         self.quorum_config: VoterConfig | None = None  # of our last request that won
         # Voter name -> the data directory's id it answered with, where the

@@ -7,6 +7,8 @@ roles, split as raft splits `stepLeader`/`stepCandidate`/`stepFollower`:
 
 - `voter.py`: the grant rule, what a voter may promise and what must be
   durable first (the safety argument lives there);
+- `candidacy.py`: the candidate's step: when to stand, what the answers to
+  its requests and pre-votes mean, a request that failed;
 - `campaign.py`: a candidate's or controller's requests, resends, late
   grants, won renewals;
 - `controller.py`: the controller's lease, renewals, voter changes and
@@ -21,7 +23,7 @@ roles, split as raft splits `stepLeader`/`stepCandidate`/`stepFollower`:
 none), a *candidate* (a campaign in flight), or the *controller* (it holds
 `lease_epoch` until `lease_end_at`). Transitions:
 
-- follower → candidate: `_maybe_stand`, once nothing blocks it (a grant it
+- follower → candidate: `Candidacy.maybe_stand`, once nothing blocks it (a grant it
   holds, a controller it knows of, a back-off) and its rank's wait is over;
   or, with no configuration yet, to bootstrap one. A candidate first runs
   a pre-vote (`PreVote`, voter.py): only a majority of voters that *would*
@@ -31,7 +33,7 @@ none), a *candidate* (a campaign in flight), or the *controller* (it holds
   campaign has no controller to disturb and asks at once.
 - candidate → controller: `Controller.won`, on a majority. The lease
   counts `lease_s * (1 - drift)` from when the request was *sent*.
-- candidate → follower: `_request_failed` releases what it got and backs
+- candidate → follower: `Candidacy.request_failed` releases what it got and backs
   off, or the campaign yields to a better candidate (`yield_campaign`).
 - controller → controller: renewal every `renew_interval_s` (same epoch),
   tried again at once when it misses its majority, carrying at most one
@@ -55,17 +57,15 @@ next controller's epoch exceed everything either side used).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from shoal.election.campaign import Campaign, Request
+from shoal.election.campaign import Campaign
+from shoal.election.candidacy import Candidacy
 from shoal.election.config import LeaseConfig
 from shoal.election.controller import Controller
 from shoal.election.events import ElectionCounters, PersistElection, VotersChanged
 from shoal.election.messages import (
-    REJECT_EPOCH,
-    REJECT_HELD,
-    REJECT_IDENTITY,
     ControllerNotice,
     LeaseGrant,
     LeaseReject,
@@ -82,8 +82,6 @@ from shoal.election.voter import Voter
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import Address, Output, Send
 from shoal.kernel.outbox import Outbox
-
-_SELF: Address = ("", 0)  # the sender of this node's answers to itself
 
 
 class LeaseElection:
@@ -122,8 +120,6 @@ class LeaseElection:
         self.name, self.config, self.rng = name, config, rng
         self.counters = ElectionCounters()
         self.voters = voters
-        self.bootstrap_expect = bootstrap_expect
-        self.epoch_known = granted_epoch
         self._addr_of, self._liveness_of = addr_of, liveness_of
         self.out = Outbox()  # every message rides on a write or a barrier (module docstring)
         self.node_id = node_id
@@ -138,6 +134,14 @@ class LeaseElection:
                                          liveness_of, self, self._send_to)  # fmt: skip
         self.controller = Controller(name, config, self.out, self.counters, self.campaign,
                                      self.ranking, self.notices, self.following, self)  # fmt: skip
+        roles = (
+            self.voter, self.campaign, self.ranking, self.standing, self.following,
+            self.controller,
+        )
+        self.candidacy = Candidacy(
+            name, node_id, config, rng, self.counters, roles, self._send_to, self,
+            granted_epoch, bootstrap_expect,
+        )
         self._view_changed_at, self._leaving = 0.0, False
         # The feature level this node announces when it controls; the node
         # that composes the cores decides it (node/composition.py).
@@ -166,10 +170,10 @@ class LeaseElection:
         return {
             LeaseRequest: self.voter.on_request,
             PreVote: self.voter.on_pre_vote,
-            LeaseGrant: self._on_answer,
-            PreVoteGrant: self._on_answer,
-            LeaseReject: self._on_answer,
-            LeaseRelease: self._on_release,
+            LeaseGrant: self.candidacy.on_answer,
+            PreVoteGrant: self.candidacy.on_answer,
+            LeaseReject: self.candidacy.on_answer,
+            LeaseRelease: self.on_release,
             ControllerNotice: self.following.on_notice,
             NoticeQuery: self._on_notice_query,
         }
@@ -193,6 +197,11 @@ class LeaseElection:
     def known(self) -> tuple[str, int] | None:
         """The controller this node knows of, and its epoch."""
         return self.following.known
+
+    @property
+    def epoch_known(self) -> int:
+        """The highest epoch this node knows was used (granted, asked or refused)."""
+        return self.candidacy.epoch_known
 
     @property
     def granted_epoch(self) -> int:
@@ -242,7 +251,7 @@ class LeaseElection:
         self._view_changed_at = now
         self.following.view_changed()
         if self.voters is None:
-            self._wake_by(now + self.config.bootstrap_settle_s)
+            self.wake_by(now + self.config.bootstrap_settle_s)
 
     def leave(self, now: float) -> None:
         """Stop standing; as controller, release the lease to the voters.
@@ -263,7 +272,7 @@ class LeaseElection:
         for r in dropped:
             releases.setdefault(r.epoch, set()).update(r.targets())
         for epoch, voters in releases.items():
-            self._release(epoch, sorted(voters), now)
+            self.candidacy.release(epoch, sorted(voters), now)
         if lease_epoch is not None:
             self._become_follower(now, "released")
 
@@ -288,7 +297,7 @@ class LeaseElection:
         req = campaign.request
         if req is not None:
             if campaign.timed_out(req, now):
-                self._request_failed(req, now)
+                self.candidacy.request_failed(req, now)
             else:
                 campaign.resend_due(req, now)
         campaign.resend_late(now, ctl.renew_at)
@@ -298,7 +307,7 @@ class LeaseElection:
             self.following.expire(now)
             self.following.ask(now)
             if campaign.request is None and not self._leaving:
-                self._maybe_stand(now)
+                self.candidacy.maybe_stand(now, self._view_changed_at)
         self._schedule(now)
 
     def _schedule(self, now: float) -> None:
@@ -320,127 +329,23 @@ class LeaseElection:
             times.append(grant.until_at)
         future = [t for t in times if t > now]
         if future:
-            self._wake_by(min(future))
-
-    def _wake_by(self, at: float) -> None:
-        if self._wake_at is None or at < self._wake_at:
-            self._wake_at = at
+            self.wake_by(min(future))
 
     # -- transitions -----------------------------------------------------------------
-
-    def _maybe_stand(self, now: float) -> None:
-        """Become a candidate when due, or bootstrap once the view is still."""
-        config, known = self.voters, self.following
-        if config is None:
-            if now < self._view_changed_at + self.config.bootstrap_settle_s:
-                return
-            config = self.ranking.first_config(self.bootstrap_expect, self.config.max_voters,
-                                               self.rng)  # fmt: skip
-            if config is None:
-                return
-            self.counters.campaigns += 1  # nothing to disturb yet: no pre-vote
-            self.issue(now, self.next_epoch(), config, None, renewal=False)
-            return
-        if not config.identifies(self.name, self.node_id):
-            # Named with another data directory's id: that was our old self
-            # (our disk was wiped), and we never stand as it.
-            self.standing.stand_at = None
-            return
-        if not self.standing.due(now, config, self.voter.grant, known.known, known.until):
-            return
-        self.counters.pre_votes += 1
-        self.issue(now, self.next_epoch(), config, None, renewal=False, pre=True)
-
-    def _request_failed(self, req: Request, now: float) -> None:
-        self.campaign.failed(req)
-        if req.renewal:
-            # Try again at once while the lease lasts (`renew_interval_s`).
-            self.controller.renewal_failed(now)
-            self.wake(now)
-            return
-        # A campaign that missed its majority gives back what it got, so that
-        # the voters are free for the next candidate at once (a pre-vote got
-        # nothing).
-        if not req.pre:
-            self._release(req.epoch, req.granted, now)
-        self.standing.block(now + self.config.rank_backoff_s * (1 + self.rng.random() * 3))
-        self.wake(now)
 
     def _become_follower(self, now: float, reason: str) -> None:
         self.controller.step_down(reason)
         self.wake(now)
 
-    def _release(self, epoch: int, voters: Iterable[str], now: float) -> None:
-        """Give back our grants of `epoch` from `voters` (our own at once)."""
-        for voter in voters:
-            if voter == self.name:
-                self._on_release(LeaseRelease(epoch, self.name), _SELF, now)
-            else:
-                self._send_to(voter, LeaseRelease(epoch, self.name))
-
     # -- messages ------------------------------------------------------------------------
-
-    def _on_answer(self, msg: LeaseGrant | PreVoteGrant | LeaseReject, sender: Address,
-                   now: float) -> None:  # fmt: skip
-        req = self.campaign.record(msg)
-        if req is None:
-            return
-        if not isinstance(msg, LeaseReject):
-            if req.has_quorum() and req.pre:  # a majority would grant: ask for real
-                self.campaign.failed(req)
-                self.counters.campaigns += 1
-                self.issue(now, self.next_epoch(), req.config, None, renewal=False)
-            elif req.has_quorum():  # a new lease, or a renewal of ours
-                self.controller.won(req, now)
-                self.wake(now)
-            return
-        self.counters.rejects += 1
-        if msg.reason == REJECT_IDENTITY:
-            self.controller.note_identity(msg.voter, msg.voter_id)
-        self.epoch_known = max(self.epoch_known, msg.granted_epoch)
-        if req.renewal and self._refused_renewal(msg, now):
-            return
-        if msg.holder and msg.holder != self.name:
-            retry_at = self.campaign.retry_when_free(req, msg, now)
-            if retry_at is not None:  # ask this voter again the moment it is free
-                self._wake_by(retry_at)
-                return
-            self.standing.block(now + msg.remaining_ms / 1000)
-        if msg.config is not None and msg.config.supersedes(self.voters):
-            self.adopt(msg.config, now)
-            self._request_failed(req, now)
-
-    def _refused_renewal(self, msg: LeaseReject, now: float) -> bool:
-        """A voter refused our renewal. Past our epoch (after a merge), the
-        next renewal moves above it. A voter that does not know we hold our
-        epoch (it restarted, or granted it to a candidate that lost it) is
-        told by a notice, and then takes us as the holder of that epoch
-        (`Voter.vouch`): a new epoch for that would unseat a healthy
-        controller for nothing (issue 28). One told that still refuses
-        granted our epoch number under another lineage: we move above it.
-        Whether the refusal is dealt with."""
-        epoch = self.controller.lease_epoch
-        if epoch is None or msg.config != self.voters:
-            return False
-        told = self.controller.told_of_epoch
-        if msg.reason == REJECT_EPOCH:
-            if msg.granted_epoch > epoch or msg.voter in told:
-                # Past our epoch (after a merge), or told and still refusing
-                # (its epoch came from a lineage it left): move above it.
-                self.controller.fresh_epoch = True
-                return False
-            told.add(msg.voter)
-        elif msg.reason != REJECT_HELD or msg.holder == self.name:
-            return False
-        self._send_to(msg.voter, self.controller.notice(now))
-        return not msg.holder  # a grant to another still binds: handled as before
 
     def _on_notice_query(self, msg: NoticeQuery, sender: Address, now: float) -> None:
         """A member lost a notice and asks for a fresh one."""
         if self.is_controller:
             self.out.send_durable(Send(sender, (self.controller.notice(now),)))
 
-    def _on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
+    def on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
+        """A holder gives back its grant of `msg.epoch` from this node."""
         if self.voter.release(msg.holder, msg.epoch):
             if msg.holder != self.name:
                 self.standing.released_by = msg.holder  # leaving: not a candidate to rank
@@ -453,30 +358,27 @@ class LeaseElection:
         if addr is not None:
             self.out.send_durable(Send(addr, (msg,)))
 
-    # -- what the other roles ask of the node (VoterHost, NoticeHost, ControllerHost) ---
+    # -- what the other roles ask of the node (VoterHost, NoticeHost, ControllerHost,
+    #    CandidacyHost) ---------------------------------------------------------------
 
     def wake(self, now: float) -> None:
         """Evaluate again at `now`."""
         self._wake_at = now
 
+    def wake_by(self, at: float) -> None:
+        """Evaluate again at `at` at the latest."""
+        if self._wake_at is None or at < self._wake_at:
+            self._wake_at = at
+
     def next_epoch(self) -> int:
         """An epoch above every epoch this node has seen or granted."""
-        return max(self.epoch_known, self.voter.granted_epoch) + 1
+        return self.candidacy.next_epoch()
 
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
               renewal: bool, pre: bool = False) -> None:  # fmt: skip
         """Send a request for `epoch`, or a pre-vote for it (this node
         answers its own at once)."""
-
-        def ask_self(msg: LeaseRequest | PreVote) -> None:
-            if isinstance(msg, PreVote):
-                self._on_answer(self.voter.pre_vote(msg, now), _SELF, now)
-                return
-            answer = self.voter.vote(msg, now)
-            if answer is not None:
-                self._on_answer(answer, _SELF, now)
-
-        self.campaign.issue(now, epoch, config, old, renewal, ask_self, pre)
+        self.candidacy.issue(now, epoch, config, old, renewal, pre)
 
     def step_aside(self, now: float) -> None:
         """Release the lease to a better candidate (`preempt`), and keep standing."""
@@ -499,13 +401,7 @@ class LeaseElection:
     def yield_campaign(self, candidate: str, now: float) -> int:
         """Abandon our campaign in flight (never claimed, so safe to drop)
         when `candidate` outranks us; the epoch given up, or 0."""
-        req = self.campaign.request
-        if req is None or req.renewal or self.is_controller:
-            return 0
-        if not self.ranking.ranks_above_me(candidate):
-            return 0
-        self._request_failed(req, now)
-        return req.epoch
+        return self.candidacy.yield_campaign(candidate, now)
 
     def ranks_above_me(self, candidate: str) -> bool:
         """Whether `candidate` ranks above this node."""
@@ -517,14 +413,11 @@ class LeaseElection:
 
     def saw_epoch(self, epoch: int) -> None:
         """A request for `epoch` exists: campaign above it."""
-        self.epoch_known = max(self.epoch_known, epoch)
+        self.candidacy.saw_epoch(epoch)
 
     def would_yield(self, candidate: str) -> bool:
         """Whether `yield_campaign` would abandon our campaign for `candidate`."""
-        req = self.campaign.request
-        if req is None or req.renewal or req.pre or self.is_controller:
-            return False
-        return self.ranking.ranks_above_me(candidate)
+        return self.candidacy.would_yield(candidate)
 
     def superseded(self, epoch: int, now: float) -> None:
         """A notice of another holder's lease at `epoch`, in our configuration.

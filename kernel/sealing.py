@@ -20,7 +20,7 @@ every other installed key (memberlist's keyring rule), which is what makes
 a rotation possible without downtime.
 
 Replay (IPsec ESP's and DTLS's anti-replay window, WireGuard's per-peer
-counter, RFC 4303 §3.4.3 and RFC 6347 §4.1.2.6): `Sessions.check` refuses a
+counter, RFC 4303 §3.4.3 and RFC 6347 §4.1.2.6): `ReplayWindows.check` refuses a
 packet bound to anyone but this node in this run (`misdirected`: a copy
 sent to another member, or to this one after it restarted), from a run of
 its sender older than one already seen (`stale_run`), from itself
@@ -225,7 +225,7 @@ class _Window:
         self.bits = 0
 
 
-class Sessions:
+class ReplayWindows:
     """This node's run and binding, and every sender's newest run and window.
 
     Args:

@@ -1,5 +1,5 @@
-"""SWIM + Lifeguard membership: the sans-IO core, its wire codec, and the IO
-(transport) the agent drives it with."""
+"""SWIM + Lifeguard membership: the sans-IO core and its wire codec. The IO
+the agent drives it with (sockets, mDNS) is in daemon/network/."""
 
 from shoal.kernel.contract import Channel, Output, PersistIncarnation, Send
 

@@ -117,6 +117,11 @@ def decode_value(key: bytes, raw: bytes) -> Record:
     return Record(key, value, hlc, writer, epoch, owner)
 
 
+def frame_size(record: Record) -> int:
+    """Roughly the bytes a record takes in a frame (anti-entropy's budget)."""
+    return len(record.key) + len(record.value or b"") + 32
+
+
 def digest(record: Record) -> int:
     """A 64-bit hash of the whole record, summed by the Merkle tree."""
     return digest_of(record.key, encode_value(record))

@@ -223,6 +223,13 @@ class Replica:
         """The current record of `key` (a tombstone if deleted)."""
         return self.store.get(key)
 
+    def records_in(self, ranges: Iterable[tuple[int, int]]) -> Iterator[Record]:
+        """The records under the given (level, index) nodes of the Merkle tree."""
+        tree, store = self.tree, self.store
+        for level, index in ranges:
+            first, end = tree.leaf_range(level, index)
+            yield from store.in_leaves(first, end)
+
     def visible(self, rec: Record) -> bool:
         """Whether readers see `rec`: False for an ephemeral record whose
         owner is failed or left now, or was after `rec` was written."""

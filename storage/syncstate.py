@@ -43,8 +43,8 @@ class SyncCompleted(msgspec.Struct, frozen=True):
     rounds: int
 
 
-class Session(msgspec.Struct):
-    """One anti-entropy session this node started (AntiEntropy._session)."""
+class SyncSession(msgspec.Struct):
+    """One anti-entropy session this node started (Initiator._session)."""
 
     id: int
     peer: Address

@@ -11,7 +11,7 @@ HTTP layer answers every write of the group in one callback (api/http.py).
 
 This is the agent's hottest path (32 writers at several thousand writes a
 second each cost the agent's core 63-71 us of CPU per write before the
-changes of issue 25; docs/architecture.md, "The write path", has the
+changes of issue 25; docs/performance.md, "The write path", has the
 profile). So the answer to a write is built as bytes in one step, not as a
 dict for json.dumps, and the query string is read only when there is one.
 """

@@ -1,2 +1,2 @@
 """The agent's network side: the wire format, sockets and datagrams,
-streams and key commands, addresses, and the discovery glue."""
+streams and key commands, addresses, mDNS discovery and its glue."""

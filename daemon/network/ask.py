@@ -7,9 +7,9 @@ import asyncio
 from typing import Any, TypeVar
 
 from shoal.daemon.network.first_contact import FirstContact
+from shoal.daemon.network.transport import read_frame
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
-from shoal.membership.transport import read_frame
 
 Answer = TypeVar("Answer")
 

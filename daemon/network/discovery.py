@@ -1,6 +1,6 @@
 """Discovery glue: multicast DNS-SD results become joins, a few at a time.
 
-Discovery (membership/discovery.py, zeroconf) reports peers; this turns
+Discovery (daemon/network/mdns.py, zeroconf) reports peers; this turns
 them into `node.join` calls. At most MAX_DISCOVERY_JOINS run at once and
 the rest queue: push-pull and gossip bring in the others, so fifty agents
 starting together do not all join each other. A peer that is a live member
@@ -40,7 +40,7 @@ from shoal.membership.member import MemberState
 from shoal.node.composition import ShoalNode
 
 if TYPE_CHECKING:  # zeroconf is loaded when discovery starts, after the join is sent
-    from shoal.membership.discovery import DiscoveredPeer, Discovery, IgnoredPeer
+    from shoal.daemon.network.mdns import DiscoveredPeer, Discovery, IgnoredPeer
 
 MAX_DISCOVERY_JOINS = 3
 DISCOVERY_AFTER_JOIN_S = 5.0
@@ -58,7 +58,7 @@ def preload(config: AgentConfig) -> None:
     0.236 -> 0.215 s of wall time (medians of 15 paired runs, load 5 on 2
     cores), for 1 M more instructions (callgrind: 411 -> 412 M)."""
     if config.discovery and not config.join:
-        threading.Thread(target=importlib.import_module, args=("shoal.membership.discovery",),
+        threading.Thread(target=importlib.import_module, args=("shoal.daemon.network.mdns",),
                          name="import zeroconf", daemon=True).start()  # fmt: skip
 
 
@@ -117,7 +117,7 @@ class DiscoveryJoins:
         cfg = self._config
         if not cfg.discovery:
             return
-        from shoal.membership.discovery import Discovery, Sealing
+        from shoal.daemon.network.mdns import Discovery, Sealing
 
         interfaces = list(cfg.discovery_interfaces) or [advertise[0]]
         wire = self._wire
@@ -210,7 +210,7 @@ class DiscoveryJoins:
 
     def _is_member_label(self, label: str) -> bool:
         """Whether a discovery label is a live member's (no need to resolve it)."""
-        from shoal.membership.discovery import service_label
+        from shoal.daemon.network.mdns import service_label
 
         for name in self._node.peers_up():
             ident = self._node.identity_of(name)
@@ -220,7 +220,7 @@ class DiscoveryJoins:
         return False
 
     def _on_discovered(self, found: DiscoveredPeer | IgnoredPeer) -> None:
-        from shoal.membership.discovery import IgnoredPeer
+        from shoal.daemon.network.mdns import IgnoredPeer
 
         if isinstance(found, IgnoredPeer):
             key = (found.name, found.reason)

@@ -1,6 +1,6 @@
 """Rediscovery: mDNS again when a large share of the cluster died at once (issue 42).
 
-Theory of operation. Discovery (membership/discovery.py, zeroconf) asks
+Theory of operation. Discovery (daemon/network/mdns.py, zeroconf) asks
 for peers when it starts (four queries within ~15 s) and then only when a
 cached record nears the end of its time to live (75 % of 75 min for the
 service's pointer). Announcements go out at start. Whatever a cut swallowed

@@ -23,6 +23,13 @@ from shoal.daemon.config import AgentConfig
 from shoal.daemon.keys import load_keyring
 from shoal.daemon.network.first_contact import FirstContact
 from shoal.daemon.network.streams import Receive, Streams
+from shoal.daemon.network.transport import (
+    DatagramHandler,
+    FaultInjector,
+    PacketProtocol,
+    open_tcp_listener,
+    open_udp_socket,
+)
 from shoal.daemon.network.wire import Wire
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
@@ -31,13 +38,6 @@ from shoal.kernel.sealing import OVERHEAD_BYTES, KeyCommand, KeyReply
 from shoal.kernel.versions import THIS_BUILD, Versions
 from shoal.membership.messages import PushPull
 from shoal.membership.profiles import SwimConfig
-from shoal.membership.transport import (
-    DatagramHandler,
-    FaultInjector,
-    PacketProtocol,
-    open_tcp_listener,
-    open_udp_socket,
-)
 from shoal.storage.messages import SyncDigests, SyncRecords, SyncTree, SyncTreeDiff
 
 UDP_RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024

@@ -22,11 +22,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shoal.daemon.network.first_contact import FirstContact
+from shoal.daemon.network.transport import read_frame
 from shoal.daemon.network.wire import Received, Wire
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.sealing import UNBOUND, Hello, KeyCommand, KeyReply, Welcome
-from shoal.membership.transport import read_frame
 from shoal.services.queries import QueryReply, QueryRequest
 
 Receive = Callable[[list[Any], Address], None]

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from shoal.kernel import codec
-from shoal.kernel.sealing import NONCE_BYTES, UNBOUND, Envelope, Hello, Keyring, Sessions
+from shoal.kernel.sealing import NONCE_BYTES, UNBOUND, Envelope, Hello, Keyring, ReplayWindows
 from shoal.kernel.versions import THIS_BUILD, Versions
 
 
@@ -62,7 +62,7 @@ class Wire:
         self.keyring = keyring
         self.verify_incoming = verify_incoming
         self.verify_outgoing = verify_outgoing
-        self.sessions = Sessions(node_id[:8], run)
+        self.sessions = ReplayWindows(node_id[:8], run)
         self._counter = 0
         self._head = bytes((codec.PROTOCOL_VERSION, 0)) + self.tag
 

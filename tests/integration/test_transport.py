@@ -6,7 +6,7 @@ import socket
 
 import uvloop
 
-from shoal.membership.transport import PacketProtocol, open_udp_socket
+from shoal.daemon.network.transport import PacketProtocol, open_udp_socket
 
 
 def _dead_address() -> tuple[str, int]:

@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # module is checked from the day it exists.
 PURE_PACKAGES = ["kernel", "membership", "election", "storage", "metalog", "services", "node"]
 # Exempt, and short on purpose.
-IO_MODULES = {"membership/transport.py", "membership/discovery.py", "storage/engine.py",
-              "storage/history.py"}  # fmt: skip
+IO_MODULES = {"storage/engine.py", "storage/history.py"}
 FORBIDDEN_IMPORTS = {
     "asyncio", "socket", "time", "uvloop", "zeroconf", "structlog", "rocksdict", "os",
     "datetime", "threading", "selectors", "aiohttp", "secrets",

@@ -15,7 +15,7 @@ from shoal.kernel.sealing import (
     KeyReply,
     Keyring,
     KeyringError,
-    Sessions,
+    ReplayWindows,
     binding,
     format_key,
     next_run,
@@ -95,15 +95,15 @@ def at_b(sender: bytes = A_TAG, run: int = 7, counter: int = 1, to: bytes | None
 def test_a_copy_is_refused_by_its_receiver_by_another_member_and_after_a_restart():
     """The three replays of issue 27: the same receiver again, another
     member, the same member in its next run."""
-    b = Sessions(B_TAG, 5)
+    b = ReplayWindows(B_TAG, 5)
     b.check(at_b(counter=1))
     with pytest.raises(codec.DecodeError, match="replay"):
         b.check(at_b(counter=1))
-    c = Sessions(C_TAG, 5)  # another member, same run number even
+    c = ReplayWindows(C_TAG, 5)  # another member, same run number even
     with pytest.raises(codec.DecodeError) as info:
         c.check(at_b(counter=1))
     assert info.value.reason == "misdirected"
-    b_restarted = Sessions(B_TAG, 6)  # nothing remembered, yet nothing accepted
+    b_restarted = ReplayWindows(B_TAG, 6)  # nothing remembered, yet nothing accepted
     with pytest.raises(codec.DecodeError) as info:
         b_restarted.check(at_b(counter=1))
     assert info.value.reason == "misdirected"
@@ -112,14 +112,14 @@ def test_a_copy_is_refused_by_its_receiver_by_another_member_and_after_a_restart
 def test_a_nodes_own_packet_sent_back_is_refused_whatever_its_run():
     """An unbound hello of ours from an earlier run, reflected to us after a
     restart, is no news from a peer."""
-    b = Sessions(B_TAG, 6)
+    b = ReplayWindows(B_TAG, 6)
     with pytest.raises(codec.DecodeError) as info:
         b.check(Envelope(B_TAG, 5, UNBOUND, 1))
     assert info.value.reason == "reflected"
 
 
 def test_counters_may_arrive_out_of_order_within_the_window_once_each():
-    b = Sessions(B_TAG, 5)
+    b = ReplayWindows(B_TAG, 5)
     for counter in (10, 3, 9, 1, WINDOW_PACKETS + 2):
         b.check(at_b(counter=counter))
     for counter in (3, 10, WINDOW_PACKETS + 2):
@@ -131,7 +131,7 @@ def test_counters_may_arrive_out_of_order_within_the_window_once_each():
 
 
 def test_a_newer_run_of_a_sender_starts_afresh_and_its_older_runs_are_refused():
-    b = Sessions(B_TAG, 5)
+    b = ReplayWindows(B_TAG, 5)
     b.check(at_b(run=7, counter=100))
     b.check(at_b(run=8, counter=1))  # the sender restarted: counts from 1 again
     assert b.run_of(A_TAG) == 8 and b.binding_of(A_TAG) == binding(A_TAG, 8)
@@ -141,7 +141,7 @@ def test_a_newer_run_of_a_sender_starts_afresh_and_its_older_runs_are_refused():
 
 
 def test_unbound_packets_pass_the_window_and_teach_the_run_and_garbage_is_not_remembered():
-    b = Sessions(B_TAG, 5)
+    b = ReplayWindows(B_TAG, 5)
     assert b.binding_of(A_TAG) is None
     b.check(at_b(to=UNBOUND))
     assert b.binding_of(A_TAG) == binding(A_TAG, 7)
@@ -150,7 +150,7 @@ def test_unbound_packets_pass_the_window_and_teach_the_run_and_garbage_is_not_re
 
 
 def test_the_sender_table_is_bounded():
-    b = Sessions(B_TAG, 5, max_senders=100)
+    b = ReplayWindows(B_TAG, 5, max_senders=100)
     for i in range(300):
         b.check(at_b(sender=i.to_bytes(8, "big")))
     assert len(b) == 100 and b.evicted == 200

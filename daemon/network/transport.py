@@ -1,8 +1,8 @@
 """IO: UDP datagrams and TCP stream frames for the agent, plus fault injection.
 
-This is the only membership module that touches sockets. Datagrams are
-handed to a callback as bytes; frames are read with a size limit and a
-deadline. `FaultInjector` drops, delays and duplicates incoming datagrams
+The sockets membership traffic goes through (the core, membership/, has
+none). Datagrams are handed to a callback as bytes; frames are read with a
+size limit and a deadline. `FaultInjector` drops, delays and duplicates incoming datagrams
 from a seeded `Random`: this kernel has no netem, and tests and benchmarks
 need loss. It is off unless configured, and the agent logs a warning when on.
 
