@@ -53,6 +53,8 @@ HELD_FOR_S = 3.0  # what waited longer for its hello is dropped, not sent late
 MAX_HELD = 64  # per address; the oldest goes first
 MAX_ADDRESSES = 65_536
 REPLY_GAP_S = 1.0  # at most one hello per address per gap in answer to misdirected packets
+ANSWER_WITHIN_S = HELD_FOR_S  # a welcome from another address later than this teaches nothing
+OTHER_AFTER_HELLOS = 2  # an answer from another address counts once these go unanswered
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +108,16 @@ class _Pending:
     held: list[tuple[float, Send]] = field(default_factory=list)
     wanted: int = 0  # waiters for the binding itself (`want`)
     retry_at: float | None = None
+    refs: list[int] = field(default_factory=list)  # the hellos said for it
+    hellos: int = 0  # said so far
+    other: tuple[bytes, int] | None = None  # (tag, hellos said) answered from another address
 
 
 class Handshake:
     """Receiver bindings by address, learned by hello and by what arrives.
+
+    `mutation` (class-wide, None in production) puts a deliberate bug in,
+    for tests/sim/test_handshake_sim.py to show that its checks catch it.
 
     Args:
         sessions: this node's run and every sender's newest run (shared with
@@ -120,6 +128,8 @@ class Handshake:
             `contact_refused_version`); a fresh Counter if None.
     """
 
+    mutation: str | None = None
+
     def __init__(self, sessions: Sessions, versions: Versions, sealing: bool = True,
                  counters: Counter[str] | None = None) -> None:  # fmt: skip
         self.sessions = sessions
@@ -128,7 +138,7 @@ class Handshake:
         self.counters: Counter[str] = Counter() if counters is None else counters
         self._tags: dict[Address, bytes] = {}  # address -> node tag heard from there
         self._pending: dict[Address, _Pending] = {}
-        self._refs: dict[int, Address] = {}
+        self._refs: dict[int, tuple[Address, float]] = {}  # hello ref -> (to, said at)
         self._replied_at: dict[Address, float] = {}
         self._next_ref = itertools.count(1)
         self._refused: set[tuple[Address, Versions]] = set()
@@ -162,10 +172,7 @@ class Handshake:
         if type(first) is Welcome and len(messages) == 1:
             if self._refuse(first.versions, addr):
                 return True
-            hello_to = self._refs.pop(first.ref, None)
-            if hello_to is not None and hello_to != addr:
-                tags[hello_to] = sender  # answered from another address
-                self._release(hello_to, now)
+            self._answered(first.ref, sender, addr, now)
             self._release(addr, now)
             return True
         self._release(addr, now)
@@ -234,7 +241,7 @@ class Handshake:
         if len(self._replied_at) >= MAX_ADDRESSES:
             self._replied_at.clear()
         self._replied_at[addr] = now
-        self._send_hello(addr)
+        self._send_hello(addr, now)
 
     def forget(self, addr: Address) -> None:
         """Drop what is known of `addr` (tests, and a driver that knows the
@@ -263,6 +270,14 @@ class Handshake:
         if pending is None or pending.retry_at is None or pending.retry_at > now:
             return  # released meanwhile, or a newer retry is queued
         pending.retry_at = None
+        other = pending.other
+        if other is not None and pending.hellos - other[1] >= OTHER_AFTER_HELLOS:
+            # Answered from another address, and not from its own meanwhile.
+            self.counters["contact_other_address"] += 1
+            self._tags[addr] = other[0]
+            self._release(addr, now)
+            if addr not in self._pending:
+                return
         kept = [(at, send) for at, send in pending.held if now - at <= HELD_FOR_S]
         self.counters["held_dropped"] += len(pending.held) - len(kept)
         pending.held = kept
@@ -272,6 +287,34 @@ class Handshake:
         self._hello(addr, pending, now)
         pending.retry_at = now + HELLO_RETRY_S
         self._deadlines.push(pending.retry_at, self._retry, addr)
+
+    def _answered(self, ref: int, sender: bytes, addr: Address, now: float) -> None:
+        """A welcome from `addr` answers hello `ref`: when that hello went to
+        another address, `sender` may be answering for it (a member that
+        listens on several addresses answers from its own).
+
+        A hello is unbound, so a copy of ours replayed to a third member
+        earns a true welcome from it; taken at once as the answer for the
+        address the hello went to, it would bind that address to the wrong
+        member (found by sim/handshake.py's replayer). So such an answer is
+        only a candidate, taken if the address itself has not answered the
+        next `OTHER_AFTER_HELLOS` hellos (`_retry`; a member there would),
+        and only for a hello still outstanding and said recently: the refs
+        of an address go once it is bound (`_release`)."""
+        found = self._refs.pop(ref, None)
+        if found is None or found[0] == addr:
+            return
+        hello_to, said_at = found
+        if Handshake.mutation == "trust_any_welcome":
+            self._tags[hello_to] = sender
+            self._release(hello_to, now)
+            return
+        pending = self._pending.get(hello_to)
+        if pending is None or now - said_at > ANSWER_WITHIN_S or self.to(hello_to) is not None:
+            self.counters["contact_late_welcome"] += 1
+            return
+        if pending.other is None:
+            pending.other = (sender, pending.hellos)
 
     def _refuse(self, theirs: Versions, addr: Address) -> bool:
         """Whether a peer that says it understands `theirs` is refused."""
@@ -290,13 +333,17 @@ class Handshake:
     def _hello(self, addr: Address, pending: _Pending, now: float) -> None:
         if now - pending.sent_at >= HELLO_RETRY_S:
             pending.sent_at = now
-            self._send_hello(addr)
+            pending.hellos += 1
+            self._send_hello(addr, now)
 
-    def _send_hello(self, addr: Address) -> None:
+    def _send_hello(self, addr: Address, now: float) -> None:
         ref = next(self._next_ref)
         if len(self._refs) >= MAX_ADDRESSES:
             self._refs.clear()
-        self._refs[ref] = addr
+        self._refs[ref] = (addr, now)
+        pending = self._pending.get(addr)
+        if pending is not None:
+            pending.refs.append(ref)
         self.counters["hellos_out"] += 1
         self._send.append(Sealed(addr, UNBOUND, Hello(ref, self.versions)))
 
@@ -308,6 +355,9 @@ class Handshake:
         if binding is None:
             return
         del self._pending[addr]
+        if Handshake.mutation != "trust_any_welcome":
+            for ref in pending.refs:  # answered: a copy of one of them teaches nothing
+                self._refs.pop(ref, None)
         sends = []
         for at, send in pending.held:
             if now - at <= HELD_FOR_S:

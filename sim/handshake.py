@@ -35,9 +35,9 @@ from typing import Any
 
 from shoal.kernel.codec import DecodeError
 from shoal.kernel.contract import Address, Send
-from shoal.kernel.sealing import Envelope, Sessions, binding
+from shoal.kernel.sealing import UNBOUND, Envelope, Sessions, binding
 from shoal.kernel.versions import THIS_BUILD, Versions
-from shoal.services.handshake import Handshake, Released
+from shoal.services.handshake import Handshake, Refused, Released
 from shoal.sim.network import LinkProfile, SimNetwork
 
 MEMORY = 4_000  # captures the replayer keeps (a uniform sample of all traffic)
@@ -113,12 +113,19 @@ class HandshakeSim:
         self.hosts = [Host(i, ("10.0.0.1", next(self._ports)), 1, (versions or {}).get(i, THIS_BUILD))
                       for i in range(n)]  # fmt: skip
         self.at: dict[Address, int] = {h.addr: h.index for h in self.hosts}
+        self._bindings = {h.index: {binding(h.tag, h.run)} for h in self.hosts}  # every run's
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count()
         self._ids = itertools.count(1)
         self.sent: dict[int, tuple[int, float]] = {}  # note id -> (addressee, sent at)
+        self.origin: dict[int, int] = {}  # note id -> its sender
         self.delivered: Counter[int] = Counter()
         self.misdelivered: list[tuple[int, int]] = []  # (note id, host it reached)
+        # Datagrams sent to an address bound to another host than the one
+        # there (any run of the right host is only stale, not wrong; nobody
+        # there is a lost datagram).
+        self.misbound = 0
+        self.logged: list[tuple[int, int]] = []  # (host, peer) refusals logged
         self.dropped: Counter[str] = Counter()  # envelopes the Sessions refused, by reason
         self.taps: list[Callable[[Packet], None]] = []  # see every datagram sent
         for h in self.hosts:
@@ -149,6 +156,7 @@ class HandshakeSim:
         del self.at[host.addr]
         host.start(addr, host.run + 1)
         self.at[addr] = index
+        self._bindings[index].add(binding(host.tag, host.run))
 
     def binding_of(self, index: int) -> bytes:
         """What a packet to host `index` in its current run must carry."""
@@ -164,6 +172,7 @@ class HandshakeSim:
         dst += dst >= index
         note = Note(next(self._ids), dst)
         self.sent[note.id] = (dst, self.now)
+        self.origin[note.id] = index
         self._send(host, Send(self.hosts[dst].addr, (note,)))
 
     def _send(self, host: Host, send: Send) -> None:
@@ -177,6 +186,9 @@ class HandshakeSim:
     def transmit(self, host: Host, dst: Address, to: bytes, messages: tuple[Any, ...]) -> None:
         """Seal (an envelope) and put one datagram on the segment."""
         host.counter += 1
+        there = self.at.get(dst)
+        if to != UNBOUND and there is not None and to not in self._bindings[there]:
+            self.misbound += 1
         packet = Packet(host.addr, dst, Envelope(host.tag, host.run, to, host.counter), messages)
         for tap in self.taps:
             tap(packet)
@@ -226,6 +238,8 @@ class HandshakeSim:
             if type(event) is Released:
                 for send in event.sends:
                     self.transmit(host, send.to, event.binding, send.messages)
+            elif type(event) is Refused and event.first:
+                self.logged.append((host.index, self.at.get(event.address, -1)))
         at = host.core.next_deadline()
         if at is not None and at != host.timer_at:
             host.timer_at = at

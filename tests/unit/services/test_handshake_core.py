@@ -121,3 +121,43 @@ def test_without_encryption_every_packet_is_unbound_and_nothing_is_said():
     assert hs.to(B_ADDR) == UNBOUND
     hs.misdirected(B_ADDR, 0.0)
     assert not hs.drain()
+
+
+C_TAG, C_ADDR = b"C" * 8, ("10.0.0.3", 7946)
+
+
+def test_an_answer_from_another_address_counts_only_if_the_address_stays_silent():
+    """A member listening on several addresses answers from its own: the
+    welcome binds the address the hello went to once that address has let
+    two more hellos go unanswered."""
+    hs, sessions = core()
+    note = Send(B_ADDR, ("note",))
+    hs.hold(note, 0.0)
+    [hello] = hs.drain().send
+    heard(sessions, C_TAG, run=4)
+    hs.receive(C_TAG, (Welcome(hello.message.ref, THIS_BUILD),), C_ADDR, 0.01)
+    assert not hs.drain().events and hs.to(B_ADDR) is None
+    t, released = 0.0, []
+    while not released:
+        t = hs.next_deadline()
+        hs.tick(t)
+        released = [e for e in hs.drain().events if type(e) is Released]
+    assert released == [Released(B_ADDR, binding(C_TAG, 4), (note,))]
+    assert t == 3 * HELLO_RETRY_S and hs.counters["contact_other_address"] == 1
+
+
+def test_a_welcome_earned_by_a_copy_of_our_hello_loses_to_the_member_at_the_address():
+    """A replayer copies our hello to member C, whose true welcome comes
+    first; the member at the address answers too, and the address is bound
+    to it, not to C."""
+    hs, sessions = core()
+    hs.hold(Send(B_ADDR, ("note",)), 0.0)
+    [hello] = hs.drain().send
+    heard(sessions, C_TAG, run=4)
+    hs.receive(C_TAG, (Welcome(hello.message.ref, THIS_BUILD),), C_ADDR, 0.01)
+    heard(sessions, B_TAG, run=5)
+    hs.receive(B_TAG, (Welcome(hello.message.ref, THIS_BUILD),), B_ADDR, 0.02)
+    [released] = hs.drain().events
+    assert released.binding == binding(B_TAG, 5)
+    hs.tick(10.0)
+    assert hs.to(B_ADDR) == binding(B_TAG, 5) and not hs.drain().events
