@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from shoal.kernel.sealing import KeyCommand, Keyring, KeyReply, format_key
+from shoal.kernel.sealing import KeyCommand, KeyReply, Keyring, format_key
 from shoal.membership.member import MemberState, MemberView
 
 NO_ANSWER = "no answer: TimeoutError"

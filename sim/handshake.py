@@ -110,7 +110,8 @@ class HandshakeSim:
         self.rng = random.Random(f"{seed}-load")
         self.send_every_s = send_every_s
         self._ports = itertools.count(7946)
-        self.hosts = [Host(i, ("10.0.0.1", next(self._ports)), 1, (versions or {}).get(i, THIS_BUILD))
+        versions = versions or {}
+        self.hosts = [Host(i, ("10.0.0.1", next(self._ports)), 1, versions.get(i, THIS_BUILD))
                       for i in range(n)]  # fmt: skip
         self.at: dict[Address, int] = {h.addr: h.index for h in self.hosts}
         self._bindings = {h.index: {binding(h.tag, h.run)} for h in self.hosts}  # every run's

@@ -3,7 +3,7 @@ the round's count."""
 
 import pytest
 
-from shoal.kernel.sealing import KeyCommand, Keyring, KeyringError, KeyReply, format_key
+from shoal.kernel.sealing import KeyCommand, KeyReply, Keyring, KeyringError, format_key
 from shoal.kernel.versions import THIS_BUILD
 from shoal.membership.member import MemberState, MemberView
 from shoal.services.keyrounds import NO_ANSWER, KeyRound, change, command_for, refusal, restore
