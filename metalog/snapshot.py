@@ -238,11 +238,12 @@ class Sender:
             return False
         if received < state[1]:
             # It holds less than it confirmed: it restarted (a crash before
-            # the install's fsync) or dropped the transfer. From there again
-            # (a stale copy of an old answer costs a few chunks sent twice);
-            # without this the leader resent its last chunk forever.
+            # the install's fsync) or dropped the transfer, or this is a stale
+            # copy of an old answer. The next heartbeat sends from there
+            # again (without this the leader resent its last chunk forever);
+            # not at once: answers to chunks in flight would each send more.
             state[1] = state[2] = received
-            return True
+            return False
         state[1] = received
         state[2] = max(state[2], received)
         return True

@@ -3,7 +3,7 @@
 Theory of operation. Every sealed packet is bound to its receiver's node
 and run (kernel/sealing.py). The cores address members by `Address`; this
 core maps an address to the node tag last heard from there, and the
-`Sessions` map that tag to its newest run. For an address not known yet (a
+`ReplayWindows` map that tag to its newest run. For an address not known yet (a
 seed, a member heard of only by gossip) the driver asks `to(addr)`, gets
 None, and hands the send to `hold`: the core says an unbound `Hello`, holds
 the send, and releases it (`Released`) when the `Welcome` comes back — one
@@ -16,7 +16,7 @@ packet bound to an earlier run of its own (it restarted) says hello back
 Nothing here changes another core's state: a replayed `Hello` earns one
 small `Welcome`, bound to the run the hello claims (useless to anyone but
 that run), and can teach only a run newer than the one known (the
-`Sessions` refuse an older run or a counter seen before, before this core
+`ReplayWindows` refuse an older run or a counter seen before, before this core
 is told anything).
 
 Both carry what their sender understands (kernel/versions.py): a hello or
@@ -45,7 +45,7 @@ from typing import Any
 
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.deadlines import Deadlines
-from shoal.kernel.sealing import UNBOUND, Hello, Sessions, Welcome
+from shoal.kernel.sealing import UNBOUND, Hello, ReplayWindows, Welcome
 from shoal.kernel.versions import Versions, incompatible
 
 HELLO_RETRY_S = 0.5  # a hello unanswered this long is sent again
@@ -130,7 +130,7 @@ class Handshake:
 
     mutation: str | None = None
 
-    def __init__(self, sessions: Sessions, versions: Versions, sealing: bool = True,
+    def __init__(self, sessions: ReplayWindows, versions: Versions, sealing: bool = True,
                  counters: Counter[str] | None = None) -> None:  # fmt: skip
         self.sessions = sessions
         self.versions = versions
@@ -150,7 +150,7 @@ class Handshake:
 
     def receive(self, sender: bytes, messages: tuple[Any, ...] | list[Any], addr: Address,
                 now: float) -> bool:  # fmt: skip
-        """Learn from a datagram from `addr` whose envelope the `Sessions`
+        """Learn from a datagram from `addr` whose envelope the `ReplayWindows`
         accepted (its sender's node tag: `sender`); whether it was a hello
         or a welcome (consumed here, not for the node)."""
         tags = self._tags

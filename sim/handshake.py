@@ -3,7 +3,7 @@
 Theory of operation. The cluster simulator (sim/cluster.py) carries decoded
 messages with no sealing layer; this one carries the sealing layer's
 *envelope* (sender tag, run, binding, counter) with every datagram and runs
-the real pieces on both ends: each host's `Sessions` (kernel/sealing.py)
+the real pieces on both ends: each host's `ReplayWindows` (kernel/sealing.py)
 accept or refuse an envelope, and its `Handshake` (services/handshake.py)
 binds what it sends. Encryption is what the envelope's integrity stands
 for: the attacker cannot make an envelope, only copy one.
@@ -35,7 +35,7 @@ from typing import Any
 
 from shoal.kernel.codec import DecodeError
 from shoal.kernel.contract import Address, Send
-from shoal.kernel.sealing import UNBOUND, Envelope, Sessions, binding
+from shoal.kernel.sealing import UNBOUND, Envelope, ReplayWindows, binding
 from shoal.kernel.versions import THIS_BUILD, Versions
 from shoal.services.handshake import Handshake, Refused, Released
 from shoal.sim.network import LinkProfile, SimNetwork
@@ -64,13 +64,13 @@ class Packet:
 
 @dataclass(slots=True)
 class Host:
-    """One agent: its address, run, `Sessions` and handshake core."""
+    """One agent: its address, run, `ReplayWindows` and handshake core."""
 
     index: int
     addr: Address
     run: int
     versions: Versions
-    sessions: Sessions = field(init=False)
+    sessions: ReplayWindows = field(init=False)
     core: Handshake = field(init=False)
     counter: int = 0
     up: bool = True
@@ -88,7 +88,7 @@ class Host:
     def start(self, addr: Address, run: int) -> None:
         """Start (again) at `addr` in `run`: nothing of the last run is kept."""
         self.addr, self.run, self.counter, self.up, self.timer_at = addr, run, 0, True, None
-        self.sessions = Sessions(self.tag, run)
+        self.sessions = ReplayWindows(self.tag, run)
         self.core = Handshake(self.sessions, self.versions, True, self.counters)
 
 
@@ -127,7 +127,7 @@ class HandshakeSim:
         # there is a lost datagram).
         self.misbound = 0
         self.logged: list[tuple[int, int]] = []  # (host, peer) refusals logged
-        self.dropped: Counter[str] = Counter()  # envelopes the Sessions refused, by reason
+        self.dropped: Counter[str] = Counter()  # envelopes the ReplayWindows refused, by reason
         self.taps: list[Callable[[Packet], None]] = []  # see every datagram sent
         for h in self.hosts:
             self.at_time(self.rng.uniform(0, send_every_s), self._send_note, h.index)

@@ -2,7 +2,7 @@
 time: what it sends, holds, releases and refuses, with no sockets."""
 
 from shoal.kernel.contract import Send
-from shoal.kernel.sealing import UNBOUND, Envelope, Hello, Sessions, Welcome, binding
+from shoal.kernel.sealing import UNBOUND, Envelope, Hello, ReplayWindows, Welcome, binding
 from shoal.kernel.versions import THIS_BUILD, TWO_AHEAD_STANDIN
 from shoal.services.handshake import (
     HELD_FOR_S,
@@ -17,13 +17,13 @@ A_TAG, B_TAG = b"A" * 8, b"B" * 8
 B_ADDR = ("10.0.0.2", 7946)
 
 
-def core(versions=THIS_BUILD) -> tuple[Handshake, Sessions]:
-    sessions = Sessions(A_TAG, 1)
+def core(versions=THIS_BUILD) -> tuple[Handshake, ReplayWindows]:
+    sessions = ReplayWindows(A_TAG, 1)
     return Handshake(sessions, versions), sessions
 
 
-def heard(sessions: Sessions, tag: bytes = B_TAG, run: int = 5, counter: int = 1) -> None:
-    """B's envelope passed the `Sessions` (as the wire checks before the core)."""
+def heard(sessions: ReplayWindows, tag: bytes = B_TAG, run: int = 5, counter: int = 1) -> None:
+    """B's envelope passed the `ReplayWindows` (as the wire checks before the core)."""
     sessions.check(Envelope(tag, run, UNBOUND, counter))
 
 
@@ -117,7 +117,7 @@ def test_a_waiter_keeps_the_hello_going_until_it_gives_up():
 
 
 def test_without_encryption_every_packet_is_unbound_and_nothing_is_said():
-    hs = Handshake(Sessions(A_TAG, 1), THIS_BUILD, sealing=False)
+    hs = Handshake(ReplayWindows(A_TAG, 1), THIS_BUILD, sealing=False)
     assert hs.to(B_ADDR) == UNBOUND
     hs.misdirected(B_ADDR, 0.0)
     assert not hs.drain()
