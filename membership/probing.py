@@ -31,7 +31,9 @@ said the prober reads it. Ours say so by their `seq`, drawn from
 whatever `seq` they are pinged with.
 
 Checks (ours, suspicion.py): a member that hears that another suspects a
-member checks it at once, besides its own rounds: a ping carrying the
+member checks it at once, besides its own rounds (each such member with the
+chance that makes twice the confirmations that count check, in expectation,
+so that the cost of a suspicion does not grow with the cluster): a ping carrying the
 `Suspect` (so a live suspect refutes at once), the relays asked after a
 quarter of the probe timeout, and the verdict (a confirmation, our own
 `Suspect`) when every relay has nacked or at the end of the interval. A
@@ -343,6 +345,11 @@ class Prober:
             return
         m = self._table.get(name)
         if m is None or m.state is not SUSPECT:
+            return
+        config = self._config
+        checkers = 2 * (config.suspicion_mult - 2 + config.suspicion_fast_confirmations)
+        others = len(self._table.live) - 2  # not the suspect, nor its suspector
+        if others > checkers and self._rng.random() * others >= checkers:
             return
         seq = self._next_seq()
         timeout_s = self._health.scale(self._config.probe_timeout_s)
