@@ -141,6 +141,7 @@ def main() -> None:
         env = {**os.environ, "SHOAL_BENCH_NETNS": "1"}
         script = f"ip link set lo up && exec {sys.executable} {' '.join(sys.argv)}"
         sys.exit(subprocess.call(["unshare", "--net", "sh", "-c", script], env=env))
+    load_at_start = dvs.load_average()
     rows = []
     for subnet, cls in ((30, ShoalAgents), (40, SerfAgents)):
         if args.only and cls.system != args.only:
@@ -148,7 +149,8 @@ def main() -> None:
         print(f"running {cls.system} ...", file=sys.stderr, flush=True)
         rows.append((cls.system, run_system(cls, args, subnet)))
     print(f"N = {args.nodes}, {args.duration_s:.0f} s, {args.loss:.0%} datagram loss, "
-          f"one member starved (SIGSTOP 0.2-1 s every 1-3 s, seed {args.seed})")
+          f"one member starved (SIGSTOP 0.2-1 s every 1-3 s, seed {args.seed}); machine load "
+          f"(1, 5, 15 min) at the start {load_at_start}, at the end {dvs.load_average()}")
     print(f"{'system':8} {'false failed events':>20} {'members':>8} {'of them starved':>16} "
           f"{'observers':>10} {'own suspicions':>15} {'of the starved':>15} {'stops':>6} "
           f"{'stopped s':>10}")
