@@ -96,3 +96,13 @@ def test_no_more_confirmations_count_than_members_who_could_confirm():
         timer.confirm(source)
     assert timer.deadline_at == 1.0
     assert not timer.confirm("e")
+
+
+def test_a_floor_as_long_as_the_minimum_keeps_memberlists_timing():
+    """`suspicion_floor_mult` at or above 4 × log10(N) probe intervals: more
+    confirmations than k never end a suspicion before memberlist would."""
+    slow = SwimConfig(suspicion_floor_mult=100.0)
+    timer = SuspicionTimer.begin(0.0, "a", slow, 20)
+    for source in "bcdefg":
+        timer.confirm(source)
+    assert timer.deadline_at == pytest.approx(suspicion_min_s(slow, 20))
