@@ -31,14 +31,15 @@ said the prober reads it. Ours say so by their `seq`, drawn from
 whatever `seq` they are pinged with.
 
 Checks (ours, suspicion.py): a member that hears that another suspects a
-member checks it at once, besides its own rounds (each such member with the
-chance that makes twice the confirmations that count check, in expectation,
-so that the cost of a suspicion does not grow with the cluster): a ping carrying the
+member checks it at once, besides its own rounds: a ping carrying the
 `Suspect` (so a live suspect refutes at once), the relays asked after a
 quarter of the probe timeout, and the verdict (a confirmation, our own
-`Suspect`) when every relay has nacked or at the end of the interval. A
-live suspect answers the checks; a dead or hung one collects a confirmation
-from each, within about half a second.
+`Suspect`) when every relay has nacked or at the end of the interval. Each
+member that hears checks with the chance that makes twice the
+confirmations that count check, in expectation (12 on the LAN profile), so
+that a suspicion costs the same in any cluster. A live suspect answers the
+checks; a dead or hung one collects a confirmation from each, within about
+half a second.
 
 Refusals (ours): when a probed member's host answers with ICMP port
 unreachable (its agent crashed, the host runs on), the relays are asked at
@@ -246,8 +247,9 @@ class Prober:
             if relay.target_addr == addr:
                 self._due_relay(seq, now)
         for check in list(self._checks.values()):
-            if check.target_addr == addr:
-                self._on_unreachable_check(check, now)
+            if check.target_addr == addr and not check.refused:
+                check.refused = True  # its relays are asked now
+                self._due_check_relays(check.seq, now)
         probe = self._probe
         if probe is not None and probe.target_addr == addr:
             self._on_unreachable_probe(probe, now)
@@ -352,8 +354,8 @@ class Prober:
         if others > checkers and self._rng.random() * others >= checkers:
             return
         seq = self._next_seq()
-        timeout_s = self._health.scale(self._config.probe_timeout_s)
-        end_at = now + self._health.scale(self._config.probe_interval_s)
+        timeout_s = self._health.scale(config.probe_timeout_s)
+        end_at = now + self._health.scale(config.probe_interval_s)
         check = ProbeRound(seq, name, m.ident.addr, m.incarnation, now + timeout_s, end_at, now)
         self._checks[seq] = check
         self._checking.add(name)
@@ -374,12 +376,6 @@ class Prober:
         check = self._checks.get(seq)
         if check is not None:
             self._fail_check(check, now)
-
-    def _on_unreachable_check(self, check: ProbeRound, now: float) -> None:
-        if check.refused:
-            return
-        check.refused = True
-        self._due_check_relays(check.seq, now)
 
     def _fail_check(self, check: ProbeRound, now: float) -> None:
         """Nobody heard the suspect: our own suspicion confirms the others'."""
