@@ -368,15 +368,24 @@ def interpreter() -> str:
     return f"Python {sys.version.split()[0]} ({os.path.realpath(sys.executable)})"
 
 
+def load_average() -> str:
+    """The machine's load averages, as `uptime` prints them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def report(results: dict, args: argparse.Namespace) -> None:
     serf_version = subprocess.run(["serf", "version"], capture_output=True, text=True).stdout
     print(f"configuration: sizes {args.sizes}, crash trials {args.crash_trials}, leave trials "
           f"{args.leave_trials}, steady window {args.steady_s} s from {SETTLE_S:.0f} s after the "
           f"last join, launch gap "
           f"{args.launch_gap_s} s, LAN profile on both "
-          f"(probe 1 s, timeout 0.5 s, gossip 0.2 s x3, suspicion mult 4), loopback in a "
+          f"(probe 1 s, timeout 0.5 s, gossip 0.2 s x3, suspicion mult 4; shoal: suspects "
+          f"checked by those who hear, a suspicion confirmed 4 times beyond k ends after "
+          f"1 s), loopback in a "
           f"private netns, {os.cpu_count()} cores, {interpreter()}; "
           f"{serf_version.splitlines()[0]}")  # fmt: skip
+    print(f"machine load (1, 5, 15 min): at the start {args.load_at_start}, "
+          f"at the end {load_average()}")  # other work on the machine slows shoal more
     for n, per in results.items():
         print(f"\nN = {n}")
         print(f"  {'figure':48} {'shoal':>9} {'serf':>9} {'shoal/serf':>10}")
@@ -406,6 +415,7 @@ def main() -> None:
         env = {**os.environ, "SHOAL_BENCH_NETNS": "1"}
         script = f"ip link set lo up && exec {sys.executable} {' '.join(sys.argv)}"
         sys.exit(subprocess.call(["unshare", "--net", "sh", "-c", script], env=env))
+    args.load_at_start = load_average()
     results: dict = {}
     for n in args.sizes:
         results[n] = {}

@@ -6,8 +6,11 @@ loopback in a private network namespace (`unshare --net`), with:
 
 - `--loss` of every datagram dropped at random (nftables on the
   namespace's `lo`, on the receiving side: each datagram, each way);
-- one member starved in bursts: SIGSTOP for 0.2-1 s, then SIGCONT for 1-3 s,
-  the same seeded schedule for both systems, for `--duration-s`.
+- one member starved in bursts: SIGSTOP for 0.2-1 s (`--stop-s`), then
+  SIGCONT for 1-3 s, the same seeded schedule for both systems, for
+  `--duration-s`. A longer stop is a hang, which both systems are there to
+  report: shoal declares a member that answers nobody for about 2 s failed
+  (its checks of suspects, docs/architecture.md), Serf one silent for 6 s.
 
 Nobody fails, so every "member failed" an agent logs is false: counted per
 (observer, member) event, the members wrongly failed, and of them the
@@ -19,6 +22,7 @@ read from their own log lines (bench/detect_vs_serf.py). Needs root and
 
     .venv/bin/python bench/false_positives.py [--nodes 10] [--duration-s 180]
                                               [--loss 0.10] [--seed 1]
+                                              [--stop-s 0.2 1.0]
 """
 
 from __future__ import annotations
@@ -79,10 +83,10 @@ def remove_loss() -> None:
 
 
 def starve(proc: subprocess.Popen[str], rng: random.Random, until: float,
-           stops: list[float]) -> None:  # fmt: skip
-    """SIGSTOP 0.2-1 s, SIGCONT 1-3 s, until `until` (a bench may sleep)."""
+           stops: list[float], stop_range: tuple[float, float]) -> None:  # fmt: skip
+    """SIGSTOP for `stop_range` s, SIGCONT 1-3 s, until `until` (a bench may sleep)."""
     while time.monotonic() < until:
-        stop_s = rng.uniform(0.2, 1.0)
+        stop_s = rng.uniform(*stop_range)
         proc.send_signal(signal.SIGSTOP)
         time.sleep(stop_s)
         proc.send_signal(signal.SIGCONT)
@@ -105,7 +109,8 @@ def run_system(cls: type[dvs.Agents], args: argparse.Namespace, subnet: int) -> 
         add_loss(args.loss)
         stops: list[float] = []
         starver = threading.Thread(target=starve, args=(a.procs[victim], random.Random(args.seed),
-                                                        started + args.duration_s, stops))
+                                                        started + args.duration_s, stops,
+                                                        tuple(args.stop_s)))
         starver.start()
         starver.join()
         remove_loss()
@@ -133,6 +138,8 @@ def main() -> None:
     parser.add_argument("--loss", type=float, default=0.10)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=["shoal", "serf"])
+    parser.add_argument("--stop-s", type=float, nargs=2, default=[0.2, 1.0],
+                        metavar=("MIN", "MAX"), help="how long each SIGSTOP lasts")  # fmt: skip
     args = parser.parse_args()
     if os.environ.get("SHOAL_BENCH_NETNS") != "1":
         for tool in ("serf", "nft", "unshare"):
@@ -141,6 +148,7 @@ def main() -> None:
         env = {**os.environ, "SHOAL_BENCH_NETNS": "1"}
         script = f"ip link set lo up && exec {sys.executable} {' '.join(sys.argv)}"
         sys.exit(subprocess.call(["unshare", "--net", "sh", "-c", script], env=env))
+    load_at_start = dvs.load_average()
     rows = []
     for subnet, cls in ((30, ShoalAgents), (40, SerfAgents)):
         if args.only and cls.system != args.only:
@@ -148,7 +156,9 @@ def main() -> None:
         print(f"running {cls.system} ...", file=sys.stderr, flush=True)
         rows.append((cls.system, run_system(cls, args, subnet)))
     print(f"N = {args.nodes}, {args.duration_s:.0f} s, {args.loss:.0%} datagram loss, "
-          f"one member starved (SIGSTOP 0.2-1 s every 1-3 s, seed {args.seed})")
+          f"one member starved (SIGSTOP {args.stop_s[0]:g}-{args.stop_s[1]:g} s every 1-3 s, "
+          f"seed {args.seed}); machine load "
+          f"(1, 5, 15 min) at the start {load_at_start}, at the end {dvs.load_average()}")
     print(f"{'system':8} {'false failed events':>20} {'members':>8} {'of them starved':>16} "
           f"{'observers':>10} {'own suspicions':>15} {'of the starved':>15} {'stops':>6} "
           f"{'stopped s':>10}")

@@ -23,6 +23,8 @@ Every state change is broadcast (gossip.py); every ignored claim is counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from shoal.kernel.contract import Address, PersistIncarnation, Send
 from shoal.kernel.deadlines import Deadlines
 from shoal.kernel.outbox import Outbox
@@ -113,6 +115,9 @@ class Claims:
         self._scheduler = scheduler
         self._reconnects = reconnects
         self.suspicions: dict[str, SuspicionTimer] = {}
+        # Told of each suspicion another member raised: Prober.check, set by
+        # SwimNode once the prober exists (probing.py, "Checks").
+        self.check_suspect: Callable[[str, float], None] = lambda name, now: None
         self.dead = IndexedSet()  # dead (not left) members, for reconnects
         self._corrected: set[tuple[Address, str]] = set()  # this probe round
         self._conflicts: set[tuple[str, bytes]] = set()
@@ -199,6 +204,8 @@ class Claims:
             self._reconnects.suspected(msg.node, msg.source == self._name, now)
             self._events.append(MemberSuspected(m.view(), msg.source))
             self._broadcast(msg.node, msg, now)
+            if msg.source != self._name:
+                self.check_suspect(msg.node, now)
             return
         if result is Ignored.ALREADY:
             running = self.suspicions.get(msg.node)

@@ -27,6 +27,8 @@ class SwimCounters(Counters):
     reconnects_answered: int = 0  # of which: answered
     unreachable_reports: int = 0  # ICMP port unreachable for our datagrams
     probes_refused: int = 0  # of which: for the target of our probe
+    suspect_checks: int = 0  # probes of a member another suspects (probing.py)
+    suspect_checks_failed: int = 0  # of which: unanswered, so we confirmed
     stream_failures: int = 0
     gossip_datagrams: int = 0
     ignored_stale: int = 0

@@ -30,6 +30,17 @@ said the prober reads it. Ours say so by their `seq`, drawn from
 [2^31, 2^32) (`COORD_SEQ_MIN`); older agents count theirs from 1, and echo
 whatever `seq` they are pinged with.
 
+Checks (ours, suspicion.py): a member that hears that another suspects a
+member checks it at once, besides its own rounds: a ping carrying the
+`Suspect` (so a live suspect refutes at once), the relays asked after a
+quarter of the probe timeout, and the verdict (a confirmation, our own
+`Suspect`) when every relay has nacked or at the end of the interval. Each
+member that hears checks with the chance that makes twice the
+confirmations that count check, in expectation (12 on the LAN profile), so
+that a suspicion costs the same in any cluster. A live suspect answers the
+checks; a dead or hung one collects a confirmation from each, within about
+half a second.
+
 Refusals (ours): when a probed member's host answers with ICMP port
 unreachable (its agent crashed, the host runs on), the relays are asked at
 once, and the verdict comes when they have all nacked, about a probe
@@ -63,6 +74,10 @@ from shoal.membership.vivaldi import CoordinateCache
 # matters; the price is 2-4 more bytes per ping and ack (a 5-byte CBOR int).
 COORD_SEQ_MIN = 2**31
 COORD_SEQ_END = 2**32
+# A check asks its relays this far into the probe timeout: a suspect that
+# answers at all answers a loopback or LAN ping within it, and the relays'
+# own timeouts (the whole probe timeout) are what the verdict waits for.
+_CHECK_RELAYS_AT = 0.25
 # Slack in the coordinate cache above the table's size before members no
 # longer in the table are dropped from it (amortised: not on every ack).
 _COORD_PRUNE_SLACK = 64
@@ -134,6 +149,8 @@ class Prober:
         self._reconnect_acked = reconnect_acked
         self._new_round = new_round
         self._probe: ProbeRound | None = None
+        self._checks: dict[int, ProbeRound] = {}  # seq -> a check of a suspect
+        self._checking: set[str] = set()  # the names of those suspects
         self._relays: dict[int, RelayedProbe] = {}
         self._seq = COORD_SEQ_MIN - 1
         self._armed = False
@@ -178,6 +195,10 @@ class Prober:
             self._counters.acks_relayed += 1
             self._send_packet(relay.requester, [Ack(relay.requester_seq)])
             return
+        check = self._checks.pop(msg.seq, None)
+        if check is not None:
+            self._checking.discard(check.target)
+            return
         probe = self._probe
         if probe is None or probe.seq != msg.seq or probe.acked:
             if not self._reconnect_acked(msg.seq, sender, now):
@@ -207,6 +228,12 @@ class Prober:
 
     def on_nack(self, msg: Nack, sender: Address, now: float) -> None:
         """A relay did not hear our probe's target either."""
+        check = self._checks.get(msg.seq)
+        if check is not None:
+            check.nacks += 1
+            if check.nacks >= check.expected_nacks:
+                self._fail_check(check, now)
+            return
         probe = self._probe
         if probe is not None and probe.seq == msg.seq:
             probe.nacks += 1
@@ -219,6 +246,10 @@ class Prober:
         for seq, relay in list(self._relays.items()):  # a few in flight at most
             if relay.target_addr == addr:
                 self._due_relay(seq, now)
+        for check in list(self._checks.values()):
+            if check.target_addr == addr and not check.refused:
+                check.refused = True  # its relays are asked now
+                self._due_check_relays(check.seq, now)
         probe = self._probe
         if probe is not None and probe.target_addr == addr:
             self._on_unreachable_probe(probe, now)
@@ -280,9 +311,12 @@ class Prober:
         probe = self._probe
         if probe is None or probe.seq != seq or probe.acked or probe.indirect_sent:
             return
+        self._ask_relays(probe)
+
+    def _ask_relays(self, probe: ProbeRound) -> None:
         probe.indirect_sent = True
         relays = self._table.live.sample(self._rng, self._config.indirect_checks, (probe.target,))
-        req = PingReq(seq, probe.target, probe.target_addr, True)
+        req = PingReq(probe.seq, probe.target, probe.target_addr, True)
         for name in relays:
             self._send_packet(self._table.addr_of(name), [req])
         probe.expected_nacks = len(relays)
@@ -300,6 +334,56 @@ class Prober:
         self._due_probe_timeout(probe.seq, now)
         if probe.nacks >= probe.expected_nacks:  # nobody to ask
             self._fail_probe(probe, now)
+
+    # -- checks of suspects ------------------------------------------------------
+
+    def check(self, name: str, now: float) -> None:
+        """Another member suspects `name`: check it at once (see the module
+        docstring), unless a check or a round of ours is at it already."""
+        probe = self._probe
+        if self._local.leaving or name in self._checking or (
+            probe is not None and probe.target == name and not probe.acked
+        ):
+            return
+        m = self._table.get(name)
+        if m is None or m.state is not SUSPECT:
+            return
+        config = self._config
+        checkers = 2 * (config.suspicion_mult - 2 + config.suspicion_fast_confirmations)
+        others = len(self._table.live) - 2  # not the suspect, nor its suspector
+        if others > checkers and self._rng.random() * others >= checkers:
+            return
+        seq = self._next_seq()
+        timeout_s = self._health.scale(config.probe_timeout_s)
+        end_at = now + self._health.scale(config.probe_interval_s)
+        check = ProbeRound(seq, name, m.ident.addr, m.incarnation, now + timeout_s, end_at, now)
+        self._checks[seq] = check
+        self._checking.add(name)
+        self._deadlines.push(now + timeout_s * _CHECK_RELAYS_AT, self._due_check_relays, seq)
+        self._deadlines.push(end_at, self._due_check, seq)
+        self._counters.suspect_checks += 1
+        msgs: list[Any] = [Ping(seq, name, self._name), Suspect(m.incarnation, name, self._name)]
+        self._send_packet(m.ident.addr, msgs, piggyback=True)
+
+    def _due_check_relays(self, seq: int, now: float) -> None:
+        check = self._checks.get(seq)
+        if check is not None and not check.indirect_sent:
+            self._ask_relays(check)
+            if check.expected_nacks == 0 and check.refused:  # nobody to ask
+                self._fail_check(check, now)
+
+    def _due_check(self, seq: int, now: float) -> None:
+        check = self._checks.get(seq)
+        if check is not None:
+            self._fail_check(check, now)
+
+    def _fail_check(self, check: ProbeRound, now: float) -> None:
+        """Nobody heard the suspect: our own suspicion confirms the others'."""
+        del self._checks[check.seq]
+        self._checking.discard(check.target)
+        self._counters.suspect_checks_failed += 1
+        self._health.apply(check.health_delta())
+        self._suspect(Suspect(check.incarnation, check.target, self._name), LOCAL, now)
 
     def _due_relay(self, seq: int, now: float) -> None:
         relay = self._relays.pop(seq, None)

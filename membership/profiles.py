@@ -35,6 +35,14 @@ class SwimConfig(msgspec.Struct, frozen=True):
     # suspicion.py turns them into a timer's k, min and max.
     suspicion_mult: int = 4
     suspicion_max_timeout_mult: int = 6
+    # Ours (suspicion.py): confirmations beyond memberlist's k keep shortening
+    # a suspicion, down to suspicion_floor_mult probe intervals once this
+    # many more than k members have confirmed it. Every member that hears of
+    # a suspicion checks the suspect at once (probing.py), so confirmations
+    # come from independent probes within a second, and a live suspect's
+    # checks are answered, not confirmed.
+    suspicion_fast_confirmations: int = 4
+    suspicion_floor_mult: float = 1.0
     # memberlist LAN: AwarenessMaxMultiplier 8 (Lifeguard §IV-A).
     awareness_max_multiplier: int = 8
     # memberlist LAN: PushPullInterval 30 s, scaled up above 32 members.

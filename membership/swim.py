@@ -123,6 +123,7 @@ class SwimNode:
             exchange.reconnect_acked,
             claims.new_round, self.offsets, self.coordinates,
         )  # fmt: skip
+        claims.check_suspect = prober.check
         # Dispatch by exact type: one dict lookup on the hottest path, where a
         # chain of isinstance checks costs a microsecond per message.
         self.handlers: dict[type, Handler] = {

@@ -68,3 +68,41 @@ def test_a_timer_computes_its_own_k_and_bounds_from_the_cluster_size():
     small = SuspicionTimer.begin(5.0, "a", CONFIG, 3)
     assert small.k == 0 and small.deadline_at == 9.0
     assert suspicion_min_s(CONFIG, 3) == 4.0
+
+
+def test_confirmations_beyond_k_shorten_the_timeout_down_to_the_floor():
+    """At 20 members (k = 2, minimum 5.2 s) four more confirmations bring a
+    suspicion down in equal steps to one probe interval; more change nothing."""
+    timer = SuspicionTimer.begin(0.0, "a", CONFIG, 20)
+    min_s = suspicion_min_s(CONFIG, 20)
+    assert (timer.k, timer.cap, timer.floor_s) == (2, 6, 1.0)
+    deadlines = []
+    for source in "bcdefgh":
+        timer.confirm(source)
+        deadlines.append(timer.deadline_at)
+    step = (min_s - 1.0) / 4
+    expected = [None, min_s, min_s - step, min_s - 2 * step, min_s - 3 * step, 1.0, 1.0]
+    assert deadlines[1:] == pytest.approx(expected[1:])
+    assert deadlines[0] > min_s  # one confirmation: memberlist's curve
+    assert timer.confirmations == 6
+
+
+def test_no_more_confirmations_count_than_members_who_could_confirm():
+    """At 5 members only the 3 besides the suspect and its first suspector
+    can confirm: the third is the floor."""
+    timer = SuspicionTimer.begin(0.0, "a", CONFIG, 5)
+    assert (timer.k, timer.cap) == (2, 3)
+    for source in "bcd":
+        timer.confirm(source)
+    assert timer.deadline_at == 1.0
+    assert not timer.confirm("e")
+
+
+def test_a_floor_as_long_as_the_minimum_keeps_memberlists_timing():
+    """`suspicion_floor_mult` at or above 4 × log10(N) probe intervals: more
+    confirmations than k never end a suspicion before memberlist would."""
+    slow = SwimConfig(suspicion_floor_mult=100.0)
+    timer = SuspicionTimer.begin(0.0, "a", slow, 20)
+    for source in "bcdefg":
+        timer.confirm(source)
+    assert timer.deadline_at == pytest.approx(suspicion_min_s(slow, 20))
