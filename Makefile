@@ -89,11 +89,11 @@ sysdeps:
 run: $(RUN_STAMP) bytecode
 	$(SHOAL) demo --nodes 5
 
-# Two processes: the tests that start agents in one, the simulator's and the
-# unit tests beside them at nice 10 (tests/conftest.py says why); the slowest
-# tests are listed at the end, to keep the whole under 25 minutes.
+# Two processes: the tests that start agents in one, the simulator's, unit
+# and Spark tests beside them at nice 10 (tests/split.py says why); the
+# slowest tests are listed at the end, to keep the whole under 25 minutes.
 test: $(STAMP) bytecode sysdeps lint
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=40
+	$(PY) tests/split.py --durations=25
 
 # Slow runs: big simulations, and a real systemd booted in a container.
 test-slow: $(STAMP) bytecode sysdeps

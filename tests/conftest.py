@@ -1,5 +1,5 @@
-"""Shared test set-up: markers, CI rules for skips, poll_until, the two
-process groups `make test` runs in, and the figures tests report."""
+"""Shared test set-up: markers, CI rules for skips, poll_until, and the
+figures tests report."""
 
 from __future__ import annotations
 
@@ -67,43 +67,8 @@ def tree_digest(root: Path) -> dict[str, tuple[str, int, str, int]]:
     return out
 
 
-# `make test` runs the suite in two processes (pytest-xdist, `-n 2 --dist
-# loadgroup`): the tests that start agents, network namespaces and real peers
-# ("io": they mostly wait on the agents' timers) in one, in file order, and
-# the simulator, unit and Spark tests ("cpu": they compute) in the other, at
-# nice 10, so that an agent under test is not starved by a simulation beside
-# it (the kernel's scheduler gives a nice-0 task about 9/10 of a contended
-# core against a nice-10 one: its weights 1024 and 110, sched/core.c's
-# sched_prio_to_weight). A plain `pytest` runs everything in one process, as
-# before.
-_IO_FOLDERS = frozenset({"integration", "lan"})
-_TESTS = Path(__file__).resolve().parent
-_niced = False
-
-
-def _group(item: pytest.Item) -> str:
-    parts = item.path.resolve().relative_to(_TESTS).parts
-    return "io" if parts and parts[0] in _IO_FOLDERS else "cpu"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    global _niced
-    in_groups = (os.environ.get("PYTEST_XDIST_WORKER")
-                 and item.config.getoption("dist", None) == "loadgroup")  # fmt: skip
-    if in_groups and not _niced and _group(item) == "cpu":
-        os.nice(10)
-        _niced = True
-
-
 # Figures a test reports (timings, counts) travel with its report, so that
-# they reach the summary from a worker process too: `figure(line)` in a
+# they reach the summary: `figure(line)` in a
 # test, or ("figure", line) in a report's user_properties.
 _FIGURES: list[str] = []
 
@@ -117,8 +82,6 @@ def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the controller prints them
     _FIGURES.extend(str(value) for key, value in report.user_properties if key == "figure")
 
 
