@@ -82,6 +82,8 @@ def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":  # it carries them all (each phase's report does)
+        return
     _FIGURES.extend(str(value) for key, value in report.user_properties if key == "figure")
 
 

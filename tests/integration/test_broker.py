@@ -538,6 +538,8 @@ def test_a_write_whose_answer_is_lost_is_read_back_and_never_taken_twice(cluster
             answers.append(await create_topic(client, name, 2, f"token-{name}", 10.0))
         answers.append(await create_topic(client, "answer-lost", 4, "another", 10.0))
         await client.close()
+        proxy.server.close()  # its listening socket, else left to the collector
+        await proxy.server.wait_closed()
         return answers, proxy.lost
 
     answers, lost = run(scenario())
