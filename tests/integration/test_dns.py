@@ -193,21 +193,31 @@ def test_dnsmasq_forwards_the_domain_as_docs_operations_says(agents, tmp_path):
     dnsmasq = require_program("dnsmasq", "dnsmasq-base")
     web = add_dns_agent(agents, "web-1", ["role=web"])
     poll_until(lambda: web.members().get("web-1", {}).get("status") == "alive", 20)
-    port = _free_udp_port("127.0.0.1")
+    # dnsmasq listens on an address of its own (127.88.x.y, like each agent):
+    # a port picked free on 127.0.0.1 for UDP could still be taken for TCP,
+    # which dnsmasq also binds, and it would exit at once.
+    listen = next_ip()
+    port = _free_udp_port(listen)
     conf = tmp_path / "dnsmasq.conf"  # the documented two lines, then the test's own
     conf.write_text(f"server=/shoal/{web.ip}#{DNS_PORT}\nno-negcache\n"
-                    f"port={port}\nlisten-address=127.0.0.1\nbind-interfaces\nno-resolv\n"
+                    f"port={port}\nlisten-address={listen}\nbind-interfaces\nno-resolv\n"
                     "no-hosts\n")  # fmt: skip
-    proc = subprocess.Popen([dnsmasq, "--keep-in-foreground", f"--conf-file={conf}",
-                             "--pid-file", "--log-facility=-"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    log = tmp_path / "dnsmasq.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([dnsmasq, "--keep-in-foreground", f"--conf-file={conf}",
+                                 "--pid-file", "--log-facility=-", "--log-queries"],
+                                stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         def through(name: str) -> Dig:
-            out = subprocess.run(["dig", "@127.0.0.1", "-p", str(port), name, "+tries=1",
+            assert proc.poll() is None, f"dnsmasq exited: {log.read_text()}"
+            out = subprocess.run(["dig", f"@{listen}", "-p", str(port), name, "+tries=1",
                                   "+time=2"], capture_output=True, text=True, timeout=20)
             return Dig(out.stdout)
 
-        answer = poll_until(lambda: (d := through("web-1.node.shoal")).data() and d, 10)
+        try:
+            answer = poll_until(lambda: (d := through("web-1.node.shoal")).data() and d, 20)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; dnsmasq said: {log.read_text()[-2000:]}") from None
         assert answer.data() == [web.ip]
         assert through("nobody.node.shoal").status == "NXDOMAIN"
         assert through("web.role.tag.shoal").data() == [web.ip]
