@@ -56,8 +56,8 @@ class FaultConfig(msgspec.Struct, frozen=True):
 class MetaSettings(msgspec.Struct, frozen=True):
     """`[meta]`: the metadata log (docs/metadata.md)."""
 
-    # Off by default in this release: the log is a preview (no voter
-    # changes yet). Turn it on on every agent of a cluster.
+    # Off by default in this release: the log is a preview. Turn it on on
+    # every agent of a cluster (the voters' changes then go through it).
     enabled: bool = False
     heartbeat_s: float = 0.1  # the controller's heartbeat (metalog/core.py, MetaConfig)
     answer_timeout_s: float = 3.0  # a forwarded write unanswered: unknown (504)

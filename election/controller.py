@@ -15,9 +15,21 @@ force-leave (`remove_voter`). `quorum_config` is the configuration of our
 last request that won; while `voters` differs from it a change is in
 flight (ours, or one adopted on sight), and it is finished before any
 other starts: two uncommitted steps could make majorities that do not
-intersect. A voter that vanished from the view (reaped) is removed only
-after `_REAPED_GUARD_S` as controller, so that a fresh controller whose
-view is still filling up does not remove voters it has not heard of yet.
+intersect.
+
+Where the cluster speaks the metadata log (feature level 2), gossip only
+proposes a change and the log decides it (issue 37): the change goes to the
+log first (`ControllerHost.propose_voters`), as an entry committed on a
+majority of the old voters and of the new, and only once it is committed
+(`decided`) does a renewal carry it. So a majority of every configuration
+holds every entry committed before it, and a voter is added only once it
+has caught up as a non-voter (`_ready`: the log replicates to every live
+member). Before that level, or where this node runs no log, the renewal
+alone carries the change, as 0.2.0 did.
+
+A voter that vanished from the view (reaped) is removed only after
+`_REAPED_GUARD_S` as controller, so that a fresh controller whose view is
+still filling up does not remove voters it has not heard of yet.
 
 **Voters that came back with a new data directory** (voters.py,
 "Identity"). A voter refusing our request because the configuration names
@@ -51,7 +63,7 @@ epochs seen, issuing a request) it asks through `ControllerHost`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from shoal.election.campaign import Campaign, Request
@@ -84,6 +96,11 @@ class ControllerHost(Protocol):
     def log_ready(self) -> bool:
         """Whether the metadata log lets the voters change now."""
 
+    # Have the metadata log decide the change to `config` (False: it cannot
+    # now; config None: let a change go that will not be adopted). None where
+    # this node runs no log (`[meta]` off): the renewal alone carries changes.
+    propose_voters: Callable[[VoterConfig | None, float], bool] | None
+
     def decide_level(self) -> None:
         """Decide the cluster's feature level (this node now controls)."""
 
@@ -107,6 +124,12 @@ class ControllerHost(Protocol):
 
 class Controller:
     """The lease this node holds, if any, and its renewals."""
+
+    # A deliberate bug, set only by the test that shows the swarm's checks
+    # catch it (tests/sim/test_voter_changes.py): "unlogged" (voters change
+    # by the renewal alone, as before the metadata log, and are added
+    # without catching up first).
+    mutation: str | None = None
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
                  campaign: Campaign, ranking: Ranking, notices: Notices,
@@ -139,6 +162,7 @@ class Controller:
         # configuration names another (`note_identity`).
         self.came_back: dict[str, bytes] = {}
         self._replaced_told: set[tuple[str, bytes]] = set()  # VoterReplaced events made
+        self.decided: VoterConfig | None = None  # a change the log committed, to adopt
 
     @property
     def is_controller(self) -> bool:
@@ -159,8 +183,14 @@ class Controller:
             return False
         if voters != self.quorum_config or not self._host.log_ready():
             return False  # a change is still in flight, or the log's first entry
-        self.renew(now, voters.without_voter(name))
+        self._change(now, voters.without_voter(name))
         return True
+
+    def decide(self, config: VoterConfig, now: float) -> None:
+        """The metadata log committed our change to `config`: renew with it
+        now (the caller wakes the election)."""
+        self.decided = config
+        self.renew_at = min(self.renew_at, now)
 
     def duties(self, now: float) -> None:
         """Renew, tell the members, and step aside for a better candidate."""
@@ -172,8 +202,10 @@ class Controller:
             if voters != self.quorum_config and self.quorum_config is not None:
                 # Finish the change in flight (module docstring).
                 self.renew(now, voters, old=self.quorum_config)
+            elif self.decided is not None:
+                self.renew(now, self._adoptable(voters))
             elif self._host.log_ready():  # the log's entry of our epoch first
-                self.renew(now, self._next_change(voters, now))
+                self._change(now, self._next_change(voters, now))
             else:
                 self.renew(now, None)
         if now >= self.notices.notice_at:
@@ -184,6 +216,27 @@ class Controller:
             best = self.ranking.best_voter(voters)
             if best is not None and best != self.name:
                 self._host.step_aside(now)
+
+    def _change(self, now: float, change: VoterConfig | None) -> None:
+        """Renew, with `change` once decided: where the log decides changes,
+        it goes to the log first, and this renewal carries none."""
+        propose = self._host.propose_voters
+        if (change is not None and propose is not None and Controller.mutation != "unlogged"
+                and self._host.feature_level >= META_LOG_FEATURE):  # fmt: skip
+            propose(change, now)
+            change = None
+        self.renew(now, change)
+
+    def _adoptable(self, voters: VoterConfig) -> VoterConfig | None:
+        """The change the log decided, if it still follows `voters` (it
+        does, but for a lineage merged meanwhile, which stepped us down)."""
+        decided, self.decided = self.decided, None
+        assert decided is not None
+        if decided.lineage == voters.lineage and decided.version == voters.version + 1:
+            return decided
+        if self._host.propose_voters is not None:
+            self._host.propose_voters(None, 0.0)
+        return None
 
     def _next_change(self, voters: VoterConfig, now: float) -> VoterConfig | None:
         """The one voter change to carry in the next renewal, if any."""
@@ -210,10 +263,11 @@ class Controller:
         return tuple(sorted(self.came_back))
 
     def _ready(self, name: str) -> bool:
-        """Whether `name` may be added as a voter now: one that came back
-        with a new data directory only once it holds every committed entry
-        (it catches up as a non-voter first; module docstring)."""
-        return name not in self.came_back or self._host.caught_up(name)
+        """Whether `name` may be added as a voter now (where the log decides
+        changes): only once it holds the committed entries, as a non-voter
+        first, a new member and one back with a new data directory alike
+        (module docstring)."""
+        return self._host.caught_up(name) or Controller.mutation == "unlogged"
 
     def _replace(self, voters: VoterConfig) -> VoterConfig | None:
         """The change that removes a voter's old identity, once it came back
@@ -284,6 +338,7 @@ class Controller:
         epoch = self.lease_epoch
         assert epoch is not None
         self.lease_epoch = None
+        self.decided = None
         self.campaign.late = None
         self.out.events.append(ControllerLost(epoch, reason))
         self.following.set(None, epoch)

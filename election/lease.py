@@ -153,6 +153,9 @@ class LeaseElection:
         # Whether the controller may change the voters now (metalog: not
         # before an entry of its epoch is committed).
         self.log_ready: Callable[[], bool] = lambda: True
+        # Have the metadata log decide a voter change (controller.py, "Voter
+        # changes"); None: no log here. Set likewise.
+        self.propose_voters: Callable[[VoterConfig | None, float], bool] | None = None
         # Decide the cluster's feature level as this node becomes controller,
         # before its first notice (set by the node that composes the cores).
         self.decide_level: Callable[[], None] = lambda: None

@@ -40,6 +40,18 @@ numbered `read_seq`, and answers once a majority of the voters have
 acknowledged that round (or a later one) under its epoch: no clock is
 trusted. A read asked before then waits.
 
+**Voter changes** are decided here (election/controller.py, "Voter
+changes"): the leader appends the next configuration as a `VoterSet` entry
+(`propose_voters`), only once an entry of its own epoch is committed and no
+other change is being decided, and from then on every commit (the
+`VoterSet`'s own included) needs a majority of the new voters as well as of
+the old, until the election has adopted the new configuration. Committed,
+the entry goes to the election (`on_voters`), which renews its lease under
+it. So a majority of the new voters holds every entry committed before the
+change (Raft's log matching), whatever follows, and no change starts
+before the last one is in force. A `VoterSet` committed under an earlier
+leader is not acted on: its commit may have needed only the old majority.
+
 **Snapshots** (metalog/snapshot.py): every `snapshot_every` applied
 entries a node snapshots its state and compacts its log behind it; a
 follower that needs entries the leader no longer holds gets the snapshot.
@@ -77,7 +89,7 @@ from shoal.metalog.messages import (
 from shoal.metalog.origin import Origin
 from shoal.metalog.reads import ReadIndex
 from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
-from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp, TxnApplied
+from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp, TxnApplied, VoterSet
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
@@ -143,6 +155,10 @@ class MetaLog:
         # majority: a voter back with a new data directory catches up before
         # it is added again (election/controller.py). Set by the composing node.
         self.learners: Callable[[], Iterable[str]] = tuple
+        # The voter change being decided (leader only): its entry's index and
+        # the configuration; `on_voters` is called when it is committed.
+        self._changing: tuple[int, VoterSet] | None = None
+        self.on_voters: Callable[[VoterSet, float], None] = lambda change, now: None
         # Leader state (epoch None: not leading).
         self.epoch: int | None = None
         self._next: dict[str, int] = {}
@@ -225,6 +241,38 @@ class MetaLog:
         log is at stake). Ongaro's fix to the single-server change bug."""
         return self.epoch is None or self.commit >= self._noop_index
 
+    def propose_voters(self, change: VoterSet, now: float) -> bool:
+        """Decide a voter change through the log (module docstring); False
+        when not now: not leading, no entry of our epoch committed yet, or
+        another change being decided."""
+        if self.epoch is None or not self.ready() or self.changing():
+            return False
+        self._append(change, None, now)
+        self._changing = (self.log.last_index, change)
+        return True
+
+    def drop_change(self) -> None:
+        """The election will not adopt the change decided (a lineage merged
+        meanwhile): stop counting its voters."""
+        self._changing = None
+
+    def changing(self) -> bool:
+        """Whether a voter change is being decided, or adopted by the election."""
+        self._voter_sets()
+        return self._changing is not None
+
+    def _voter_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The voter sets a commit needs a majority of: the election's, and
+        the voters of the change being decided until the election adopts it."""
+        sets = self._voters()
+        if self._changing is not None:
+            index, change = self._changing
+            if self.commit >= index and sets and sets[0] == change.voters:
+                self._changing = None  # in force: the election's sets say the rest
+            elif change.voters not in sets:
+                sets = (*sets, change.voters)
+        return sets
+
     def leadership(self, now: float) -> None:
         """Lead the log while holding the lease, of that epoch; stop when not."""
         epoch = self._leading_epoch()
@@ -253,6 +301,7 @@ class MetaLog:
         for origin, rid in self._reads.drop():
             self._answer_read(origin, rid, None)
         self._pending = {}
+        self._changing = None
         self.epoch = None
         self._heartbeat_at = float("inf")
 
@@ -275,7 +324,7 @@ class MetaLog:
         self._send_due = False
         self._follow_voters()
         log = self.log
-        voting = {v for voters in self._voters() for v in voters}
+        voting = {v for voters in self._voter_sets() for v in voters}
         self._beats += heartbeat
         quiet = self._beats % _LEARNER_BEAT_EVERY != 0
         for voter, nxt in self._next.items():
@@ -301,8 +350,12 @@ class MetaLog:
                 self._next[voter] = entries[-1].index + 1  # pipelined
 
     def caught_up(self, name: str) -> bool:
-        """Whether `name` holds every entry committed here (while leading)."""
-        return self.epoch is not None and self._match.get(name, 0) >= self.commit
+        """Whether `name` holds the entries committed here (while leading),
+        but for at most one append's worth: a voter added then has its
+        entries in one message. (Safety does not rest on this: the change
+        that adds it commits on a majority of the new voters.)"""
+        return (self.epoch is not None
+                and self._match.get(name, 0) >= self.commit - MAX_ENTRIES_PER_APPEND)
 
     def forget(self, name: str) -> None:
         """`name` lost what it held (its data directory was replaced): what it
@@ -328,7 +381,7 @@ class MetaLog:
     def _follow_voters(self) -> None:
         """Replicate to every voter of every set, and to the learners: a new
         one from the end (it backs up from there), a removed one no more."""
-        wanted = {v for voters in self._voters() for v in voters if v != self.name}
+        wanted = {v for voters in self._voter_sets() for v in voters if v != self.name}
         wanted.update(v for v in self.learners() if v != self.name)
         if wanted != self._next.keys():
             last = self.log.last_index
@@ -336,7 +389,7 @@ class MetaLog:
 
     def _quorum(self, has: Callable[[str], bool]) -> bool:
         """Whether the voters for whom `has` holds are a majority of every set."""
-        sets = self._voters()
+        sets = self._voter_sets()
         return bool(sets) and all(
             sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets)
 
@@ -359,7 +412,7 @@ class MetaLog:
 
     def _advance_commit(self, now: float) -> None:
         assert self.epoch is not None
-        sets = self._voters()
+        sets = self._voter_sets()
         if not sets:
             return
         n = self.log.last_index
@@ -384,6 +437,8 @@ class MetaLog:
             result = state.apply(index, entry.op, entry.origin, entry.pid)
             if self.on_apply is not None:
                 self.on_apply(entry)
+            if self._changing is not None and index == self._changing[0]:
+                self.on_voters(self._changing[1], now)  # decided: the election adopts it
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
             if asked is not None and not isinstance(result, Duplicate):

@@ -31,12 +31,14 @@ from shoal.metalog.state import (
     NoOp,
     TxnApplied,
     TxnOp,
+    VoterSet,
 )
 
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 512 * 1024
 MAX_ENTRIES_PER_APPEND = 1024
 MAX_CHUNK_BYTES = 4 * 1024 * 1024
+MAX_VOTERS = 64  # as election/messages.py
 
 
 class Entry(msgspec.Struct, frozen=True, gc=False):
@@ -163,7 +165,24 @@ def _op(v: object) -> MetaOp:
             raise DecodeError("shape", "too many transaction operations")
         return MetaTxn(tuple(_compare(c) for c in compares), tuple(_txn_op(o) for o in success),
                        tuple(_txn_op(o) for o in failure))  # fmt: skip
+    if v[0] == 4 and len(v) == 5:
+        return _voter_set(v[1:])
     raise DecodeError("shape", "bad metadata operation")
+
+
+def _voter_set(v: list[Any]) -> VoterSet:
+    """A `VoterSet` entry: [lineage (8 bytes), version, names, ids ([] or one per name)]."""
+    lineage, version, voters, ids = v
+    if type(lineage) is not bytes or len(lineage) != 8:
+        raise DecodeError("shape", "bad lineage")
+    if type(voters) is not list or not 0 < len(voters) <= MAX_VOTERS:
+        raise DecodeError("shape", "bad voter list")
+    if type(ids) is not list or len(ids) not in (0, len(voters)):
+        raise DecodeError("shape", "bad voter ids")
+    names = tuple(name(n) for n in voters)
+    if list(names) != sorted(set(names)):
+        raise DecodeError("shape", "voters not sorted or repeated")
+    return VoterSet(lineage, counter(version), names, tuple(_bytes(i, 16) for i in ids))
 
 
 def _list(v: object) -> list[Any]:
@@ -207,6 +226,8 @@ def _enc_op(op: MetaOp) -> list[Any]:
         case MetaTxn(compares, success, failure):
             return [3, [[c.key, c.target, c.cmp, c.number, c.value] for c in compares],
                     [_enc_txn_op(o) for o in success], [_enc_txn_op(o) for o in failure]]
+        case VoterSet(lineage, version, voters, ids):
+            return [4, lineage, version, list(voters), list(ids)]
     return [0]
 
 

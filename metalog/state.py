@@ -97,7 +97,21 @@ class NoOp(msgspec.Struct, frozen=True):
     epoch commits everything before it (Raft §5.4.2)."""
 
 
-MetaOp = MetaPut | MetaDelete | NoOp | MetaTxn
+class VoterSet(msgspec.Struct, frozen=True):
+    """A change of the voters, decided by the log (election/controller.py,
+    "Voter changes"): the configuration (lineage, version, sorted voter
+    names, their data directories' ids or none) the controller moves to
+    once this entry is committed. It changes no key; like a `NoOp` it takes
+    a revision. The fields are the election's `VoterConfig`'s, spelled out
+    here because the cores import one another only through the kernel."""
+
+    lineage: bytes
+    version: int
+    voters: tuple[str, ...]
+    ids: tuple[bytes, ...] = ()
+
+
+MetaOp = MetaPut | MetaDelete | NoOp | MetaTxn | VoterSet
 
 
 class KeyState(msgspec.Struct, frozen=True):

@@ -42,7 +42,7 @@ from shoal.membership.swim import Handler, SwimNode
 from shoal.metalog.core import MetaConfig, MetaLog
 from shoal.metalog.messages import Entry
 from shoal.metalog.snapshot import Snapshot
-from shoal.metalog.state import MetaOp
+from shoal.metalog.state import MetaOp, VoterSet
 from shoal.node import nextrelease
 from shoal.node.features import FEATURE_CAP_KEY, FeatureLevel, parse_cap
 from shoal.node.nextrelease import LEVEL_PROBE_FEATURE, LevelProbe
@@ -351,6 +351,23 @@ class ShoalNode:
         # No voter change before an entry of the controller's own epoch is
         # committed (the fix to the single-server change bug, Ongaro 2015).
         election.log_ready = meta.ready
+        # Gossip proposes a voter change, the log decides it (issue 37;
+        # election/controller.py, "Voter changes").
+
+        def propose_voters(change: VoterConfig | None, now: float) -> bool:
+            if change is None:
+                meta.drop_change()
+                return False
+            return meta.propose_voters(VoterSet(change.lineage, change.version, change.voters,
+                                                change.ids), now)  # fmt: skip
+
+        def decided(change: VoterSet, now: float) -> None:
+            election.controller.decide(VoterConfig(change.lineage, change.version,
+                                                   change.voters, change.ids), now)  # fmt: skip
+            election.wake(now)
+
+        election.propose_voters = propose_voters
+        meta.on_voters = decided
         # A voter back with a new data directory catches up as a non-voter
         # before it is added again, and its old self's acknowledgements no
         # longer count (election/controller.py, issue 37).

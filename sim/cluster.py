@@ -160,6 +160,9 @@ class SimCluster:
         self.persist_hooks: list[Callable[[int, Any], None]] = []
         # Called with (host index, destination, messages, channel) for everything a host sends.
         self.send_hooks: list[Callable[[int, Address, tuple[Any, ...], Channel], None]] = []
+        # Each asked of everything a host sends: True drops it (a fault aimed
+        # at some messages only, as a test sets it).
+        self.drop_hooks: list[Callable[[int, Address, tuple[Any, ...]], bool]] = []
         self.sync_config = sync_config or SyncConfig()
         # Each node's record store: its disk, which outlives crashes.
         self.stores = [MemoryStore(self.sync_config.tree_depth) for _ in range(n)]
@@ -420,6 +423,8 @@ class SimCluster:
     def _transmit(self, src: int, to: Address, messages: tuple[Any, ...], channel: Channel) -> None:
         for hook in self.send_hooks:
             hook(src, to, messages, channel)
+        if any(drop(src, to, messages) for drop in self.drop_hooks):
+            return
         dst = self._host_of.get(to)
         src_addr = self.idents[src].addr
         if channel is Channel.STREAM:
