@@ -174,6 +174,9 @@ class SimCluster:
         self._armed: list[float | None] = [None] * n
         self._gen = [0] * n
         self._host_down = [False] * n
+        # Per host: None, or (paused, as by SIGSTOP) what waits for it to run
+        # again: deliveries, timers and completed syncs, in order.
+        self._paused: list[list[Callable[[], None]] | None] = [None] * n
         self.pending_boots = 0  # starts and restarts scheduled, not yet run
         self._addr_gen = [0] * n
         self._tag = codec.cluster_tag("sim")
@@ -240,6 +243,28 @@ class SimCluster:
         self.pending_boots += 1
         self.at(at, action)
 
+    def pause(self, i: int, at: float, for_s: float) -> None:
+        """Schedule host `i`'s agent to stop running at `at` for `for_s` (a
+        SIGSTOP, a long GC or VM pause): what arrives meanwhile waits in its
+        socket buffers, its timers fire late, and what its syncs release
+        leaves only when it runs on (SIGCONT) with the clock of then."""
+
+        def stop() -> None:
+            if self.nodes[i] is not None and self._paused[i] is None:
+                self._paused[i] = []
+
+        def resume() -> None:
+            held, self._paused[i] = self._paused[i], None
+            for action in held or ():
+                action()
+
+        self.at(at, stop)
+        self.at(at + for_s, resume)
+
+    def is_paused(self, i: int) -> bool:
+        """Whether host `i`'s agent is paused (`pause`)."""
+        return self._paused[i] is not None
+
     def leave(self, i: int, at: float) -> None:
         """Schedule a graceful leave of host `i`."""
         self.at(at, lambda: self._command(i, lambda node, now: node.leave(now)))
@@ -274,12 +299,17 @@ class SimCluster:
 
     def _halt(self, i: int, host_down: bool = False) -> None:
         self.nodes[i] = None
+        self._paused[i] = None
         self.disks[i].crash()
         self._host_down[i] = host_down
         self._gen[i] += 1
         self._armed[i] = None
 
     def _command(self, i: int, fn: Callable[[ShoalNode, float], object]) -> None:
+        held = self._paused[i]
+        if held is not None:
+            held.append(lambda: self._command(i, fn))
+            return
         node = self.nodes[i]
         if node is not None:
             fn(node, self.clocks[i].local(self.now))
@@ -311,6 +341,8 @@ class SimCluster:
         dst: int
         src_addr: Address
         now: float
+        if kind != _ACTION and self._held(kind, payload):
+            return
         if kind == _DATAGRAM or kind == _STREAM:
             dst, src_addr, messages = payload
             node = self.nodes[dst]
@@ -350,6 +382,14 @@ class SimCluster:
                 self._flush(src)
         else:
             payload()
+
+    def _held(self, kind: int, payload: Any) -> bool:
+        """Whether the event is for a paused host: then it waits (`pause`)."""
+        held = self._paused[payload[0]]  # every kind but _ACTION names its host first
+        if held is None:
+            return False
+        held.append(lambda: self._dispatch(kind, payload))
+        return True
 
     def _flush(self, i: int) -> None:
         node = self.nodes[i]
@@ -412,6 +452,10 @@ class SimCluster:
         def done() -> None:
             if crashes != disk.crashes:
                 return  # the host crashed meanwhile: that sync never completed
+            held = self._paused[i]
+            if held is not None:  # its sends leave when the process runs on
+                held.append(done)
+                return
             released, again = disk.sync_done()
             if again:
                 self._start_sync(i)

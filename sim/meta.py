@@ -33,9 +33,13 @@ restarts load one, and one run in two with fsync latency crashes a node
 right after it writes an installed snapshot, before the fsync.
 
 Voter changes are in the schedule (a leave removes a voter, its return
-adds it back): the election decides them one at a time, never before the
-controller has committed an entry of its own epoch, and while one is in
-flight a commit needs a majority of both sets. One run in three loses
+adds it back, and in runs with observers one takes a lost voter's place):
+the log decides them (election/controller.py, "Voter changes"), one at a
+time, never before the controller has committed an entry of its own epoch,
+and while one is being decided a commit needs a majority of both sets. One
+run in three pauses the controller's agent (SIGSTOP) for half its lease to
+three leases: it wakes deposed, with a full socket buffer, believing it
+leads until its timers catch up. One run in three loses
 disks (sim/wipe.py): voters that held committed entries come back with
 empty data directories while the voters that lack those entries return
 from a cut; a voter is its name and its data directory's id, so the wiped
@@ -212,7 +216,7 @@ class _Clients:
     def _issue(self, client: int) -> None:
         node_i = self.home[client]
         node = self.cluster.nodes[node_i]
-        if node is None:  # its agent is down: try again soon
+        if node is None or self.cluster.is_paused(node_i):  # down or paused: try again soon
             self._schedule(client, 0.5)
             return
         kind, key, value, cas = self._op()
@@ -370,6 +374,11 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
                             disk_rng.uniform(0.05, 1.0), down, faults)  # fmt: skip
     if fsync_s > 0 and snap_rng.random() < 0.5:
         _crash_installing(cluster, snap_rng.uniform(0.05, 1.0), down, run, applied)
+    # -- a controller paused past its lease: one run in three, its own stream --
+    pause_rng = random.Random(seed * 7_001 + 17)
+    if pause_rng.random() < 0.33:
+        _pause_controller(cluster, pause_rng.uniform(7.0, heal_at_s - 6.0),
+                          pause_rng.uniform(0.5, 3.0) * lease.lease_s, run)  # fmt: skip
     run.faults += faults.faults
 
     def heal_all() -> None:
@@ -390,6 +399,21 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     run.snapshots_installed = sum(m.counters.snapshots_installed for m in applied.metas)
     run.replays = sum(a.replayed for a in attackers)
     return run
+
+
+def _pause_controller(cluster: SimCluster, at: float, for_s: float, run: MetaRun) -> None:
+    """At `at`, pause the controller's agent for `for_s` (SIGSTOP: its
+    lease runs out meanwhile, a successor is elected, and it runs on with
+    what it held, its socket buffers full of what came while it slept)."""
+
+    def pause() -> None:
+        for i, node in enumerate(cluster.nodes):
+            if node is not None and node.election.is_controller:
+                cluster.pause(i, cluster.now, for_s)
+                run.faults.append(f"{at:.1f} pause controller {i} for {for_s:.1f} s")
+                return
+
+    cluster.at(at, pause)
 
 
 class _Applied:

@@ -1,6 +1,7 @@
 """The metadata log's swarm (sim/meta.py): seeded runs with partitions,
 loss, duplication, crashes (some right after a log write, before its
-fsync, some while installing a snapshot), voters leaving and coming back,
+fsync, some while installing a snapshot), voters leaving and coming back
+(changes decided by the log), a controller paused past its lease,
 clock rates in and far outside the drift bound, a replayer, and clients
 putting, compare-and-setting, deleting, reading and running transactions,
 with snapshots and log compaction every few entries: every history is
