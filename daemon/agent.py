@@ -4,9 +4,10 @@ Shape (aioquic's QuicConnectionProtocol): every input — a datagram, a stream
 frame, an API command, the timer — becomes one `node.<input>(..., now)` call
 followed by `flush()`. `flush()` drains the node until it is empty: persist
 first, then send, then publish events; then it re-arms the single
-`loop.call_at` timer on `node.next_deadline()`. There are no protocol
-coroutines and no other timers; `asyncio.sleep` appears only in lifecycle
-code (the leave grace period).
+`loop.call_at` timer on the earliest of `node.next_deadline()` and first
+contact's (network/first_contact.py, the handshake's pure core). There are
+no protocol coroutines and no other protocol timers; `asyncio.sleep`
+appears only in lifecycle code (the leave grace period).
 
 Every flush is timed: one over 50 ms is counted and logged, because a
 blocking call in the loop delays every probe answer and makes peers suspect
@@ -219,6 +220,7 @@ class Agent:
                               self.data_dir.load_election(), cfg.bootstrap_expect,
                               **self._meta_parts(advertise))  # fmt: skip
         self.node.collect_changes()  # numbered for the watch streams (publisher)
+        self.net.contact.rearm = self._arm  # one timer (module docstring)
         self.liveness = Liveness(self._loop, self.node, self.flush)
         self._wire_roles(observer)
         self.user_events = UserEvents(engine, self.node, lambda: self.config,
@@ -374,8 +376,10 @@ class Agent:
     def _on_timer(self) -> None:
         self._timer = None
         self._armed_at = None
+        now = self._loop.time()
+        self.net.contact.tick(now)
         self.node.set_wall_offset(self._wall_offset_ms())
-        self.node.tick(self._loop.time())
+        self.node.tick(now)
         self.flush()
         self._watch_clock()
 
@@ -579,16 +583,23 @@ class Agent:
         self.publisher.publish_records(self.node.take_changes(), self.node.sync.replica.visible)
         if self.meta is not None:
             self.meta.note_applied()
+        self._arm()
+        elapsed = time.perf_counter() - started
+        if elapsed > SLOW_FLUSH_S:
+            self.counters["slow_flushes"] += 1
+            log.warning("slow flush: the event loop was blocked", ms=round(elapsed * 1000, 1))
+
+    def _arm(self) -> None:
+        """Arm the one timer on the earliest deadline: the node's, or first contact's."""
         deadline = self.node.next_deadline()
+        contact = self.net.contact.next_deadline()
+        if contact is not None and (deadline is None or contact < deadline):
+            deadline = contact
         if deadline != self._armed_at:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
             self._armed_at = deadline
-        elapsed = time.perf_counter() - started
-        if elapsed > SLOW_FLUSH_S:
-            self.counters["slow_flushes"] += 1
-            log.warning("slow flush: the event loop was blocked", ms=round(elapsed * 1000, 1))
 
     def _handle(self, out: Output) -> None:
         """Persist (releasing what waits on it), then send, then publish."""

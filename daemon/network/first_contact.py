@@ -4,8 +4,11 @@ driven from the agent's sockets.
 The protocol state — which run a packet to an address is bound to, the
 hellos said and held sends, hello/welcome, the version refusal — is the
 `Handshake` core's; this module seals and sends what it drains, answers the
-coroutines awaiting a binding (`bound`, for streams), logs a refusal once
-per peer and versions, and keeps one timer on the core's `next_deadline`.
+coroutines awaiting a binding (`bound`, for streams), and logs a refusal
+once per peer and versions. It keeps no timer of its own: the agent's one
+timer is armed on the earliest of the node's and this core's deadlines
+(`next_deadline`, `tick`; daemon/agent.py), and `rearm` tells the agent
+when this core's deadline moved.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ class FirstContact:
         self._resend = resend
         self.core = Handshake(wire.sessions, wire.versions, True, counters)
         self._waiters: dict[Address, list[asyncio.Future[bytes]]] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._deadline: float | None = None  # the core's, as the agent last heard it
+        # The agent re-arms its timer (set once the agent has its node).
+        self.rearm: Callable[[], None] = lambda: None
 
     def to(self, addr: Address) -> bytes | None:
         """The binding for a packet to `addr`, or None until a hello is answered."""
@@ -101,10 +105,15 @@ class FirstContact:
         self.core.misdirected(addr, _now())
         self._flush()
 
-    def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
-        self.core.tick(_now())
-        self._flush()
+    def next_deadline(self) -> float | None:
+        """When `tick` is next due (None: nothing held or awaited)."""
+        return self._deadline
+
+    def tick(self, now: float) -> None:
+        """Say hello again where due, drop what waited too long (the agent's timer)."""
+        if self._deadline is not None and now >= self._deadline:
+            self.core.tick(now)
+            self._flush()
 
     def _flush(self) -> None:
         """Send what the core drained, act on its events, re-arm the timer."""
@@ -127,13 +136,9 @@ class FirstContact:
                             why="no common version: upgrade one release at a time "
                                 "(docs/operations.md, 'An upgrade')")  # fmt: skip
         at = self.core.next_deadline()
-        if at == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = at
-        self._timer = None if at is None else asyncio.get_running_loop().call_at(
-            at, self._on_timer)  # fmt: skip
+        if at != self._deadline:
+            self._deadline = at
+            self.rearm()
 
 
 def _now() -> float:
