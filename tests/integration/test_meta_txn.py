@@ -5,8 +5,6 @@ import asyncio
 import json
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -29,13 +27,16 @@ from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Cmp, Get, Put, Read, Txn, TxnDone
 from tests.conftest import poll_until
 from tests.integration.agents import api_request
-from tests.integration.test_meta import META, client_of, controller_name, three, writable
-from tests.integration.test_meta_history import controller_of, meta_cluster
-
-
-def shoal_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shoal.daemon.cli", *args], input=stdin,
-                          capture_output=True, timeout=60)  # fmt: skip
+from tests.integration.metaagents import (
+    META,
+    client_of,
+    controller_name,
+    crash_the_controller,
+    meta_cluster,
+    shoal_cli,
+    three,
+    writable,
+)
 
 
 def create_topic(client, name: str) -> TxnResult:
@@ -289,15 +290,7 @@ def test_transfer_histories_through_a_controller_crash_are_linearizable(agents):
                for c in range(4)]  # fmt: skip
     for t in threads:
         t.start()
-    poll_until(lambda: len(rec.ops) > 100, 60)
-    name = controller_of(members[0])
-    victim = next(a for a in members if a.name == name)
-    victim.kill()
-    survivors = [a for a in members if a is not victim]
-    poll_until(lambda: controller_of(survivors[0]) not in (None, name), 30)
-    victim.start()
-    before = len(rec.ops)
-    poll_until(lambda: len(rec.ops) > before + 100, 60)
+    crash_the_controller(members, lambda: len(rec.ops), 100)
     rec.stop.set()
     for t in threads:
         t.join(15)
