@@ -34,7 +34,7 @@ import msgspec
 from shoal.client import calls
 from shoal.client.errors import IncompatibleAgent, ShoalError
 from shoal.client.types import MetaValue
-from shoal.client.watch import BACKOFF_MAX_S, BACKOFF_MIN_S, SILENCE_S
+from shoal.client.watch import SILENCE_S, Backoff
 
 T = TypeVar("T")
 
@@ -153,7 +153,7 @@ class MetaCursor:
             raise ValueError(f"from_revision must be a revision (an int >= 1): {from_revision!r}")
         self.prefix = prefix
         self.next_from = from_revision
-        self._delay_s = BACKOFF_MIN_S
+        self._retry = Backoff()
 
     def path(self) -> str:
         """The request that resumes from here."""
@@ -164,9 +164,7 @@ class MetaCursor:
 
     def backoff(self) -> float:
         """Seconds before the next attempt (0.1 doubling to 2; reset at a hello)."""
-        delay_s = self._delay_s
-        self._delay_s = min(delay_s * 2, BACKOFF_MAX_S)
-        return delay_s
+        return self._retry.next_s()
 
     def opened(self, raw: bytes) -> bool:
         """The stream's first line: True for its hello, False when the
@@ -195,7 +193,7 @@ class MetaCursor:
         except msgspec.MsgspecError as exc:
             raise IncompatibleAgent(f"unreadable meta watch line {raw[:200]!r}: {exc}") from None
         if line.type == "hello":
-            self._delay_s = BACKOFF_MIN_S
+            self._retry.reset()
             if self.next_from is None:
                 self.next_from = line.from_
             return []
