@@ -280,6 +280,27 @@ class AsyncClient:
             raise calls.unreachable(self.base, exc, call) from None
         return calls.answer(call, response.status, "", body)
 
+    async def _stream(self, path: str, read_timeout_s: float | None) -> _Response:
+        """Open a streaming GET, its head read; a refusal raises (`calls.answer`).
+
+        Args:
+            read_timeout_s: no line for this long, and the stream is dead.
+        """
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self.open("GET", path)
+                if response.status < 400:
+                    response.read_timeout_s = read_timeout_s
+                    return response
+                try:
+                    body = await response.whole()
+                finally:
+                    response.close()
+        except (OSError, TimeoutError, httptools.HttpParserError) as exc:
+            raise calls.unreachable(self.base, exc) from None
+        calls.answer(calls.stream(path), response.status, "", body)
+        raise AssertionError("unreachable: answer() raises for a status >= 400")
+
     async def open(self, method: str, path: str, body: bytes | None = None) -> _Response:
         """Send a request; the response, its head read.
 
@@ -401,7 +422,7 @@ async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[An
     is_open = False
     while True:
         try:
-            response = await _open_watch(client, cursor.path())
+            response = await client._stream(cursor.path(), max(client.timeout, SILENCE_S))
         except ShoalError as exc:
             if exc.status == 410:
                 try:
@@ -415,7 +436,6 @@ async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[An
                 continue
             raise
         answered = True
-        response.read_timeout_s = max(client.timeout, SILENCE_S)
         try:
             # No timeout scope around a yield: it would cancel the consumer.
             lines = response.lines()
@@ -435,20 +455,3 @@ async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[An
             response.close()
         await asyncio.sleep(cursor.backoff())
 
-
-async def _open_watch(client: AsyncClient, path: str) -> _Response:
-    """Open the stream; a refusal raises its ShoalError."""
-    try:
-        async with asyncio.timeout(client.timeout):
-            response = await client.open("GET", path)
-            if response.status < 400:
-                return response
-            try:
-                body = await response.whole()
-            finally:
-                response.close()
-    except (OSError, TimeoutError, httptools.HttpParserError) as exc:
-        raise calls.unreachable(client.base, exc) from None
-    needs = path.partition("?")[0]
-    calls.answer(calls.Call("GET", path, calls._raw, needs=needs), response.status, "", body)
-    raise AssertionError("unreachable: answer() raises for a status >= 400")

@@ -117,6 +117,14 @@ def raw(method: str, path: str, body: Any = None, wait_s: float = 0.0) -> Call[A
     return Call(method, path, _raw, data, wait_s=wait_s)
 
 
+def stream(path: str) -> Call[Any]:
+    """A streaming GET (`/v1/watch`, `/v1/events`, a metadata watch), for
+    `answer` to read its refusal: an agent without /v1/watch is named as
+    older (IncompatibleAgent); a metadata watch's 404 is its own error."""
+    needs = path.partition("?")[0] if path.startswith("/v1/watch") else ""
+    return Call("GET", path, _raw, needs=needs)
+
+
 def _json(obj: Any) -> bytes:
     return json.dumps(obj).encode()
 

@@ -10,23 +10,26 @@ revision); not applied (`NotApplied`: safe to retry); or unknown
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from shoal.client import calls
 from shoal.client.metatxn import Compare, TxnOp, TxnResult, txn_call
-from shoal.client.metawatch import AsyncMetaWatch, MetaCursor, MetaListing, MetaWatch, list_steps
+from shoal.client.metawatch import (
+    AsyncMetaClient,
+    AsyncMetaWatch,
+    MetaClient,
+    MetaCursor,
+    MetaListing,
+    MetaWatch,
+    list_steps,
+)
 from shoal.client.types import MetaValue, MetaWritten
-
-if TYPE_CHECKING:
-    from shoal.client.aio import AsyncClient
-    from shoal.client.sync import Client
 
 
 class MetaApi:
     """`Client.meta`: writes a majority made durable, compare-and-set, and
     reads that see every acknowledged write."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: MetaClient) -> None:
         self._client = client
 
     def get(self, key: str, stale: bool = False) -> MetaValue:
@@ -94,7 +97,7 @@ class MetaApi:
 class AsyncMetaApi:
     """`AsyncClient.meta`: `MetaApi` for asyncio."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncMetaClient) -> None:
         self._client = client
 
     async def get(self, key: str, stale: bool = False) -> MetaValue:

@@ -15,6 +15,10 @@ comes twice, across agent restarts and controller changes (revisions are
 the log's, the same on every agent). A 410 raises `Compacted`: the agent no
 longer keeps changes that old; list again, then watch from the listing's
 revision + 1.
+
+The listings and watches know their client only as the little they ask of
+it (`MetaClient`, `AsyncMetaClient`), as sessions do (session.py): the
+clients import the metadata API, and nothing of it imports a client back.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import http.client
 import time
 from collections.abc import AsyncIterator, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
 import msgspec
@@ -30,11 +34,57 @@ import msgspec
 from shoal.client import calls
 from shoal.client.errors import IncompatibleAgent, ShoalError
 from shoal.client.types import MetaValue
-from shoal.client.watch import BACKOFF_MAX_S, BACKOFF_MIN_S, SILENCE_S
+from shoal.client.watch import SILENCE_S, Backoff
 
-if TYPE_CHECKING:
-    from shoal.client.aio import AsyncClient
-    from shoal.client.sync import Client
+T = TypeVar("T")
+
+
+class OpenStream(Protocol):
+    """A streaming answer `Client` opened: its connection and response."""
+
+    conn: http.client.HTTPConnection
+    resp: http.client.HTTPResponse
+
+
+class MetaClient(Protocol):
+    """What `MetaApi` and `MetaWatch` ask of the client that made them (`Client`)."""
+
+    timeout: float  # seconds a call may take
+
+    def run(self, steps: calls.Steps[T]) -> T:
+        """Drive `steps` to their result (ShoalError on a refusal)."""
+        ...
+
+    def _stream(self, path: str, timeout_s: float | None) -> OpenStream:
+        """Open a streaming GET (ShoalError on a refusal)."""
+        ...
+
+
+class LineStream(Protocol):
+    """A streaming answer `AsyncClient` opened: its lines as they come."""
+
+    def lines(self) -> AsyncIterator[bytes]:
+        """The body's complete lines as they arrive."""
+        ...
+
+    def close(self) -> None:
+        """Close its connection."""
+        ...
+
+
+class AsyncMetaClient(Protocol):
+    """What `AsyncMetaApi` and `AsyncMetaWatch` ask of the client that made
+    them (`AsyncClient`)."""
+
+    timeout: float  # seconds a call may take
+
+    async def run(self, steps: calls.Steps[T]) -> T:
+        """Drive `steps` to their result (ShoalError on a refusal)."""
+        ...
+
+    async def _stream(self, path: str, read_timeout_s: float | None) -> LineStream:
+        """Open a streaming GET, its head read (ShoalError on a refusal)."""
+        ...
 
 
 class MetaEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,7 +153,7 @@ class MetaCursor:
             raise ValueError(f"from_revision must be a revision (an int >= 1): {from_revision!r}")
         self.prefix = prefix
         self.next_from = from_revision
-        self._delay_s = BACKOFF_MIN_S
+        self._retry = Backoff()
 
     def path(self) -> str:
         """The request that resumes from here."""
@@ -114,9 +164,7 @@ class MetaCursor:
 
     def backoff(self) -> float:
         """Seconds before the next attempt (0.1 doubling to 2; reset at a hello)."""
-        delay_s = self._delay_s
-        self._delay_s = min(delay_s * 2, BACKOFF_MAX_S)
-        return delay_s
+        return self._retry.next_s()
 
     def opened(self, raw: bytes) -> bool:
         """The stream's first line: True for its hello, False when the
@@ -145,7 +193,7 @@ class MetaCursor:
         except msgspec.MsgspecError as exc:
             raise IncompatibleAgent(f"unreadable meta watch line {raw[:200]!r}: {exc}") from None
         if line.type == "hello":
-            self._delay_s = BACKOFF_MIN_S
+            self._retry.reset()
             if self.next_from is None:
                 self.next_from = line.from_
             return []
@@ -168,7 +216,7 @@ class MetaWatch(Iterator[MetaEvent]):
         Unavailable: the first connection failed (later ones are retried).
     """
 
-    def __init__(self, client: Client, cursor: MetaCursor) -> None:
+    def __init__(self, client: MetaClient, cursor: MetaCursor) -> None:
         self.cursor = cursor
         self._client = client
         self._conn: Any = None
@@ -247,7 +295,7 @@ class MetaWatch(Iterator[MetaEvent]):
 class AsyncMetaWatch:
     """`MetaWatch` for asyncio: an async iterator (`async with` opens and closes it)."""
 
-    def __init__(self, client: AsyncClient, cursor: MetaCursor) -> None:
+    def __init__(self, client: AsyncMetaClient, cursor: MetaCursor) -> None:
         self.cursor = cursor
         self._client = client
         self._response: Any = None
@@ -268,13 +316,13 @@ class AsyncMetaWatch:
     async def _connect(self, first: bool) -> None:
         while True:
             try:
-                response = await _open_stream(self._client, self.cursor.path())
+                response = await self._client._stream(self.cursor.path(),
+                                                      max(self._client.timeout, SILENCE_S))
             except ShoalError as exc:
                 if first or exc.status == 410 or exc.status not in (None, 503):
                     raise
                 await _sleep(self.cursor.backoff())
                 continue
-            response.read_timeout_s = max(self._client.timeout, SILENCE_S)
             self._response, self._lines = response, response.lines()
             try:
                 if self.cursor.opened(await anext(self._lines, b"")):
@@ -324,24 +372,3 @@ async def _sleep(seconds: float) -> None:
 
     await asyncio.sleep(seconds)
 
-
-async def _open_stream(client: AsyncClient, path: str) -> Any:
-    """Open a watch's stream (aio.py's `_open_watch`, which this module
-    cannot import: aio imports it); a refusal raises its ShoalError."""
-    import asyncio
-
-    import httptools
-
-    try:
-        async with asyncio.timeout(client.timeout):
-            response = await client.open("GET", path)
-            if response.status < 400:
-                return response
-            try:
-                body = await response.whole()
-            finally:
-                response.close()
-    except (OSError, TimeoutError, httptools.HttpParserError) as exc:
-        raise calls.unreachable(client.base, exc) from None
-    calls.answer(calls.Call("GET", path, calls._raw), response.status, "", body)
-    raise AssertionError("unreachable: answer() raises for a status >= 400")

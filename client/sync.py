@@ -279,8 +279,7 @@ class Client:
         if resp.status >= 400:
             body = resp.read()
             conn.close()
-            calls.answer(calls.Call("GET", path, calls._raw, needs=_needs(path)), resp.status,
-                         resp.reason, body)  # fmt: skip
+            calls.answer(calls.stream(path), resp.status, resp.reason, body)
         return _Opened(conn, resp)
 
 
@@ -322,10 +321,6 @@ class KvApi:
               run: str | None = None) -> Watch[KvEvent]:  # fmt: skip
         """Follow puts and deletes of keys under `prefix` (see `Client.watch`)."""
         return Watch(self._client, WatchCursor(("kv",), prefix, index, run))
-
-
-def _needs(path: str) -> str:
-    return path.partition("?")[0] if path.startswith("/v1/watch") else ""
 
 
 class _Opened:

@@ -62,6 +62,24 @@ _EVENT_TYPES: dict[str, type[Event]] = {
 }  # fmt: skip
 
 
+class Backoff:
+    """Seconds between a watch's attempts to connect: 0.1 doubling to 2,
+    back to 0.1 once a stream opens (its hello)."""
+
+    def __init__(self) -> None:
+        self._delay_s = BACKOFF_MIN_S
+
+    def next_s(self) -> float:
+        """Seconds to wait before the next attempt."""
+        delay_s = self._delay_s
+        self._delay_s = min(delay_s * 2, BACKOFF_MAX_S)
+        return delay_s
+
+    def reset(self) -> None:
+        """A stream opened: the next failure is retried soon again."""
+        self._delay_s = BACKOFF_MIN_S
+
+
 class WatchCursor:
     """Where a watch is in the agent's changes, and what it has seen.
 
@@ -85,7 +103,7 @@ class WatchCursor:
         self.members: dict[str, MemberEvent] = {}
         self.keys: dict[str, tuple[int, int]] = {}  # key -> (hlc, epoch)
         self.controller: tuple[str | None, int | None] | None = None
-        self._delay_s = BACKOFF_MIN_S
+        self._retry = Backoff()
 
     def path(self) -> str:
         """The request path that resumes from here."""
@@ -100,9 +118,7 @@ class WatchCursor:
 
     def backoff(self) -> float:
         """Seconds to wait before the next attempt (doubling, up to 2 s)."""
-        delay_s = self._delay_s
-        self._delay_s = min(delay_s * 2, BACKOFF_MAX_S)
-        return delay_s
+        return self._retry.next_s()
 
     def opened(self, line: bytes) -> None:
         """The stream's first line, `{"type": "hello", "run": R, "index": I}`.
@@ -122,7 +138,7 @@ class WatchCursor:
         self.run = run
         if self.index is None:
             self.index = index
-        self._delay_s = BACKOFF_MIN_S
+        self._retry.reset()
 
     def event(self, line: bytes) -> Event | None:
         """The event on `line`, or None for a ping, a copy, or a topic unknown

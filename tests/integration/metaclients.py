@@ -44,19 +44,48 @@ def http_exchange(conn: http.client.HTTPConnection, method: str, path: str,
         conn.close()
 
 
-class Recorder:
-    """Client threads' calls and returns on one monotonic timeline."""
+class History:
+    """Client threads, each running `run_client` until `stop`, and their
+    operations on one monotonic timeline."""
 
-    def __init__(self, request: Request, keys: Sequence[str] = KEYS, read_query: str = "") -> None:
-        """`read_query` "?stale=1" makes every read one of the agent's own
-        state (not linearizable: for a control that must fail the check)."""
-        self.request = request
-        self.keys = list(keys)
-        self.read_query = read_query
+    def __init__(self) -> None:
         self.ops: list[Operation] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.values = 0
+
+    def run_client(self, client: int, agents: Sequence[Any], seed: int) -> None:
+        raise NotImplementedError
+
+    def start(self, clients: int, agents: Sequence[Any]) -> list[threading.Thread]:
+        """`clients` threads through `agents`, client i seeded with i."""
+        threads = [threading.Thread(target=self.run_client, args=(c, agents, c), daemon=True)
+                   for c in range(clients)]  # fmt: skip
+        for t in threads:
+            t.start()
+        return threads
+
+    def next_value(self) -> int:
+        """A number no other client's write uses."""
+        with self.lock:
+            self.values += 1
+            return self.values
+
+    def _add(self, op: Operation) -> None:
+        with self.lock:
+            self.ops.append(op)
+
+
+class Recorder(History):
+    """Client threads' puts and gets of single keys."""
+
+    def __init__(self, request: Request, keys: Sequence[str] = KEYS, read_query: str = "") -> None:
+        """`read_query` "?stale=1" makes every read one of the agent's own
+        state (not linearizable: for a control that must fail the check)."""
+        super().__init__()
+        self.request = request
+        self.keys = list(keys)
+        self.read_query = read_query
 
     def run_client(self, client: int, agents: Sequence[Any], seed: int) -> None:
         """Puts (a third of them compare-and-set) and reads through agents
@@ -72,13 +101,6 @@ class Recorder:
             else:
                 cas = last.get(key, 0) if roll < 0.6 else None
                 self.put(client, agent, key, cas, last)
-
-    def start(self, clients: int, agents: Sequence[Any]) -> list[threading.Thread]:
-        threads = [threading.Thread(target=self.run_client, args=(c, agents, c), daemon=True)
-                   for c in range(clients)]  # fmt: skip
-        for t in threads:
-            t.start()
-        return threads
 
     def get(self, client: int, agent: Any, key: str, last: dict[str, int]) -> Read | None:
         at = time.monotonic()
@@ -100,9 +122,7 @@ class Recorder:
     def put(self, client: int, agent: Any, key: str, cas: int | None, last: dict[str, int],
             value: str | None = None) -> Outcome:  # fmt: skip
         if value is None:
-            with self.lock:
-                self.values += 1
-                value = f"v{self.values}"
+            value = f"v{self.next_value()}"
         query = "" if cas is None else f"?cas={cas}"
         at = time.monotonic()
         try:
@@ -124,10 +144,6 @@ class Recorder:
             out = None  # 504 (unknown), or anything else: not known
         self._add(Operation(client, at, None if out is None else done, Put(key, value, cas), out))
         return out
-
-    def _add(self, op: Operation) -> None:
-        with self.lock:
-            self.ops.append(op)
 
     def count(self, kind: type) -> int:
         with self.lock:

@@ -3,48 +3,22 @@
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from shoal.client import AsyncClient, Client, Conflict, NotApplied, NotFound, Unknown
+from shoal.client import AsyncClient, Conflict, NotApplied, NotFound, Unknown
 from tests.conftest import poll_until
 from tests.integration.agents import api_request
-
-META = ["--meta", "--no-discovery"]
-
-
-def shoal_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shoal.daemon.cli", *args], capture_output=True,
-                          timeout=60)  # fmt: skip
-
-
-def client_of(agent, timeout: float = 10.0) -> Client:
-    return Client(f"{agent.ip}:7947", timeout=timeout)
-
-
-def controller_name(agent) -> str | None:
-    try:
-        return agent.api.get("/v1/controller")["controller"]
-    except Exception:
-        return None
-
-
-def writable(agent, key: str = "probe") -> bool:
-    """A write through `agent` commits (the log leads: controller elected,
-    feature level announced, the no-op committed)."""
-    status, _ = api_request(agent, "PUT", f"/v1/meta/{key}", b"x")
-    return status == 200
-
-
-def three(agents, extra: list[str] | None = None):
-    started = agents.start(3, extra=META + (extra or []))
-    agents.wait_all_see([a.name for a in started], "alive", started)
-    poll_until(lambda: all(writable(a) for a in started), 30, interval_s=0.2)
-    return started
+from tests.integration.metaagents import (
+    META,
+    client_of,
+    controller_name,
+    shoal_cli,
+    three,
+    writable,
+)
 
 
 def test_a_write_through_any_agent_is_read_on_every_agent(agents):

@@ -7,46 +7,16 @@ rounds here, 200 behind `slow`)."""
 
 from __future__ import annotations
 
-import http.client
 import random
 import time
-from typing import Any
 
 import pytest
 
 from shoal.sim.metamodel import Read, Written
 from tests.conftest import poll_until
-from tests.integration.agents import AgentCluster, AgentProcess
-from tests.integration.metaclients import Recorder, check_and_report, http_exchange
-
-
-def _request(agent: AgentProcess, method: str, path: str, body: bytes | None = None,
-             timeout_s: float = 6.0) -> tuple[int, Any]:  # fmt: skip
-    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=timeout_s)
-    return http_exchange(conn, method, path, body)
-
-
-def meta_cluster(agents: AgentCluster, n: int = 3) -> list[AgentProcess]:
-    members = list(agents.start(n, extra=["--no-discovery", "--meta"]))
-    for m in members:  # a restarted agent finds the others whichever it is
-        m.join = [o.gossip for o in members if o is not m]
-    agents.wait_all_see([a.name for a in members], "alive", members)
-
-    def writable() -> bool:
-        try:
-            return _request(members[-1], "PUT", "/v1/meta/ready", b"1")[0] == 200
-        except OSError:
-            return False
-
-    poll_until(writable, 60, interval_s=0.2)
-    return members
-
-
-def controller_of(agent: AgentProcess) -> str | None:
-    try:
-        return _request(agent, "GET", "/v1/controller")[1].get("controller")
-    except (OSError, AttributeError):
-        return None
+from tests.integration.agents import AgentCluster
+from tests.integration.metaagents import crash_the_controller, meta_cluster, request
+from tests.integration.metaclients import Recorder, check_and_report
 
 
 def test_histories_through_a_controller_crash_are_linearizable(agents):
@@ -54,17 +24,9 @@ def test_histories_through_a_controller_crash_are_linearizable(agents):
     with -9 and restarted in the middle: every history checks, writes go on
     once a successor leads, and some of each outcome happened."""
     members = meta_cluster(agents)
-    rec = Recorder(_request)
+    rec = Recorder(request)
     threads = rec.start(6, members)
-    poll_until(lambda: len(rec.ops) > 150, 60)
-    name = controller_of(members[0])
-    victim = next(a for a in members if a.name == name)
-    victim.kill()
-    survivors = [a for a in members if a is not victim]
-    poll_until(lambda: controller_of(survivors[0]) not in (None, name), 30)
-    victim.start()
-    before = len(rec.ops)
-    poll_until(lambda: len(rec.ops) > before + 150, 60)
+    crash_the_controller(members, lambda: len(rec.ops), 150)
     rec.stop.set()
     for t in threads:
         t.join(15)
@@ -78,7 +40,7 @@ def restart_loop(agents: AgentCluster, rounds: int) -> None:
     acknowledged value or says it cannot (503: asked again), never an older
     one; the whole history (with the writes that failed) is checked too."""
     members = meta_cluster(agents)
-    rec = Recorder(_request, keys=["loop"])
+    rec = Recorder(request, keys=["loop"])
     rng = random.Random(7)
     started = time.monotonic()
     for round_ in range(rounds):

@@ -13,9 +13,7 @@ behind `slow`."""
 from __future__ import annotations
 
 import glob
-import http.client
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,10 +27,10 @@ import pytest
 
 from shoal.sim.linearizability import Verdict
 from shoal.sim.metamodel import Written
-from tests.conftest import IN_CI, poll_until, require_root
+from tests.conftest import IN_CI, poll_until
 from tests.integration.metaclients import Recorder, check_and_report, http_exchange
 from tests.lan import netlab
-from tests.lan.netlab import Host, VirtualLan, remove_stale_namespaces, socket_in
+from tests.lan.netlab import Host, VirtualLan, remove_stale_namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.netns]
 
@@ -43,10 +41,7 @@ LEASE_S = 2.0  # [election] lease_s, the default
 @pytest.fixture
 def lan(tmp_path):
     """Five hosts on one bridge, torn down with their agents."""
-    require_root("network namespaces, veth and a bridge")
-    for tool in ("ip", "nft"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: `make test` installs iproute2 and nftables")
+    netlab.require_lan()
     if LIBFAKETIME is None:
         if IN_CI:
             pytest.fail("libfaketime is missing (make sysdeps)")
@@ -76,16 +71,7 @@ def start(host: Host, clock: str | None = None) -> None:
 def request(host: Host, method: str, path: str, body: bytes | None,
             timeout_s: float = 6.0) -> tuple[int, Any]:  # fmt: skip
     """One call to `host`'s API, on its own loopback inside its namespace."""
-    sock = socket_in(host.ns)
-    sock.settimeout(timeout_s)
-    try:
-        sock.connect(("127.0.0.1", 7947))
-    except OSError:
-        sock.close()
-        raise
-    conn = http.client.HTTPConnection("127.0.0.1", 7947, timeout=timeout_s)
-    conn.sock = sock
-    return http_exchange(conn, method, path, body)
+    return http_exchange(host.connect_api(timeout_s), method, path, body)
 
 
 def controller(hosts: list[Host]) -> Host | None:

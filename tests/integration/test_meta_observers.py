@@ -6,9 +6,7 @@ non-voting observer")."""
 
 from shoal.client import Client
 from tests.conftest import poll_until
-from tests.integration.agents import api_request
-
-META = ["--meta", "--no-discovery"]
+from tests.integration.metaagents import META, writable
 
 
 def voter_roles(agent) -> dict[str, str]:
@@ -16,11 +14,6 @@ def voter_roles(agent) -> dict[str, str]:
         return {m["name"]: m.get("voter", "") for m in agent.api.get("/v1/members")["members"]}
     except Exception:
         return {}
-
-
-def writable(agent) -> bool:
-    status, _ = api_request(agent, "PUT", "/v1/meta/probe", b"x")
-    return status == 200
 
 
 def test_an_agent_that_is_not_a_voter_serves_writes_reads_listings_and_watches(agents):

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from shoal.client import Client, NotApplied
+from shoal.client import NotApplied
 from shoal.client.errors import Compacted
 from shoal.daemon.disk.datadir import DataDir
 from shoal.storage.config import SyncConfig
 from tests.conftest import poll_until
-from tests.integration.agents import api_request
+from tests.integration.metaagents import client_of, controller_name, three, writable
 
 # Snapshots every 20 applied entries, 5 kept behind each: 300 writes leave
 # a log of at most 25 entries on every agent.
@@ -21,25 +21,6 @@ CONFIG = """
 snapshot_every = 20
 keep_entries = 5
 """
-
-
-def client_of(agent) -> Client:
-    return Client(f"{agent.ip}:7947", timeout=10.0)
-
-
-def writable(agent) -> bool:
-    try:
-        status, _ = api_request(agent, "PUT", "/v1/meta/probe", b"x")
-    except OSError:  # not listening yet
-        return False
-    return status == 200
-
-
-def controller_name(agent) -> str | None:
-    try:
-        return agent.api.get("/v1/controller")["controller"]
-    except Exception:
-        return None
 
 
 def stale(agent, key: str) -> tuple[bytes, int] | None:
@@ -76,9 +57,7 @@ def test_a_follower_down_during_many_writes_catches_up_by_snapshot(agents, tmp_p
     from a compacted revision is a 410 naming the compacted revision."""
     config = tmp_path / "shoal.toml"
     config.write_text(CONFIG)
-    started = agents.start(3, extra=["--meta", "--no-discovery", "--config", str(config)])
-    agents.wait_all_see([a.name for a in started], "alive", started)
-    poll_until(lambda: all(writable(a) for a in started), 30, interval_s=0.2)
+    started = three(agents, ["--config", str(config)])
     leader = controller_name(started[0])
     follower = next(a for a in started if a.name != leader)
     others = [a for a in started if a is not follower]
@@ -121,9 +100,7 @@ def test_a_restarted_agent_resumes_from_its_snapshot(agents, tmp_path):
     every value is read back at its revision."""
     config = tmp_path / "shoal.toml"
     config.write_text(CONFIG)
-    started = agents.start(3, extra=["--meta", "--no-discovery", "--config", str(config)])
-    agents.wait_all_see([a.name for a in started], "alive", started)
-    poll_until(lambda: all(writable(a) for a in started), 30, interval_s=0.2)
+    started = three(agents, ["--config", str(config)])
     written = {}
     for i in range(100):
         key = f"k{i % 7}"

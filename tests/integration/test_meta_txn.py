@@ -5,10 +5,10 @@ import asyncio
 import json
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -29,13 +29,17 @@ from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Cmp, Get, Put, Read, Txn, TxnDone
 from tests.conftest import poll_until
 from tests.integration.agents import api_request
-from tests.integration.test_meta import META, client_of, controller_name, three, writable
-from tests.integration.test_meta_history import controller_of, meta_cluster
-
-
-def shoal_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shoal.daemon.cli", *args], input=stdin,
-                          capture_output=True, timeout=60)  # fmt: skip
+from tests.integration.metaagents import (
+    META,
+    client_of,
+    controller_name,
+    crash_the_controller,
+    meta_cluster,
+    shoal_cli,
+    three,
+    writable,
+)
+from tests.integration.metaclients import History
 
 
 def create_topic(client, name: str) -> TxnResult:
@@ -205,19 +209,13 @@ def test_a_txn_whose_controller_went_silent_is_unknown_never_a_branch(agents):
     poll_until(lambda: any(writable(a, "resumed") for a in started), 30, interval_s=0.2)
 
 
-class TxnRecorder:
+class TxnRecorder(History):
     """Client threads running transfers over two keys, and reads of them,
     recorded for the checker on one monotonic timeline."""
 
     KEYS = ("acct/a", "acct/b")
 
-    def __init__(self) -> None:
-        self.ops: list[Operation] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.values = 0
-
-    def run_client(self, client: int, members: list, seed: int) -> None:
+    def run_client(self, client: int, members: Sequence[Any], seed: int) -> None:
         rng = random.Random(seed)
         last: dict[str, int] = {}
         while not self.stop.is_set():
@@ -225,9 +223,7 @@ class TxnRecorder:
             if rng.random() < 0.3:
                 self._call(client, agent, _reads(self.KEYS), last)
                 continue
-            with self.lock:
-                self.values += 1
-                n = self.values
+            n = self.next_value()
             compares = [Cmp(k, "mod", "=", last.get(k, 0)) for k in self.KEYS]
             puts = [Put(k, f"{k[-1]}{n}") for k in self.KEYS]
             self._call(client, agent, Txn(tuple(compares), tuple(puts), _reads(self.KEYS).success),
@@ -257,9 +253,6 @@ class TxnRecorder:
                 )
             )
 
-    def _add(self, op: Operation) -> None:
-        with self.lock:
-            self.ops.append(op)
 
 
 def _reads(keys: tuple[str, ...]) -> Txn:
@@ -285,19 +278,8 @@ def test_transfer_histories_through_a_controller_crash_are_linearizable(agents):
     succeeded and failed."""
     members = meta_cluster(agents)
     rec = TxnRecorder()
-    threads = [threading.Thread(target=rec.run_client, args=(c, members, c), daemon=True)
-               for c in range(4)]  # fmt: skip
-    for t in threads:
-        t.start()
-    poll_until(lambda: len(rec.ops) > 100, 60)
-    name = controller_of(members[0])
-    victim = next(a for a in members if a.name == name)
-    victim.kill()
-    survivors = [a for a in members if a is not victim]
-    poll_until(lambda: controller_of(survivors[0]) not in (None, name), 30)
-    victim.start()
-    before = len(rec.ops)
-    poll_until(lambda: len(rec.ops) > before + 100, 60)
+    threads = rec.start(4, members)
+    crash_the_controller(members, lambda: len(rec.ops), 100)
     rec.stop.set()
     for t in threads:
         t.join(15)

@@ -9,37 +9,10 @@ import time
 
 import pytest
 
-from shoal.client import AsyncClient, Client, MetaEvent, NotApplied, Unavailable, Unknown
+from shoal.client import AsyncClient, MetaEvent, NotApplied, Unavailable, Unknown
 from tests.conftest import poll_until
 from tests.integration.agents import api_request
-
-META = ["--meta", "--no-discovery"]
-
-
-def client_of(agent, timeout: float = 10.0) -> Client:
-    return Client(f"{agent.ip}:7947", timeout=timeout)
-
-
-def writable(agent, key: str = "probe") -> bool:
-    try:
-        status, _ = api_request(agent, "PUT", f"/v1/meta/{key}", b"x")
-    except OSError:
-        return False
-    return status == 200
-
-
-def controller_name(agent) -> str | None:
-    try:
-        return agent.api.get("/v1/controller")["controller"]
-    except Exception:
-        return None
-
-
-def three(agents):
-    started = agents.start(3, extra=META)
-    agents.wait_all_see([a.name for a in started], "alive", started)
-    poll_until(lambda: all(writable(a) for a in started), 30, interval_s=0.2)
-    return started
+from tests.integration.metaagents import client_of, controller_name, three
 
 
 class Collector:

@@ -2,8 +2,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import require_root
-from tests.lan.netlab import VirtualLan, remove_stale_namespaces
+from tests.lan.netlab import VirtualLan, remove_stale_namespaces, require_lan
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,10 +16,7 @@ def _clean_leftovers():
 @pytest.fixture
 def make_lan(tmp_path):
     """Build virtual LANs for a test; all are torn down even if it fails."""
-    require_root("network namespaces, veth and a bridge")
-    for tool in ("ip", "nft"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: `make test` installs iproute2 and nftables")
+    require_lan()
     lans: list[VirtualLan] = []
 
     def make(n: int, disable_dad: bool = True) -> VirtualLan:
@@ -37,10 +33,7 @@ def make_lan(tmp_path):
 def make_module_lan(tmp_path_factory):
     """`make_lan` for a whole module: LANs its tests share, built once and torn
     down after the module's last test."""
-    require_root("network namespaces, veth and a bridge")
-    for tool in ("ip", "nft"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: `make test` installs iproute2 and nftables")
+    require_lan()
     lans: list[VirtualLan] = []
 
     def make(n: int, disable_dad: bool = True) -> VirtualLan:

@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,19 @@ def _pid_alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def require_lan() -> None:
+    """Before a virtual LAN is built: skip without root (fail under
+    CI=true), fail when `ip` or `nft` is missing."""
+    import pytest  # here: bench/discovery.py builds LANs without pytest
+
+    from tests.conftest import require_root
+
+    require_root("network namespaces, veth and a bridge")
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: `make test` installs iproute2 and nftables")
 
 
 def remove_stale_namespaces() -> None:
@@ -139,24 +153,9 @@ class Host:
     def post(self, path: str, timeout_s: float = 3.0) -> Any:
         return self.api(path, timeout_s, method="POST")
 
-    def api(self, path: str, timeout_s: float = 3.0, method: str = "GET") -> Any:
-        sock = socket_in(self.ns)
-        sock.settimeout(timeout_s)
-        try:
-            sock.connect(("127.0.0.1", 7947))  # the API on this machine's own loopback
-        except OSError:
-            sock.close()
-            raise
-        conn = http.client.HTTPConnection("127.0.0.1", 7947, timeout=timeout_s)
-        conn.sock = sock
-        try:
-            conn.request(method, path, body=b"{}" if method == "POST" else None)
-            return json.loads(conn.getresponse().read())
-        finally:
-            conn.close()
-
-    def put(self, key: str, value: str, timeout_s: float = 3.0) -> tuple[int, Any]:
-        """`PUT /v1/kv/<key>` on this host's agent: (HTTP status, JSON answer)."""
+    def connect_api(self, timeout_s: float) -> http.client.HTTPConnection:
+        """A connection to this host's agent API, on the host's own loopback
+        (opened inside its namespace: OSError when the agent does not listen)."""
         sock = socket_in(self.ns)
         sock.settimeout(timeout_s)
         try:
@@ -166,6 +165,19 @@ class Host:
             raise
         conn = http.client.HTTPConnection("127.0.0.1", 7947, timeout=timeout_s)
         conn.sock = sock
+        return conn
+
+    def api(self, path: str, timeout_s: float = 3.0, method: str = "GET") -> Any:
+        conn = self.connect_api(timeout_s)
+        try:
+            conn.request(method, path, body=b"{}" if method == "POST" else None)
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+
+    def put(self, key: str, value: str, timeout_s: float = 3.0) -> tuple[int, Any]:
+        """`PUT /v1/kv/<key>` on this host's agent: (HTTP status, JSON answer)."""
+        conn = self.connect_api(timeout_s)
         try:
             conn.request("PUT", f"/v1/kv/{key}", body=value.encode())
             response = conn.getresponse()

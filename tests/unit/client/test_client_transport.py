@@ -14,7 +14,16 @@ import threading
 
 import pytest
 
-from shoal.client import AsyncClient, Client, Conflict, Gone, IncompatibleAgent, Unavailable
+from shoal.client import (
+    AsyncClient,
+    Client,
+    Compacted,
+    Conflict,
+    Gone,
+    IncompatibleAgent,
+    Unavailable,
+)
+from shoal.client.metawatch import MetaCursor
 
 
 class ScriptedServer:
@@ -131,6 +140,71 @@ def test_the_async_watch_does_the_same():
         _expected(server)
     finally:
         server.close()
+
+
+def change(revision: int, key: str) -> dict[str, object]:
+    return {"type": "changes", "revision": revision,
+            "events": [{"type": "put", "key": key, "revision": revision, "value_base64": "eA==",
+                        "mod_revision": revision}]}  # fmt: skip
+
+
+# A metadata watch from now: first connection, the hello (from 5) and two
+# revisions, dropped; the second resends revision 6 (a copy), then 7; the
+# third is refused, its revision compacted.
+META_SCRIPT = [
+    stream_reply({"type": "hello", "revision": 4, "from": 5}, change(5, "a/x"), change(6, "a/y")),
+    stream_reply({"type": "hello", "revision": 6, "from": 7}, change(6, "a/y"), change(7, "a/z")),
+    json_reply(410, {"error": "revision 8 is compacted", "compacted_revision": 12}),
+]
+
+
+def _expected_meta(server: ScriptedServer) -> None:
+    assert server.requests[0] == "GET /v1/meta/?prefix=a%2F&watch=1 HTTP/1.1"
+    assert server.requests[1] == "GET /v1/meta/?prefix=a%2F&watch=1&from=7 HTTP/1.1"
+    assert server.requests[2] == "GET /v1/meta/?prefix=a%2F&watch=1&from=8 HTTP/1.1"
+
+
+def test_the_blocking_meta_watch_resumes_drops_copies_and_says_compacted():
+    """A dropped metadata watch resumes after the last revision it delivered,
+    each change comes once, and a compacted revision raises Compacted."""
+    server = ScriptedServer(list(META_SCRIPT))
+    got = []
+    try:
+        with pytest.raises(Compacted) as gone:
+            with Client(server.addr, token="", timeout=5).meta.watch("a/") as watch:
+                for event in watch:
+                    got.append((event.revision, event.key))
+        assert got == [(5, "a/x"), (6, "a/y"), (7, "a/z")] and gone.value.revision == 12
+        _expected_meta(server)
+    finally:
+        server.close()
+
+
+def test_the_async_meta_watch_does_the_same():
+    server = ScriptedServer(list(META_SCRIPT))
+    got = []
+
+    async def main() -> None:
+        async with AsyncClient(server.addr, token="", timeout=5).meta.watch("a/") as watch:
+            async for event in watch:
+                got.append((event.revision, event.key))
+
+    try:
+        with pytest.raises(Compacted) as gone:
+            asyncio.run(main())
+        assert got == [(5, "a/x"), (6, "a/y"), (7, "a/z")] and gone.value.revision == 12
+        _expected_meta(server)
+    finally:
+        server.close()
+
+
+def test_a_meta_watch_retries_after_a_tenth_of_a_second_doubling_to_two():
+    """Reconnects back off as the other watches' do, and soon again once a
+    stream opened."""
+    cursor = MetaCursor("a/")
+    assert [cursor.backoff() for _ in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    assert cursor.opened(b'{"type": "hello", "revision": 4, "from": 5}\n')
+    assert cursor.backoff() == 0.1
 
 
 def test_the_async_client_reads_answers_split_anywhere_and_maps_refusals():
