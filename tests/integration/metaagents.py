@@ -46,6 +46,14 @@ def controller_name(agent: AgentProcess) -> str | None:
     return name
 
 
+def voter_roles(agent: AgentProcess) -> dict[str, str]:
+    """Each member's `voter` field as `agent` shows it ({} while it does not answer)."""
+    try:
+        return {m["name"]: m.get("voter", "") for m in agent.api.get("/v1/members")["members"]}
+    except Exception:
+        return {}
+
+
 def writable(agent: AgentProcess, key: str = "probe") -> bool:
     """A write through `agent` commits (the log leads: controller elected,
     feature level announced, the no-op committed); False while the agent

@@ -6,14 +6,7 @@ non-voting observer")."""
 
 from shoal.client import Client
 from tests.conftest import poll_until
-from tests.integration.metaagents import META, writable
-
-
-def voter_roles(agent) -> dict[str, str]:
-    try:
-        return {m["name"]: m.get("voter", "") for m in agent.api.get("/v1/members")["members"]}
-    except Exception:
-        return {}
+from tests.integration.metaagents import META, voter_roles, writable
 
 
 def test_an_agent_that_is_not_a_voter_serves_writes_reads_listings_and_watches(agents):

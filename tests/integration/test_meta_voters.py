@@ -9,16 +9,7 @@ import time
 
 from shoal.client import Client, ShoalError
 from tests.conftest import poll_until
-from tests.integration.agents import api_request
-
-META = ["--meta", "--no-discovery"]
-
-
-def voter_roles(agent) -> dict[str, str]:
-    try:
-        return {m["name"]: m.get("voter", "") for m in agent.api.get("/v1/members")["members"]}
-    except Exception:
-        return {}
+from tests.integration.metaagents import META, voter_roles, writable
 
 
 def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, figure):
@@ -35,7 +26,7 @@ def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, fig
     controller = started[0].api.get("/v1/controller")["controller"]
     leaving = next(a for a in started if a.name in voters and a.name != controller)
     writer = next(a for a in started if a.name not in (leaving.name,))
-    poll_until(lambda: api_request(writer, "PUT", "/v1/meta/probe", b"x")[0] == 200, 30)
+    poll_until(lambda: writable(writer), 30)
     acknowledged: dict[str, tuple[str, int]] = {}
     stop = threading.Event()
 
