@@ -59,7 +59,7 @@ MAX_SNAPSHOT_BYTES = 512 * 1024 * 1024
 # Keys sorted per run, and rows encoded per piece, by `encode_pieces`: each
 # a C call of a few milliseconds at most, between which a thread yields.
 _SORT_RUN = 4096
-_ROWS_PER_PIECE = 512
+_ROWS_PER_PIECE = 128
 
 
 class Snapshot(msgspec.Struct, frozen=True):

@@ -42,7 +42,7 @@ log = structlog.get_logger("shoal")
 
 NAME = b"meta/snapshot"
 _DATA = b"meta/snapdata/"
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 256 << 10
 
 
 def _prefix(index: int) -> bytes:
