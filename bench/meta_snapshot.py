@@ -147,7 +147,8 @@ async def one_run(mode: str, keys: int, value_bytes: int, every: int,
         while out := meta.drain():
             persister.write(out.persist)
             if any(type(i.write) is PersistSnapshot for i in out.persist):
-                commits.waiter().add_done_callback(lambda _: durable.done() or durable.set_result(None))
+                commits.waiter().add_done_callback(
+                    lambda _: durable.done() or durable.set_result(None))
 
     def taken(snapshot: Snapshot | None) -> None:
         meta.snapshot_taken(snapshot, loop.time())
@@ -160,8 +161,9 @@ async def one_run(mode: str, keys: int, value_bytes: int, every: int,
         loop.call_soon(taken, snapshot)
 
     taker = SnapshotTaker(loop, data.stage_snapshot, taken)
+    take = taker.take if mode == "thread" else take_inline
     persister = Persister(data, commits, lambda s: None, lambda: True, Counter(),
-                          take_snapshot=taker.take if mode == "thread" else take_inline)  # fmt: skip
+                          take_snapshot=take)  # fmt: skip
     if mode == "old":
         data.save_snapshot = lambda write: old_save(data, write)  # type: ignore[method-assign]
     # `every` - 1 entries after the snapshot, committed: the next one makes one due.

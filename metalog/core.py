@@ -453,8 +453,8 @@ class MetaLog:
 
     def _snapshot_due(self, index: int) -> bool:
         every = self.config.snapshot_every
-        return (every > 0 and self._taking is None
-                and index - (0 if self.snapshot is None else self.snapshot.index) >= every)  # fmt: skip
+        last = 0 if self.snapshot is None else self.snapshot.index
+        return every > 0 and self._taking is None and index - last >= every
 
     def _take_snapshot(self, index: int) -> None:
         """Have the driver encode and store the state as `index`'s, off

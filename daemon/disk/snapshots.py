@@ -61,7 +61,8 @@ def stage(engine: Engine, snapshot: Snapshot, closed: Callable[[], bool] | None 
     for n, at in enumerate(range(0, len(data), PIECE_BYTES)):
         if closed is not None and closed():
             raise OSError("the data directory is closed")
-        engine.local_batch([(prefix + n.to_bytes(4, "big"), bytes(view[at : at + PIECE_BYTES]))], [])
+        piece = bytes(view[at : at + PIECE_BYTES])
+        engine.local_batch([(prefix + n.to_bytes(4, "big"), piece)], [])
 
 
 def commit(engine: Engine, snapshot: Snapshot, drop_log: tuple[bytes, bytes]) -> None:

@@ -43,17 +43,18 @@ def _pieces(data: DataDir) -> list[bytes]:
 
 
 def test_a_snapshot_the_thread_staged_is_named_by_one_write_and_survives_a_reopen(tmp_path):
-    """2,900 keys of 1 KiB (3 MB: 3 pieces) staged on the thread; the
+    """2,900 keys of 1 KiB (3 MB: several pieces) staged on the thread; the
     loop's save names it without writing its bytes again; reopened, it is
     loaded whole; the next one's save deletes the older pieces."""
     data = DataDir(tmp_path, 4, "prod")
     state = _state(2900)
     snapshot = _take_on_thread(data, state)
     assert snapshot == encode_view(view_of(state, 2900, 1))
-    assert len(_pieces(data)) == -(-len(snapshot.data) // PIECE_BYTES) == 3
+    assert len(_pieces(data)) == -(-len(snapshot.data) // PIECE_BYTES) > 2
     assert data.load_snapshot() is None  # staged, not yet named
     calls = []
-    data.engine.local_batch, real = (lambda *a: calls.append(a) or real(*a)), data.engine.local_batch
+    real = data.engine.local_batch
+    data.engine.local_batch = lambda *a: calls.append(a) or real(*a)
     data.save_snapshot(PersistSnapshot(snapshot, 0))
     data.engine.local_batch = real
     assert len(calls) == 1  # the name and the deletes, not the bytes again
@@ -73,10 +74,11 @@ def test_pieces_never_named_go_with_the_next_snapshot(tmp_path):
     overtook it): its pieces are deleted by the next one's write."""
     data = DataDir(tmp_path, 4, "prod")
     dropped = _take_on_thread(data, _state(1500))
-    assert dropped is not None and len(_pieces(data)) == 2
+    assert dropped is not None and len(_pieces(data)) == -(-len(dropped.data) // PIECE_BYTES)
     installed = take(_state(1800, b"y"), 1)
     data.save_snapshot(PersistSnapshot(installed, 0))
-    assert len(_pieces(data)) == 2 and data.load_snapshot() == installed
+    assert len(_pieces(data)) == -(-len(installed.data) // PIECE_BYTES)
+    assert data.load_snapshot() == installed
     assert all(name[14:22] == installed.index.to_bytes(8, "big") for name in _pieces(data))
     data.close()
 
