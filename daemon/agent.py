@@ -42,6 +42,7 @@ from shoal.daemon.config import AgentConfig
 from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
+from shoal.daemon.disk.snapshots import SnapshotTaker
 from shoal.daemon.health import HEALTH_TAG
 from shoal.daemon.liveness import Liveness, tags_with_health
 from shoal.daemon.meta import LocalDelivery, MetaService, channel_for, reply_to
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.dns.server import DnsServer
     from shoal.membership.vivaldi import CoordinateSnapshot
+    from shoal.metalog.snapshot import Snapshot
 
 SLOW_FLUSH_S = 0.05
 _META_EVENTS = (ProposalDone, ReadDone)  # answers for the API (daemon/meta.py), not news
@@ -112,6 +114,7 @@ class Agent:
         self.node: ShoalNode
         self.keys: KeyService
         self.persister: Persister
+        self.snapshots: SnapshotTaker | None = None  # the metadata log's (daemon/disk/snapshots.py)
         self.discovery: DiscoveryJoins
         self.publisher: Publisher
         self.liveness: Liveness  # client sessions and health checks
@@ -259,7 +262,8 @@ class Agent:
         self.meta = MetaService(self._loop, lambda: self.node, self.flush,
                                 settings.answer_timeout_s)  # fmt: skip
         return {"meta": MetaConfig(settings.heartbeat_s, settings.answer_timeout_s,
-                                   settings.snapshot_every, settings.keep_entries),
+                                   settings.snapshot_every, settings.keep_entries,
+                                   max_snapshot_bytes=settings.max_snapshot_bytes),
                 "meta_log": self.data_dir.load_log(),
                 "meta_snapshot": self.data_dir.load_snapshot()}
 
@@ -289,14 +293,23 @@ class Agent:
         cfg, node = self.config, self.node
         assert self.data_dir is not None and self.commits is not None and self.history is not None
         self.keys = KeyService(self.wire, self.net.contact, cfg, node)
+        self.snapshots = snapshots = SnapshotTaker(self._loop, self.data_dir.stage_snapshot,
+                                       self._snapshot_taken)  # fmt: skip
         self.persister = Persister(self.data_dir, self.commits, self._send,
                                    lambda: self.net.sending, self.counters,
-                                   lambda write: self.user_events.persist(write))  # fmt: skip
+                                   lambda write: self.user_events.persist(write),
+                                   snapshots.take)  # fmt: skip
         self.discovery = DiscoveryJoins(cfg, node, self.wire, self._discovery_join, self._fail)
         self.publisher = Publisher(lambda: self.config, node, observer, self.history,
                                    self.notifier, self._join_completed,
                                    str(self.run_number))  # fmt: skip
         self.publisher.on_feature_unsupported = self._feature_unsupported
+
+    def _snapshot_taken(self, snapshot: Snapshot | None) -> None:
+        """The snapshot thread's answer, for the metadata log (then flushed)."""
+        if self.node.meta is not None:
+            self.node.meta.snapshot_taken(snapshot, self._loop.time())
+            self.flush()
 
     def _feature_unsupported(self, event: FeatureLevelUnsupported) -> None:
         """The controller announced a feature level above this build's: stop
@@ -340,6 +353,8 @@ class Agent:
         if self.history is not None:
             self.history.close()  # everything queued is on disk before exit
         if self.data_dir is not None:
+            if self.snapshots is not None:
+                self.snapshots.stop()
             self.data_dir.close()
 
     def _reload(self) -> None:

@@ -63,10 +63,16 @@ class MetaSettings(msgspec.Struct, frozen=True):
     answer_timeout_s: float = 3.0  # a forwarded write unanswered: unknown (504)
     snapshot_every: int = 10_000  # applied entries between snapshots (metalog/snapshot.py)
     keep_entries: int = 1_000  # entries kept behind a snapshot for followers slightly behind
+    # The largest snapshot this agent takes from its controller (held in
+    # memory as it arrives, as its state is once installed): chunks of a
+    # larger one are refused and counted (meta_snapshot_chunks_too_large).
+    max_snapshot_bytes: int = 512 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 10 <= self.snapshot_every <= 10_000_000:
             raise ValueError("snapshot_every must be 10 to 10,000,000 entries")
+        if not 1 << 20 <= self.max_snapshot_bytes <= 1 << 40:
+            raise ValueError("max_snapshot_bytes must be 1 MiB (1048576) to 1 TiB")
         if not 0 <= self.keep_entries <= 10_000_000:
             raise ValueError("keep_entries must be 0 to 10,000,000 entries")
         if not 0.01 <= self.heartbeat_s <= 5.0:

@@ -143,7 +143,8 @@ class MetaLog:
         self.log, self.state = resume(snapshot, entries)
         self.commit = self.state.revision
         self._sender = snap.Sender(config.chunk_bytes, config.chunk_window)
-        self._receiver = snap.Receiver()
+        self._receiver = snap.Receiver(config.max_snapshot_bytes)
+        self._taking: int | None = None  # the index of a snapshot the driver encodes
         # Called with each entry as it is applied (the simulator's checks).
         self.on_apply: Callable[[Entry], None] | None = None
         self.out = Outbox()
@@ -452,18 +453,32 @@ class MetaLog:
 
     def _snapshot_due(self, index: int) -> bool:
         every = self.config.snapshot_every
-        return every > 0 and index - (0 if self.snapshot is None else self.snapshot.index) >= every
+        last = 0 if self.snapshot is None else self.snapshot.index
+        return every > 0 and self._taking is None and index - last >= every
 
     def _take_snapshot(self, index: int) -> None:
-        """Snapshot the state as `index`'s; compact the log behind it but
-        for a tail (the driver stores one, then drops the other)."""
+        """Have the driver encode and store the state as `index`'s, off
+        the loop (`snapshot_taken` follows)."""
         epoch = self.log.epoch_at(index)
         assert epoch is not None
-        data = snap.encode_state(self.state)
-        self.snapshot = Snapshot(index, epoch, data, snap.digest(data))
-        through = max(self.log.offset, index - self.config.keep_entries)
+        self._taking = index
+        self.out.persist(snap.view_of(self.state, index, epoch))
+
+    def snapshot_taken(self, snapshot: Snapshot | None, now: float) -> None:
+        """The driver encoded and stored the snapshot asked for (None: it
+        failed; the next entry applied asks again): it is the latest, and
+        the log is compacted behind it but for a tail. One a snapshot
+        installed meanwhile overtook is dropped."""
+        self._now = now
+        self._taking = None
+        if snapshot is None or (self.snapshot is not None
+                                and snapshot.index <= self.snapshot.index):  # fmt: skip
+            return
+        assert snapshot.index <= self.commit and self.log.epoch_at(snapshot.index) is not None
+        self.snapshot = snapshot
+        through = max(self.log.offset, snapshot.index - self.config.keep_entries)
         self.log.compact(through)
-        self.out.persist(PersistSnapshot(self.snapshot, through))
+        self.out.persist(PersistSnapshot(snapshot, through))
         self.counters.snapshots_taken += 1
 
     def _answer(self, origin: str, pid: int, outcome: int, revision: int,
@@ -567,7 +582,10 @@ class MetaLog:
                                                           msg.index),)))  # fmt: skip
             return
         received, done = self._receiver.take(msg)
-        self.counters.snapshot_chunks_refused = self._receiver.refused
+        receiver, counters = self._receiver, self.counters
+        counters.snapshot_chunks_refused = receiver.refused
+        counters.snapshot_chunks_too_large = receiver.too_large
+        counters.snapshot_chunks_inconsistent = receiver.inconsistent
         if done is None:
             self.out.send(Send(sender, (SnapshotAck(msg.epoch, self.name, msg.index, received),)))
             return

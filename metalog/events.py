@@ -17,6 +17,7 @@ class MetaConfig(msgspec.Struct, frozen=True):
     keep_entries: int = 1_000  # entries kept behind a snapshot, for followers slightly behind
     chunk_bytes: int = 64 * 1024  # a snapshot is sent in chunks of this size
     chunk_window: int = 4  # chunks in flight to one follower
+    max_snapshot_bytes: int = 512 * 1024 * 1024  # the largest snapshot a follower takes
 
 
 class MetaCounters(Counters):
@@ -33,6 +34,8 @@ class MetaCounters(Counters):
     snapshots_installed: int = 0  # received whole from the leader, checked, installed
     snapshot_chunks_sent: int = 0
     snapshot_chunks_refused: int = 0  # damaged (checksum), sent again
+    snapshot_chunks_too_large: int = 0  # of a snapshot over max_snapshot_bytes: dropped
+    snapshot_chunks_inconsistent: int = 0  # at odds with the size or digest declared: dropped
 
 
 class ProposalDone(msgspec.Struct, frozen=True):

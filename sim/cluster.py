@@ -37,7 +37,7 @@ from shoal.membership.member import Member, MemberState, NodeIdentity
 from shoal.membership.profiles import SwimConfig
 from shoal.metalog.core import MetaConfig
 from shoal.metalog.log import PersistLog
-from shoal.metalog.snapshot import PersistSnapshot
+from shoal.metalog.snapshot import PersistSnapshot, TakeSnapshot, encode_view
 from shoal.node.composition import ShoalNode
 from shoal.sim.clock import NodeClock
 from shoal.sim.disk import FsyncLatency, SimDisk
@@ -153,6 +153,8 @@ class SimCluster:
         self.disks = [SimDisk() for _ in range(n)]
         self.fsync = fsync  # None: every write durable at once
         self._fsync_rng = random.Random(seed * 104_729 + 3)
+        # How long a snapshot takes to encode and store (the agent's thread).
+        self._snapshot_rng = random.Random(seed * 104_729 + 5)
         # Called with the host index when it writes election state unsynced.
         self.write_hooks: list[Callable[[int], None]] = []
         # Called with (host index, write) for every other durable write (the
@@ -415,6 +417,19 @@ class SimCluster:
                 self._heap, (when, next(self._seq), _DEADLINE, (i, self._gen[i], deadline))
             )
 
+    def _take_snapshot(self, i: int, view: TakeSnapshot) -> None:
+        """Encode a snapshot as the agent's thread does, and hand it back
+        to the same run of the node up to 50 ms later (entries are applied,
+        snapshots installed, the node may crash meanwhile)."""
+        node = self.nodes[i]
+        snapshot = encode_view(view)
+
+        def taken() -> None:
+            if self.nodes[i] is node and node is not None and node.meta is not None:
+                self._command(i, lambda n, now: n.meta.snapshot_taken(snapshot, now))  # type: ignore[union-attr]
+
+        self.at(self.now + self._snapshot_rng.uniform(0.0, 0.05), taken)
+
     def _persist(self, i: int, item: Persist) -> None:
         """One `Persist`, as the agent handles it (sim/disk.py)."""
         disk, write = self.disks[i], item.write
@@ -437,6 +452,8 @@ class SimCluster:
                     self._start_sync(i)
                 for hook in self.write_hooks:
                     hook(i)
+        elif isinstance(write, TakeSnapshot):
+            self._take_snapshot(i, write)
         elif write is not None:
             for persisted in self.persist_hooks:
                 persisted(i, write)

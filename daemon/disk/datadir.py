@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -39,9 +40,9 @@ TAGS_FILE = "tags.json"  # the tags `shoal tags` set; they win over the config's
 _ELECTION = b"election"
 # The metadata log's entries (metalog/): this prefix + the index, 8 bytes
 # big-endian, so that a scan reads them in order; its latest snapshot
-# (metalog/snapshot.py), whose write deletes the entries behind it.
+# (metalog/snapshot.py; stored in pieces: daemon/disk/snapshots.py), whose
+# write deletes the entries behind it.
 _LOG = b"meta/log/"
-_SNAPSHOT = b"meta/snapshot"
 
 
 class StoredIdentity(msgspec.Struct, frozen=True):
@@ -69,6 +70,11 @@ class DataDir:
         """
         self.path = path
         self._log_last = 0  # the metadata log's last index on disk (load_log, save_log)
+        # The snapshot the taker's thread staged last (its index and digest),
+        # and the lock that keeps its writes from a closing database.
+        self._staged: tuple[int, bytes] | None = None
+        self._closing = threading.Lock()
+        self._closed = False
         dataformat.check_format(path, cluster)  # before anything is created
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -200,26 +206,43 @@ class DataDir:
         Raises:
             DataDirError: it is damaged (its checksum does not match).
         """
-        from shoal.metalog.snapshot import from_wire
+        from shoal.daemon.disk import snapshots
 
-        raw = self.engine.local_get(_SNAPSHOT)
-        if raw is None:
-            return None
         try:
-            return from_wire(cbor2.loads(raw))
+            return snapshots.load(self.engine)
         except (ValueError, TypeError, cbor2.CBORDecodeError):
             raise DataDirError(f"data_dir: the metadata log's snapshot in {self.path} is "
                                "damaged; move the directory away") from None  # fmt: skip
 
-    def save_snapshot(self, write: Any) -> None:
-        """Store `write.snapshot` and delete the log's entries up to
-        `write.drop_through` (a `PersistSnapshot`): one atomic, unsynced
-        write with a range delete, so the log's size stays bounded."""
-        from shoal.metalog.snapshot import to_wire
+    def stage_snapshot(self, snapshot: Any) -> None:
+        """Write a `Snapshot`'s bytes, not yet named the latest (from the
+        snapshot thread: daemon/disk/snapshots.py).
 
+        Raises:
+            OSError: the directory is closed, or a write failed.
+        """
+        from shoal.daemon.disk import snapshots
+
+        def closed() -> bool:
+            return self._closed
+
+        with self._closing:  # per piece would be finer; a close waits for the rest
+            snapshots.stage(self.engine, snapshot, closed)
+        self._staged = (snapshot.index, snapshot.digest)
+
+    def save_snapshot(self, write: Any) -> None:
+        """Store `write.snapshot` (its bytes staged already, or now: one
+        installed from the leader) and delete the log's entries up to
+        `write.drop_through` (a `PersistSnapshot`): the naming is one
+        atomic, unsynced write with range deletes, so the log's size
+        stays bounded."""
+        from shoal.daemon.disk import snapshots
+
+        snapshot = write.snapshot
+        if self._staged != (snapshot.index, snapshot.digest):
+            snapshots.stage(self.engine, snapshot)
         end = _LOG + (write.drop_through + 1).to_bytes(8, "big")
-        self.engine.local_batch([(_SNAPSHOT, cbor2.dumps(to_wire(write.snapshot)))], [],
-                                ((_LOG, end),))  # fmt: skip
+        snapshots.commit(self.engine, snapshot, (_LOG, end))
         if write.drop_through >= self._log_last:
             self._log_last = write.snapshot.index  # none left: appends follow the snapshot
 
@@ -238,5 +261,7 @@ class DataDir:
 
     def close(self) -> None:
         """Close the database and release the directory."""
-        self.engine.close()
+        self._closed = True
+        with self._closing:  # a snapshot's pieces being written stop first
+            self.engine.close()
         self._lock.close()

@@ -9,7 +9,9 @@ once: which sends wait is in the core's output, not chosen here by message
 type (kernel/contract.py). The incarnation, persisted once per refutation,
 is still synced in place. The metadata log's entries (`PersistLog`) are
 written as election state is, and the answers that confirm them wait the
-same way (a follower's acknowledgement, the controller's own).
+same way (a follower's acknowledgement, the controller's own). A snapshot
+the log takes (`TakeSnapshot`) is no write yet: it goes to the snapshot
+thread (daemon/disk/snapshots.py), and its `PersistSnapshot` comes later.
 
 The rule, exactly: an item's write is done, then its `releases` are sent at
 once unless a sync is pending, in which case they are held, in order, until
@@ -30,7 +32,7 @@ from shoal.daemon.disk.datadir import DataDir
 from shoal.election.events import PersistElection
 from shoal.kernel.contract import Persist, PersistIncarnation, Send
 from shoal.metalog.log import PersistLog
-from shoal.metalog.snapshot import PersistSnapshot
+from shoal.metalog.snapshot import PersistSnapshot, TakeSnapshot
 
 log = structlog.get_logger("shoal")
 
@@ -40,7 +42,8 @@ class Persister:
 
     def __init__(self, data_dir: DataDir, commits: GroupCommit, send: Callable[[Send], None],
                  sending: Callable[[], bool], counters: Counter[str],
-                 other: Callable[[object], None] | None = None) -> None:  # fmt: skip
+                 other: Callable[[object], None] | None = None,
+                 take_snapshot: Callable[[TakeSnapshot], None] | None = None) -> None:  # fmt: skip
         """Args:
         data_dir: where the writes go.
         commits: the group commit whose syncs make unsynced writes durable.
@@ -49,7 +52,10 @@ class Persister:
             not sent).
         counters: the agent's counters (`election_sends_dropped`).
         other: writes any other write (the user-event ledger's).
+        take_snapshot: encodes and stores a snapshot off the loop
+            (`SnapshotTaker.take`), with the metadata log on.
         """
+        self._take_snapshot = take_snapshot
         self._data_dir = data_dir
         self._commits = commits
         self._send = send
@@ -75,6 +81,9 @@ class Persister:
             elif isinstance(write, PersistSnapshot):  # and its snapshots
                 self._data_dir.save_snapshot(write)
                 self._hold_for_sync()
+            elif isinstance(write, TakeSnapshot):
+                assert self._take_snapshot is not None, "a snapshot with nobody to take it"
+                self._take_snapshot(write)
             elif write is not None and self._other is not None:
                 self._other(write)
             if item.releases:
