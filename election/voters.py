@@ -6,8 +6,16 @@ old *and* of the new voters have granted the request that carries it (so
 any majority of one intersects any majority of the other). Configurations
 are ordered by version inside one *lineage*: the random id given at
 bootstrap. Two lineages meet when two independently bootstrapped clusters
-find each other; the one with more voters (then the larger id) wins and the
-other's members adopt it.
+find each other; the one with more voters wins, then the one with more
+changes behind it (the higher version), then the larger id, and the other's
+members adopt it. The version comes before the id because a voter whose
+disk was wiped comes back with no configuration and may bootstrap a new
+lineage with the same voters, at version 1, while the controller is down: a
+coin toss on the ids would let it replace the cluster's own configuration,
+and with it the voters' ids (found by the metadata log's swarm, seeds 865
+and 1082: the wiped voter then voted as its old self and a laggard was
+elected without committed entries). A cluster at feature level 2 is at
+version 2 at least from its first controller on (it fills in the ids).
 
 **Identity** (issue 37; KRaft's KIP-853). A voter is its name *and* the id
 of its data directory (`node_id`, daemon/disk/dataformat.py): `ids` holds
@@ -62,7 +70,8 @@ class VoterConfig(msgspec.Struct, frozen=True):
             return True
         if self.lineage == other.lineage:
             return self.version > other.version
-        return (len(self.voters), self.lineage) > (len(other.voters), other.lineage)
+        return ((len(self.voters), self.version, self.lineage)
+                > (len(other.voters), other.version, other.lineage))
 
     def id_of(self, name: str) -> bytes:
         """The node_id voter `name` is known by (b"": none known, or not a voter)."""
