@@ -74,8 +74,8 @@ from shoal.election.campaign import Campaign, Request
 from shoal.election.config import LeaseConfig
 from shoal.election.decisions import (
     Decisions,
-    ElectionView,
     Elected,
+    ElectionView,
     Issue,
     LostDisk,
     ProposeVoters,

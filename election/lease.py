@@ -76,7 +76,6 @@ from shoal.election.config import LeaseConfig
 from shoal.election.controller import Controller
 from shoal.election.decisions import (
     Adopt,
-    Decision,
     Decisions,
     Elected,
     Follow,
@@ -93,9 +92,8 @@ from shoal.election.decisions import (
     Vouch,
     Wake,
     WakeBy,
-    YieldCampaign,
 )
-from shoal.election.events import ElectionCounters, PersistElection, VotersChanged
+from shoal.election.events import ElectionCounters
 from shoal.election.messages import (
     ControllerNotice,
     LeaseGrant,
@@ -108,16 +106,15 @@ from shoal.election.messages import (
 )
 from shoal.election.notices import KnownController, Notices
 from shoal.election.ranking import Ranking, Standing
+from shoal.election.steps import SELF, Steps
 from shoal.election.view import AddrFn, LivenessFn, ViewFn
 from shoal.election.voter import Voter
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import Address, Output, Send
 from shoal.kernel.outbox import Outbox
 
-SELF: Address = ("", 0)  # the sender of this node's answers to itself
 
-
-class LeaseElection:
+class LeaseElection(Steps):
     """The election core of one node (see the module docstring)."""
 
     def __init__(
@@ -380,103 +377,12 @@ class LeaseElection:
         if future:
             self.wake_by(min(future))
 
-    # -- transitions -----------------------------------------------------------------
-
-    def _become_follower(self, now: float, reason: str) -> None:
-        self.controller.step_down(reason)
-        self.wake(now)
-
-    # -- messages ------------------------------------------------------------------------
-
-    def _on_notice_query(self, msg: NoticeQuery, sender: Address, now: float) -> None:
-        """A member lost a notice and asks for a fresh one."""
-        if self.is_controller:
-            self.out.send_durable(Send(sender, (self.controller.notice(now),)))
-
-    def on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
-        """A holder gives back its grant of `msg.epoch` from this node."""
-        if self.voter.release(msg.holder, msg.epoch):
-            if msg.holder != self.name:
-                self.standing.released_by = msg.holder  # leaving: not a candidate to rank
-            self.standing.blocked_until = 0.0
-            self.following.released(msg.holder, msg.epoch)
-            self.wake(now)
-
-    def _on_request(self, msg: LeaseRequest, sender: Address, now: float) -> None:
-        """Answer a candidate; the answer waits for every write before it."""
-        answer = self._vote(msg, now)
-        if answer is not None:
-            self.out.send_durable(Send(sender, (answer,)))
-
-    def _vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject | None:
-        """The voter's answer to `msg`, once what it must have carried out
-        first is (a newer configuration adopted, our campaign yielded)."""
-        yielded: int | None = None
-        while True:
-            verdict = self.voter.vote(msg, now, yielded)
-            self._act(now)
-            if isinstance(verdict, Adopt):
-                self.adopt(verdict.config, now)
-            elif isinstance(verdict, YieldCampaign):
-                yielded = self.candidacy.yield_campaign(verdict.candidate, now)
-                self._act(now)
-            else:
-                return verdict
-
-    def _on_pre_vote(self, msg: PreVote, sender: Address, now: float) -> None:
-        """Answer a pre-vote (after every write before it, like any answer)."""
-        answer = self.voter.pre_vote(msg, now)
-        self._act(now)
-        self.out.send_durable(Send(sender, (answer,)))
-
-    def _on_answer(self, msg: LeaseGrant | PreVoteGrant | LeaseReject, sender: Address,
-                   now: float) -> None:  # fmt: skip
-        """A voter's answer to our request or pre-vote."""
-        self.candidacy.on_answer(msg, now)
-        self._act(now)
-
-    def _on_notice(self, msg: ControllerNotice, sender: Address, now: float) -> None:
-        """A controller's notice (notices.py), its configuration adopted first."""
-        adopt = self.following.on_notice(msg, now)
-        if adopt is not None:
-            self.adopt(adopt.config, now)
-            self.following.on_notice(msg, now, adopted=True)
-        self._act(now)
-
-    def _issue(self, now: float, d: Issue) -> None:
-        """Send a request (or a pre-vote) to every voter it asks; this
-        node's own vote is answered at once, in its place in name order, so
-        that the requests after it wait for the write it makes."""
-
-        def ask_self(msg: LeaseRequest | PreVote) -> None:
-            if isinstance(msg, PreVote):
-                pre = self.voter.pre_vote(msg, now)
-                self._act(now)
-                self._on_answer(pre, SELF, now)
-                return
-            answer = self._vote(msg, now)
-            if answer is not None:
-                self._on_answer(answer, SELF, now)
-
-        self.campaign.issue(now, d.epoch, d.config, d.old, d.renewal, ask_self, d.pre)
-
     def _send_to(self, name: str, msg: object) -> None:
         addr = self._addr_of(name)
         if addr is not None:
             self.out.send_durable(Send(addr, (msg,)))
 
     # -- carrying out what the roles decide (decisions.py) -------------------------------
-
-    def _act(self, now: float) -> None:
-        """Carry out the decisions made, in order (each one's own are
-        carried out within it)."""
-        decisions = self.decisions
-        if decisions:
-            batch = decisions.copy()
-            decisions.clear()
-            for d in batch:
-                self._carry_out[type(d)](d, now)
-            assert not decisions
 
     def _actions(self) -> dict[type, Callable[[Any, float], None]]:
         """Decision type -> how the node carries it out."""
@@ -500,36 +406,6 @@ class LeaseElection:
             LostDisk: lambda d, now: self.lost_disk(d.name),
         }
 
-    def _issue_decided(self, d: Issue, now: float) -> None:
-        self._issue(now, d)
-
-    def _request_failed(self, d: RequestFailed, now: float) -> None:
-        self.candidacy.request_failed(d.req, now)
-        self._act(now)
-
-    def _granted(self, d: Granted, now: float) -> None:
-        """We granted a new lease: stop standing, look again."""
-        self.standing.stand_at = None
-        self.wake(now)
-
-    def _elected(self, d: Elected, now: float) -> None:
-        """Decide the feature level before the first notice announces it."""
-        self.decide_level()
-        self.controller.announce(now)
-
-    def _propose(self, d: ProposeVoters, now: float) -> None:
-        if self.propose_voters is not None:
-            self.propose_voters(d.config, now if d.config is not None else 0.0)
-
-    def wake(self, now: float) -> None:
-        """Evaluate again at `now`."""
-        self._wake_at = now
-
-    def wake_by(self, at: float) -> None:
-        """Evaluate again at `at` at the latest."""
-        if self._wake_at is None or at < self._wake_at:
-            self._wake_at = at
-
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
               renewal: bool, pre: bool = False) -> None:  # fmt: skip
         """Send a request for `epoch`, or a pre-vote for it (this node
@@ -540,34 +416,6 @@ class LeaseElection:
         """Release the lease to a better candidate (`preempt`), and keep standing."""
         self.leave(now)
         self._leaving = False
-
-    def adopt(self, config: VoterConfig, now: float) -> None:
-        """Adopt a newer voter configuration (written before any answer)."""
-        old = self.voters
-        self.voters = config
-        self.out.persist(PersistElection(self.voter.granted_epoch, config))
-        self.out.events.append(VotersChanged(config))
-        if old is not None and old.lineage != config.lineage:
-            self.voter.foreign_epoch = self.voter.granted_epoch  # granted under the other lineage
-            self.controller.fresh_epoch = True
-            if self.is_controller:
-                self._become_follower(now, "merged")
-        self.wake(now)
-
-    def saw_epoch(self, epoch: int) -> None:
-        """A request for `epoch` exists: campaign above it."""
-        self.candidacy.saw_epoch(epoch)
-
-    def superseded(self, epoch: int, now: float) -> None:
-        """A notice of another holder's lease at `epoch`, in our configuration.
-        If we hold a lease below it, ours has run out on every clock but ours
-        (a voter granted `epoch` only after our grant ended on its clock): our
-        clock is slow, outside the drift bound. Step down at once, so that two
-        claimants, possible there, overlap as briefly as one notice allows."""
-        mine = self.controller.lease_epoch
-        if mine is not None and mine < epoch:
-            self.counters.superseded += 1
-            self._become_follower(now, "superseded")
 
     # -- what the roles may ask (decisions.ElectionView) -------------------------------
 

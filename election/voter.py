@@ -144,7 +144,6 @@ from shoal.election.messages import (
     PreVote,
     PreVoteGrant,
 )
-from shoal.election.voters import VoterConfig
 from shoal.kernel.outbox import Outbox
 
 
