@@ -18,7 +18,9 @@ roles, split as raft splits `stepLeader`/`stepCandidate`/`stepFollower`:
   controller a member knows of (`KnownController`);
 - `voters.py`: the voter configuration and its majorities; `view.py`: the
   membership view as the election reads it;
-- `decisions.py`: what the roles decide and this façade carries out.
+- `decisions.py`: what the roles decide and this façade carries out;
+  `steps.py`: each message handed to its role, and the roles' decisions
+  carried out.
 
 **Roles decide, the façade acts** (raft's step functions). A role changes
 its own state and records what reaches past it as decisions (adopt a
@@ -390,7 +392,7 @@ class LeaseElection(Steps):
             Adopt: lambda d, now: self.adopt(d.config, now),
             Wake: lambda d, now: self.wake(now),
             WakeBy: lambda d, now: self.wake_by(d.at),
-            Issue: self._issue_decided,
+            Issue: self._issue,
             RequestFailed: self._request_failed,
             ReleaseOwn: lambda d, now: self.on_release(LeaseRelease(d.epoch, self.name), SELF,
                                                        now),  # fmt: skip
@@ -410,7 +412,7 @@ class LeaseElection(Steps):
               renewal: bool, pre: bool = False) -> None:  # fmt: skip
         """Send a request for `epoch`, or a pre-vote for it (this node
         answers its own at once)."""
-        self._issue(now, Issue(epoch, config, old, renewal, pre))
+        self._issue(Issue(epoch, config, old, renewal, pre), now)
 
     def step_aside(self, now: float) -> None:
         """Release the lease to a better candidate (`preempt`), and keep standing."""

@@ -134,7 +134,7 @@ class Steps:
             self.following.on_notice(msg, now, adopted=True)
         self._act(now)
 
-    def _issue(self, now: float, d: Issue) -> None:
+    def _issue(self, d: Issue, now: float) -> None:
         """Send a request (or a pre-vote) to every voter it asks; this
         node's own vote is answered at once, in its place in name order, so
         that the requests after it wait for the write it makes."""
@@ -163,9 +163,6 @@ class Steps:
             for d in batch:
                 self._carry_out[type(d)](d, now)
             assert not decisions
-
-    def _issue_decided(self, d: Issue, now: float) -> None:
-        self._issue(now, d)
 
     def _request_failed(self, d: RequestFailed, now: float) -> None:
         self.candidacy.request_failed(d.req, now)
