@@ -20,18 +20,32 @@ their answers:
   while (`request_failed`); a renewal is tried again at once.
 
 What becoming controller or follower does is the controller's (controller.py)
-and the façade's (lease.py).
+and the façade's (lease.py). What reaches past the candidate's own state
+(issuing a request, adopting a configuration, giving back our own
+voter's grant, holding off, waking) it records as decisions (decisions.py)
+for `LeaseElection` to carry out; the façade issues the requests, and
+hands this node's own answer back to `on_answer`.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 from shoal.election.campaign import Campaign, Request
 from shoal.election.config import LeaseConfig
 from shoal.election.controller import Controller
+from shoal.election.decisions import (
+    Adopt,
+    Decisions,
+    ElectionView,
+    HoldOff,
+    Issue,
+    ReleaseOwn,
+    RequestFailed,
+    Wake,
+    WakeBy,
+)
 from shoal.election.events import ElectionCounters
 from shoal.election.messages import (
     REJECT_EPOCH,
@@ -40,35 +54,11 @@ from shoal.election.messages import (
     LeaseGrant,
     LeaseReject,
     LeaseRelease,
-    LeaseRequest,
-    PreVote,
     PreVoteGrant,
 )
 from shoal.election.notices import KnownController
 from shoal.election.ranking import Ranking, Standing
 from shoal.election.voter import Voter
-from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import Address
-
-SELF: Address = ("", 0)  # the sender of this node's answers to itself
-
-
-class CandidacyHost(Protocol):
-    """What the candidate's step asks of the rest of the node (`LeaseElection`)."""
-
-    voters: VoterConfig | None  # the configuration this node has adopted
-
-    def adopt(self, config: VoterConfig, now: float) -> None:
-        """Adopt a newer voter configuration."""
-
-    def wake(self, now: float) -> None:
-        """Evaluate again at `now`."""
-
-    def wake_by(self, at: float) -> None:
-        """Evaluate again at `at` at the latest."""
-
-    def on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
-        """A holder gives back a grant (here: our own voter's, to us)."""
 
 
 class Candidacy:
@@ -83,7 +73,8 @@ class Candidacy:
         counters: ElectionCounters,
         roles: tuple[Voter, Campaign, Ranking, Standing, KnownController, Controller],
         send_to: Callable[[str, object], None],
-        host: CandidacyHost,
+        view: ElectionView,
+        decisions: Decisions,
         epoch_known: int,
         bootstrap_expect: int,
     ) -> None:
@@ -97,7 +88,8 @@ class Candidacy:
             controller it follows and its own controller role.
         send_to: sends a message to a member by name, after the writes
             before it are durable.
-        host: the rest of the node (see `CandidacyHost`).
+        view: what the candidate reads of the rest of the node.
+        decisions: where the candidate records what the node is to do.
         epoch_known: the highest epoch this node knows was used.
         bootstrap_expect: eligible members to wait for before the first
             configuration is formed.
@@ -108,7 +100,8 @@ class Candidacy:
         self.voter, self.campaign, self.ranking = voter, campaign, ranking
         self.standing, self.following, self.controller = standing, following, controller
         self._send_to = send_to
-        self._host = host
+        self._view = view
+        self._decide = decisions.append
         self.epoch_known = epoch_known
         self.bootstrap_expect = bootstrap_expect
 
@@ -123,7 +116,7 @@ class Candidacy:
     def maybe_stand(self, now: float, view_changed_at: float) -> None:
         """Become a candidate when due, or bootstrap once the view is still
         (has not changed since `view_changed_at` for `bootstrap_settle_s`)."""
-        config, known = self._host.voters, self.following
+        config, known = self._view.voters, self.following
         if config is None:
             if now < view_changed_at + self.config.bootstrap_settle_s:
                 return
@@ -132,7 +125,7 @@ class Candidacy:
             if config is None:
                 return
             self.counters.campaigns += 1  # nothing to disturb yet: no pre-vote
-            self.issue(now, self.next_epoch(), config, None, renewal=False)
+            self._decide(Issue(self.next_epoch(), config, None, renewal=False))
             return
         if not config.identifies(self.name, self.node_id):
             # Named with another data directory's id: that was our old self
@@ -142,22 +135,7 @@ class Candidacy:
         if not self.standing.due(now, config, self.voter.grant, known.known, known.until):
             return
         self.counters.pre_votes += 1
-        self.issue(now, self.next_epoch(), config, None, renewal=False, pre=True)
-
-    def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
-              renewal: bool, pre: bool = False) -> None:  # fmt: skip
-        """Send a request for `epoch`, or a pre-vote for it (this node
-        answers its own at once)."""
-
-        def ask_self(msg: LeaseRequest | PreVote) -> None:
-            if isinstance(msg, PreVote):
-                self.on_answer(self.voter.pre_vote(msg, now), SELF, now)
-                return
-            answer = self.voter.vote(msg, now)
-            if answer is not None:
-                self.on_answer(answer, SELF, now)
-
-        self.campaign.issue(now, epoch, config, old, renewal, ask_self, pre)
+        self._decide(Issue(self.next_epoch(), config, None, renewal=False, pre=True))
 
     def request_failed(self, req: Request, now: float) -> None:
         """`req` missed its majority (timed out, refused, or given up)."""
@@ -165,26 +143,26 @@ class Candidacy:
         if req.renewal:
             # Try again at once while the lease lasts (`renew_interval_s`).
             self.controller.renewal_failed(now)
-            self._host.wake(now)
+            self._decide(Wake())
             return
         # A campaign that missed its majority gives back what it got, so that
         # the voters are free for the next candidate at once (a pre-vote got
         # nothing).
         if not req.pre:
-            self.release(req.epoch, req.granted, now)
-        self.standing.block(now + self.config.rank_backoff_s * (1 + self.rng.random() * 3))
-        self._host.wake(now)
+            self.release(req.epoch, req.granted)
+        self._decide(HoldOff(now + self.config.rank_backoff_s * (1 + self.rng.random() * 3)))
+        self._decide(Wake())
 
-    def release(self, epoch: int, voters: Iterable[str], now: float) -> None:
-        """Give back our grants of `epoch` from `voters` (our own at once)."""
+    def release(self, epoch: int, voters: Iterable[str]) -> None:
+        """Give back our grants of `epoch` from `voters` (our own by a
+        decision, `ReleaseOwn`)."""
         for voter in voters:
             if voter == self.name:
-                self._host.on_release(LeaseRelease(epoch, self.name), SELF, now)
+                self._decide(ReleaseOwn(epoch))
             else:
                 self._send_to(voter, LeaseRelease(epoch, self.name))
 
-    def on_answer(self, msg: LeaseGrant | PreVoteGrant | LeaseReject, sender: Address,
-                  now: float) -> None:  # fmt: skip
+    def on_answer(self, msg: LeaseGrant | PreVoteGrant | LeaseReject, now: float) -> None:
         """A voter's answer to our request or pre-vote."""
         req = self.campaign.record(msg)
         if req is None:
@@ -193,10 +171,10 @@ class Candidacy:
             if req.has_quorum() and req.pre:  # a majority would grant: ask for real
                 self.campaign.failed(req)
                 self.counters.campaigns += 1
-                self.issue(now, self.next_epoch(), req.config, None, renewal=False)
+                self._decide(Issue(self.next_epoch(), req.config, None, renewal=False))
             elif req.has_quorum():  # a new lease, or a renewal of ours
                 self.controller.won(req, now)
-                self._host.wake(now)
+                self._decide(Wake())
             return
         self.counters.rejects += 1
         if msg.reason == REJECT_IDENTITY:
@@ -207,12 +185,12 @@ class Candidacy:
         if msg.holder and msg.holder != self.name:
             retry_at = self.campaign.retry_when_free(req, msg, now)
             if retry_at is not None:  # ask this voter again the moment it is free
-                self._host.wake_by(retry_at)
+                self._decide(WakeBy(retry_at))
                 return
-            self.standing.block(now + msg.remaining_ms / 1000)
-        if msg.config is not None and msg.config.supersedes(self._host.voters):
-            self._host.adopt(msg.config, now)
-            self.request_failed(req, now)
+            self._decide(HoldOff(now + msg.remaining_ms / 1000))
+        if msg.config is not None and msg.config.supersedes(self._view.voters):
+            self._decide(Adopt(msg.config))
+            self._decide(RequestFailed(req))
 
     def _refused_renewal(self, msg: LeaseReject, now: float) -> bool:
         """A voter refused our renewal. Past our epoch (after a merge), the
@@ -224,7 +202,7 @@ class Candidacy:
         granted our epoch number under another lineage: we move above it.
         Whether the refusal is dealt with."""
         epoch = self.controller.lease_epoch
-        if epoch is None or msg.config != self._host.voters:
+        if epoch is None or msg.config != self._view.voters:
             return False
         told = self.controller.told_of_epoch
         if msg.reason == REJECT_EPOCH:

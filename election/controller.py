@@ -19,7 +19,7 @@ intersect.
 
 Where the cluster speaks the metadata log (feature level 2), gossip only
 proposes a change and the log decides it (issue 37): the change goes to the
-log first (`ControllerHost.propose_voters`), as an entry committed on a
+log first (a `ProposeVoters` decision), as an entry committed on a
 majority of the old voters and of the new, and only once it is committed
 (`decided`) does a renewal carry it. So a majority of every configuration
 holds every entry committed before it, and a voter is added only once it
@@ -57,17 +57,30 @@ candidate). A controller that is no longer eligible (its
 `controller_eligible` tag set to false, or with `healthy_only` its own
 health critical) steps aside the same way when an eligible voter is live.
 
-What the role needs from the rest of the node (the configuration, the
-epochs seen, issuing a request) it asks through `ControllerHost`.
+What the role needs to know of the rest of the node (the configuration,
+the feature level, the epochs seen, the log) it reads from an
+`ElectionView`; what reaches past it (issuing a request, proposing a
+change to the log, stepping aside, deciding the feature level) it records
+as decisions (decisions.py) for `LeaseElection` to carry out. A renewal's
+request is issued before the notices it numbers and the preemption that
+reads the configuration it may change: `duties`, then `oversee`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Protocol
+from collections.abc import Iterable
 
 from shoal.election.campaign import Campaign, Request
 from shoal.election.config import LeaseConfig
+from shoal.election.decisions import (
+    Decisions,
+    Elected,
+    ElectionView,
+    Issue,
+    LostDisk,
+    ProposeVoters,
+    StepAside,
+)
 from shoal.election.events import (
     ControllerElected,
     ControllerLost,
@@ -87,41 +100,6 @@ from shoal.kernel.versions import META_LOG_FEATURE
 _REAPED_GUARD_S = 60.0
 
 
-class ControllerHost(Protocol):
-    """What the controller role asks of the rest of the node (`LeaseElection`)."""
-
-    voters: VoterConfig | None  # the configuration this node has adopted
-    feature_level: int  # the cluster's feature level, as the node decided it
-
-    def log_ready(self) -> bool:
-        """Whether the metadata log lets the voters change now."""
-
-    # Have the metadata log decide the change to `config` (False: it cannot
-    # now; config None: let a change go that will not be adopted). None where
-    # this node runs no log (`[meta]` off): the renewal alone carries changes.
-    propose_voters: Callable[[VoterConfig | None, float], bool] | None
-
-    def decide_level(self) -> None:
-        """Decide the cluster's feature level (this node now controls)."""
-
-    def caught_up(self, name: str) -> bool:
-        """Whether `name` holds every entry the metadata log committed."""
-
-    def lost_disk(self, name: str) -> None:
-        """`name` came back with a new data directory: what it acknowledged
-        to the metadata log before counts no more."""
-
-    def next_epoch(self) -> int:
-        """An epoch above every epoch this node has seen or granted."""
-
-    def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
-              renewal: bool) -> None:  # fmt: skip
-        """Send a request for `epoch` with `config` (changing from `old`)."""
-
-    def step_aside(self, now: float) -> None:
-        """Release the lease to a better candidate, and keep standing."""
-
-
 class Controller:
     """The lease this node holds, if any, and its renewals."""
 
@@ -133,7 +111,8 @@ class Controller:
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
                  campaign: Campaign, ranking: Ranking, notices: Notices,
-                 following: KnownController, host: ControllerHost) -> None:  # fmt: skip
+                 following: KnownController, view: ElectionView,
+                 decisions: Decisions) -> None:  # fmt: skip
         """Args:
         name: this node's name.
         config: timing (`renew_interval_s`, `holder_lease_s`, `preempt`).
@@ -143,12 +122,14 @@ class Controller:
         ranking: who should vote, and who should be controller.
         notices: how the members are told.
         following: the controller this node knows of.
-        host: the rest of the node (see `ControllerHost`).
+        view: what the role reads of the rest of the node.
+        decisions: where the role records what the node is to do.
         """
         self.name, self.config, self.out, self.counters = name, config, out, counters
         self.campaign, self.ranking, self.notices = campaign, ranking, notices
         self.following = following
-        self._host = host
+        self._view = view
+        self._decide = decisions.append
         self.lease_epoch: int | None = None  # set while this node is controller
         self.lease_end_at = self.elected_at = 0.0
         self.renew_at = 0.0
@@ -176,12 +157,12 @@ class Controller:
     def remove_voter(self, name: str, now: float) -> bool:
         """Start removing `name` from the voters (force-leave). False when
         this node is not the controller or a change runs."""
-        voters = self._host.voters
+        voters = self._view.voters
         if not self.is_controller or voters is None or name not in voters.voters:
             return False
         if self.campaign.request is not None or len(voters.voters) == 1:
             return False
-        if voters != self.quorum_config or not self._host.log_ready():
+        if voters != self.quorum_config or not self._view.log_ready():
             return False  # a change is still in flight, or the log's first entry
         self._change(now, voters.without_voter(name))
         return True
@@ -193,9 +174,9 @@ class Controller:
         self.renew_at = min(self.renew_at, now)
 
     def duties(self, now: float) -> None:
-        """Renew, tell the members, and step aside for a better candidate."""
+        """Renew when due (then `oversee`, once the renewal is issued)."""
         if self.campaign.request is None and now >= self.renew_at:
-            voters = self._host.voters
+            voters = self._view.voters
             assert voters is not None
             # Once per renewal (a scan of the view): still eligible ourselves?
             self._ineligible = not self.ranking.self_eligible()
@@ -204,26 +185,28 @@ class Controller:
                 self.renew(now, voters, old=self.quorum_config)
             elif self.decided is not None:
                 self.renew(now, self._adoptable(voters))
-            elif self._host.log_ready():  # the log's entry of our epoch first
+            elif self._view.log_ready():  # the log's entry of our epoch first
                 self._change(now, self._next_change(voters, now))
             else:
                 self.renew(now, None)
+
+    def oversee(self, now: float) -> None:
+        """Tell the members when due, and step aside for a better candidate."""
         if now >= self.notices.notice_at:
             self.notices.tell_everyone(now, self.notice(now))
-        voters = self._host.voters
+        voters = self._view.voters
         if self.campaign.request is None and voters is not None and (
                 self.config.preempt or self._ineligible):  # fmt: skip
             best = self.ranking.best_voter(voters)
             if best is not None and best != self.name:
-                self._host.step_aside(now)
+                self._decide(StepAside())
 
     def _change(self, now: float, change: VoterConfig | None) -> None:
         """Renew, with `change` once decided: where the log decides changes,
         it goes to the log first, and this renewal carries none."""
-        propose = self._host.propose_voters
-        if (change is not None and propose is not None and Controller.mutation != "unlogged"
-                and self._host.feature_level >= META_LOG_FEATURE):  # fmt: skip
-            propose(change, now)
+        if (change is not None and self._view.has_log and Controller.mutation != "unlogged"
+                and self._view.feature_level >= META_LOG_FEATURE):  # fmt: skip
+            self._decide(ProposeVoters(change))
             change = None
         self.renew(now, change)
 
@@ -234,14 +217,14 @@ class Controller:
         assert decided is not None
         if decided.lineage == voters.lineage and decided.version == voters.version + 1:
             return decided
-        if self._host.propose_voters is not None:
-            self._host.propose_voters(None, 0.0)
+        if self._view.has_log:
+            self._decide(ProposeVoters(None))
         return None
 
     def _next_change(self, voters: VoterConfig, now: float) -> VoterConfig | None:
         """The one voter change to carry in the next renewal, if any."""
         settled = now - self.elected_at >= _REAPED_GUARD_S
-        if self._host.feature_level >= META_LOG_FEATURE:  # voters have ids
+        if self._view.feature_level >= META_LOG_FEATURE:  # voters have ids
             return self._replace(voters) or self.ranking.next_config(
                 voters, settled, self.config.max_voters, self.came_back, self._ready)
         if voters.ids:  # the level was lowered (an operator's cap, before a downgrade)
@@ -251,10 +234,10 @@ class Controller:
     def note_identity(self, voter: str, voter_id: bytes) -> None:
         """`voter` refused a request of ours as not the voter our
         configuration names: its data directory is now `voter_id`."""
-        voters = self._host.voters
+        voters = self._view.voters
         if voters is not None and voter_id and voters.id_of(voter) not in (b"", voter_id):
             if self.came_back.get(voter) != voter_id:
-                self._host.lost_disk(voter)
+                self._decide(LostDisk(voter))
             self.came_back[voter] = voter_id
 
     def learners(self) -> tuple[str, ...]:
@@ -267,7 +250,7 @@ class Controller:
         changes): only once it holds the committed entries, as a non-voter
         first, a new member and one back with a new data directory alike
         (module docstring)."""
-        return self._host.caught_up(name) or Controller.mutation == "unlogged"
+        return self._view.caught_up(name) or Controller.mutation == "unlogged"
 
     def _replace(self, voters: VoterConfig) -> VoterConfig | None:
         """The change that removes a voter's old identity, once it came back
@@ -289,18 +272,18 @@ class Controller:
     def renew(self, now: float, change: VoterConfig | None,
               old: VoterConfig | None = None) -> None:  # fmt: skip
         """Ask the voters to renew our lease, with `change` if not None."""
-        voters = self._host.voters
+        voters = self._view.voters
         assert self.lease_epoch is not None and voters is not None
         self.counters.renewals += 1
         self.renew_at = now + self.config.renew_interval_s
         epoch = self.lease_epoch
         if self.fresh_epoch:  # a voter is past our epoch (after a merge): move above it
-            epoch = self._host.next_epoch()
+            epoch = self._view.next_epoch()
             self.fresh_epoch = False
         if change is not None:
-            self._host.issue(now, epoch, change, old or voters, renewal=True)
+            self._decide(Issue(epoch, change, old or voters, renewal=True))
         else:
-            self._host.issue(now, epoch, voters, None, renewal=True)
+            self._decide(Issue(epoch, voters, None, renewal=True))
 
     def won(self, req: Request, now: float) -> None:
         """`req` won its majority: a new lease, or a renewal of ours."""
@@ -317,7 +300,6 @@ class Controller:
             self.notices.tell(self.notice(now), now)
             return
         self.lease_epoch = req.epoch
-        self._host.decide_level()  # before the first notice announces it
         self.told_of_epoch = set()
         self.elected_at = now
         self.counters.elected += 1
@@ -325,6 +307,11 @@ class Controller:
         self.following.set((self.name, req.epoch), req.epoch)
         self.following.until = self.lease_end_at
         self.notices.elected()
+        self._decide(Elected())  # the level decided, then `announce`
+
+    def announce(self, now: float) -> None:
+        """Tell every member of our new lease (after `Elected`: the node
+        decided the feature level the first notice announces)."""
         self.notices.tell_everyone(now, self.notice(now))
 
     def renewal_failed(self, now: float) -> None:
@@ -345,10 +332,10 @@ class Controller:
 
     def notice(self, now: float) -> ControllerNotice:
         """Who the controller is, for the members."""
-        voters = self._host.voters
+        voters = self._view.voters
         assert self.lease_epoch is not None and voters is not None
         remaining_ms = int(max(0.0, self.lease_end_at - now) * 1000)
-        level = self._host.feature_level
+        level = self._view.feature_level
         if voters.ids and level < META_LOG_FEATURE:
             # Lowered (a cap), but the voters' ids are still in use: the
             # members hear of the lower level with the configuration that

@@ -17,7 +17,19 @@ roles, split as raft splits `stepLeader`/`stepCandidate`/`stepFollower`:
 - `notices.py`: how every member learns who the controller is, and the
   controller a member knows of (`KnownController`);
 - `voters.py`: the voter configuration and its majorities; `view.py`: the
-  membership view as the election reads it.
+  membership view as the election reads it;
+- `decisions.py`: what the roles decide and this façade carries out;
+  `steps.py`: each message handed to its role, and the roles' decisions
+  carried out.
+
+**Roles decide, the façade acts** (raft's step functions). A role changes
+its own state and records what reaches past it as decisions (adopt a
+configuration, issue a request, step down or aside, wake, tell the
+metadata log), which `_act` carries out in order as soon as the role's
+handler returns; what a role needs to know it reads from this façade as
+an `ElectionView`, which only answers. The façade issues requests, and
+hands this node's own vote and answer to the voter and the candidate
+(`_issue`).
 
 **States.** A node is a *follower* (it knows of a controller, `known`, or
 none), a *candidate* (a campaign in flight), or the *controller* (it holds
@@ -64,7 +76,26 @@ from shoal.election.campaign import Campaign
 from shoal.election.candidacy import Candidacy
 from shoal.election.config import LeaseConfig
 from shoal.election.controller import Controller
-from shoal.election.events import ElectionCounters, PersistElection, VotersChanged
+from shoal.election.decisions import (
+    Adopt,
+    Decisions,
+    Elected,
+    Follow,
+    Granted,
+    HoldOff,
+    Issue,
+    LostDisk,
+    ProposeVoters,
+    ReleaseOwn,
+    RequestFailed,
+    SawEpoch,
+    StepAside,
+    Superseded,
+    Vouch,
+    Wake,
+    WakeBy,
+)
+from shoal.election.events import ElectionCounters
 from shoal.election.messages import (
     ControllerNotice,
     LeaseGrant,
@@ -77,6 +108,7 @@ from shoal.election.messages import (
 )
 from shoal.election.notices import KnownController, Notices
 from shoal.election.ranking import Ranking, Standing
+from shoal.election.steps import SELF, Steps
 from shoal.election.view import AddrFn, LivenessFn, ViewFn
 from shoal.election.voter import Voter
 from shoal.election.voters import VoterConfig
@@ -84,7 +116,7 @@ from shoal.kernel.contract import Address, Output, Send
 from shoal.kernel.outbox import Outbox
 
 
-class LeaseElection:
+class LeaseElection(Steps):
     """The election core of one node (see the module docstring)."""
 
     def __init__(
@@ -123,7 +155,9 @@ class LeaseElection:
         self._addr_of, self._liveness_of = addr_of, liveness_of
         self.out = Outbox()  # every message rides on a write or a barrier (module docstring)
         self.node_id = node_id
-        self.voter = Voter(name, config, self.out, self.counters, granted_epoch, self, node_id)
+        self.decisions: Decisions = []  # made by the roles, carried out by `_act`
+        self.voter = Voter(name, config, self.out, self.counters, granted_epoch, self,
+                           self.decisions, node_id)  # fmt: skip
         self.campaign = Campaign(name, config, self.counters, rng.getrandbits(32),
                                  self._send_to, liveness_of)  # fmt: skip
         self.campaign.node_id = node_id
@@ -131,16 +165,18 @@ class LeaseElection:
         self.notices = Notices(name, config.notice_interval_s, view, self._send_to)
         self.standing = Standing(self.ranking, config.rank_backoff_s, rng)
         self.following = KnownController(name, config, self.out, self.counters, self.standing,
-                                         liveness_of, self, self._send_to)  # fmt: skip
+                                         liveness_of, self, self.decisions,
+                                         self._send_to)  # fmt: skip
         self.controller = Controller(name, config, self.out, self.counters, self.campaign,
-                                     self.ranking, self.notices, self.following, self)  # fmt: skip
+                                     self.ranking, self.notices, self.following, self,
+                                     self.decisions)  # fmt: skip
         roles = (
             self.voter, self.campaign, self.ranking, self.standing, self.following,
             self.controller,
         )
         self.candidacy = Candidacy(
             name, node_id, config, rng, self.counters, roles, self._send_to, self,
-            granted_epoch, bootstrap_expect,
+            self.decisions, granted_epoch, bootstrap_expect,
         )
         self._view_changed_at, self._leaving = 0.0, False
         # The feature level this node announces when it controls; the node
@@ -167,17 +203,18 @@ class LeaseElection:
         self.campaign.log_position = lambda: self.log_position()
         self._wake_at: float | None = None
         self.handlers = self._handlers()
+        self._carry_out = self._actions()
 
     def _handlers(self) -> dict[type, Callable[[Any, Address, float], None]]:
         """Message type -> the role that handles it."""
         return {
-            LeaseRequest: self.voter.on_request,
-            PreVote: self.voter.on_pre_vote,
-            LeaseGrant: self.candidacy.on_answer,
-            PreVoteGrant: self.candidacy.on_answer,
-            LeaseReject: self.candidacy.on_answer,
+            LeaseRequest: self._on_request,
+            PreVote: self._on_pre_vote,
+            LeaseGrant: self._on_answer,
+            PreVoteGrant: self._on_answer,
+            LeaseReject: self._on_answer,
             LeaseRelease: self.on_release,
-            ControllerNotice: self.following.on_notice,
+            ControllerNotice: self._on_notice,
             NoticeQuery: self._on_notice_query,
         }
 
@@ -275,7 +312,8 @@ class LeaseElection:
         for r in dropped:
             releases.setdefault(r.epoch, set()).update(r.targets())
         for epoch, voters in releases.items():
-            self.candidacy.release(epoch, sorted(voters), now)
+            self.candidacy.release(epoch, sorted(voters))
+            self._act(now)
         if lease_epoch is not None:
             self._become_follower(now, "released")
 
@@ -287,7 +325,9 @@ class LeaseElection:
     def remove_voter(self, name: str, now: float) -> bool:
         """As controller, start removing `name` from the voters (force-leave).
         Returns False when this node is not the controller or a change runs."""
-        return self.controller.remove_voter(name, now)
+        started = self.controller.remove_voter(name, now)
+        self._act(now)
+        return started
 
     # -- timers ----------------------------------------------------------------------
 
@@ -301,16 +341,21 @@ class LeaseElection:
         if req is not None:
             if campaign.timed_out(req, now):
                 self.candidacy.request_failed(req, now)
+                self._act(now)
             else:
                 campaign.resend_due(req, now)
         campaign.resend_late(now, ctl.renew_at)
         if self.is_controller:
             ctl.duties(now)
+            self._act(now)  # the renewal is issued before `oversee` numbers a notice
+            ctl.oversee(now)
+            self._act(now)
         else:
             self.following.expire(now)
             self.following.ask(now)
             if campaign.request is None and not self._leaving:
                 self.candidacy.maybe_stand(now, self._view_changed_at)
+                self._act(now)
         self._schedule(now)
 
     def _schedule(self, now: float) -> None:
@@ -334,111 +379,61 @@ class LeaseElection:
         if future:
             self.wake_by(min(future))
 
-    # -- transitions -----------------------------------------------------------------
-
-    def _become_follower(self, now: float, reason: str) -> None:
-        self.controller.step_down(reason)
-        self.wake(now)
-
-    # -- messages ------------------------------------------------------------------------
-
-    def _on_notice_query(self, msg: NoticeQuery, sender: Address, now: float) -> None:
-        """A member lost a notice and asks for a fresh one."""
-        if self.is_controller:
-            self.out.send_durable(Send(sender, (self.controller.notice(now),)))
-
-    def on_release(self, msg: LeaseRelease, sender: Address, now: float) -> None:
-        """A holder gives back its grant of `msg.epoch` from this node."""
-        if self.voter.release(msg.holder, msg.epoch):
-            if msg.holder != self.name:
-                self.standing.released_by = msg.holder  # leaving: not a candidate to rank
-            self.standing.blocked_until = 0.0
-            self.following.released(msg.holder, msg.epoch)
-            self.wake(now)
-
     def _send_to(self, name: str, msg: object) -> None:
         addr = self._addr_of(name)
         if addr is not None:
             self.out.send_durable(Send(addr, (msg,)))
 
-    # -- what the other roles ask of the node (VoterHost, NoticeHost, ControllerHost,
-    #    CandidacyHost) ---------------------------------------------------------------
+    # -- carrying out what the roles decide (decisions.py) -------------------------------
 
-    def wake(self, now: float) -> None:
-        """Evaluate again at `now`."""
-        self._wake_at = now
-
-    def wake_by(self, at: float) -> None:
-        """Evaluate again at `at` at the latest."""
-        if self._wake_at is None or at < self._wake_at:
-            self._wake_at = at
-
-    def next_epoch(self) -> int:
-        """An epoch above every epoch this node has seen or granted."""
-        return self.candidacy.next_epoch()
+    def _actions(self) -> dict[type, Callable[[Any, float], None]]:
+        """Decision type -> how the node carries it out."""
+        return {
+            Adopt: lambda d, now: self.adopt(d.config, now),
+            Wake: lambda d, now: self.wake(now),
+            WakeBy: lambda d, now: self.wake_by(d.at),
+            Issue: self._issue,
+            RequestFailed: self._request_failed,
+            ReleaseOwn: lambda d, now: self.on_release(LeaseRelease(d.epoch, self.name), SELF,
+                                                       now),  # fmt: skip
+            HoldOff: lambda d, now: self.standing.block(d.until),
+            SawEpoch: lambda d, now: self.saw_epoch(d.epoch),
+            Granted: self._granted,
+            Superseded: lambda d, now: self.superseded(d.epoch, now),
+            Follow: lambda d, now: self.following.follow(d.notice, now),
+            Vouch: lambda d, now: self.voter.vouch(d.holder, d.epoch, d.seq, now),
+            Elected: self._elected,
+            StepAside: lambda d, now: self.step_aside(now),
+            ProposeVoters: self._propose,
+            LostDisk: lambda d, now: self.lost_disk(d.name),
+        }
 
     def issue(self, now: float, epoch: int, config: VoterConfig, old: VoterConfig | None,
               renewal: bool, pre: bool = False) -> None:  # fmt: skip
         """Send a request for `epoch`, or a pre-vote for it (this node
         answers its own at once)."""
-        self.candidacy.issue(now, epoch, config, old, renewal, pre)
+        self._issue(Issue(epoch, config, old, renewal, pre), now)
 
     def step_aside(self, now: float) -> None:
         """Release the lease to a better candidate (`preempt`), and keep standing."""
         self.leave(now)
         self._leaving = False
 
-    def adopt(self, config: VoterConfig, now: float) -> None:
-        """Adopt a newer voter configuration (written before any answer)."""
-        old = self.voters
-        self.voters = config
-        self.out.persist(PersistElection(self.voter.granted_epoch, config))
-        self.out.events.append(VotersChanged(config))
-        if old is not None and old.lineage != config.lineage:
-            self.voter.foreign_epoch = self.voter.granted_epoch  # granted under the other lineage
-            self.controller.fresh_epoch = True
-            if self.is_controller:
-                self._become_follower(now, "merged")
-        self.wake(now)
+    # -- what the roles may ask (decisions.ElectionView) -------------------------------
 
-    def yield_campaign(self, candidate: str, now: float) -> int:
-        """Abandon our campaign in flight (never claimed, so safe to drop)
-        when `candidate` outranks us; the epoch given up, or 0."""
-        return self.candidacy.yield_campaign(candidate, now)
+    @property
+    def has_log(self) -> bool:
+        """Whether this node runs a metadata log that decides voter changes."""
+        return self.propose_voters is not None
+
+    def next_epoch(self) -> int:
+        """An epoch above every epoch this node has seen or granted."""
+        return self.candidacy.next_epoch()
 
     def ranks_above_me(self, candidate: str) -> bool:
         """Whether `candidate` ranks above this node."""
         return self.ranking.ranks_above_me(candidate)
 
-    def hold_off(self, until: float) -> None:
-        """Do not stand before `until`."""
-        self.standing.block(until)
-
-    def saw_epoch(self, epoch: int) -> None:
-        """A request for `epoch` exists: campaign above it."""
-        self.candidacy.saw_epoch(epoch)
-
     def would_yield(self, candidate: str) -> bool:
-        """Whether `yield_campaign` would abandon our campaign for `candidate`."""
+        """Whether our campaign in flight would be abandoned for `candidate`."""
         return self.candidacy.would_yield(candidate)
-
-    def superseded(self, epoch: int, now: float) -> None:
-        """A notice of another holder's lease at `epoch`, in our configuration.
-        If we hold a lease below it, ours has run out on every clock but ours
-        (a voter granted `epoch` only after our grant ended on its clock): our
-        clock is slow, outside the drift bound. Step down at once, so that two
-        claimants, possible there, overlap as briefly as one notice allows."""
-        mine = self.controller.lease_epoch
-        if mine is not None and mine < epoch:
-            self.counters.superseded += 1
-            self._become_follower(now, "superseded")
-
-    def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
-        """`holder` won `epoch` (a notice says so): our voter may take it as
-        the holder of its grant of that epoch (`Voter.vouch`)."""
-        self.voter.vouch(holder, epoch, seq, now)
-
-    def granted(self, now: float) -> None:
-        """We granted a new lease: stop standing, look again."""
-        self.standing.stand_at = None
-        self.wake(now)

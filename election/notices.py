@@ -37,16 +37,22 @@ the epoch it names (`voter.Voter.vouch`).
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from shoal.election.campaign import SendFn
 from shoal.election.config import LeaseConfig
+from shoal.election.decisions import (
+    Adopt,
+    Decisions,
+    ElectionView,
+    Follow,
+    SawEpoch,
+    Superseded,
+    Vouch,
+    Wake,
+)
 from shoal.election.events import ControllerChanged, ElectionCounters
 from shoal.election.messages import ControllerNotice, NoticeQuery
 from shoal.election.ranking import Standing
 from shoal.election.view import Liveness, LivenessFn, ViewFn
-from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import Address
 from shoal.kernel.outbox import Outbox
 
 # A new controller's notice goes out this many more times, `_NOTICE_GAP_S`
@@ -110,33 +116,12 @@ class Notices:
                 self._send_to(m.name, notice)
 
 
-class NoticeHost(Protocol):
-    """What receiving a notice asks of the rest of the node (`LeaseElection`)."""
-
-    voters: VoterConfig | None  # the configuration this node has adopted
-
-    def adopt(self, config: VoterConfig, now: float) -> None:
-        """Adopt a newer configuration (written before any answer leaves)."""
-
-    def saw_epoch(self, epoch: int) -> None:
-        """`epoch` exists: campaign above it."""
-
-    def wake(self, now: float) -> None:
-        """Evaluate again at `now`."""
-
-    def superseded(self, epoch: int, now: float) -> None:
-        """Another holder won `epoch`: if we hold a lease below it, step down."""
-
-    def vouch(self, holder: str, epoch: int, seq: int, now: float) -> None:
-        """`holder` won `epoch` (a notice of our configuration says so)."""
-
-
 class KnownController:
     """The controller this member knows of (`known`), until `until`."""
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
-                 standing: Standing, liveness_of: LivenessFn | None, host: NoticeHost,
-                 send_to: SendFn) -> None:  # fmt: skip
+                 standing: Standing, liveness_of: LivenessFn | None, view: ElectionView,
+                 decisions: Decisions, send_to: SendFn) -> None:  # fmt: skip
         """Args:
         name: this node's name.
         config: timing (`renew_interval_s`).
@@ -144,7 +129,8 @@ class KnownController:
         counters: the election's counters.
         standing: when this node stands (a new controller clears its leaver).
         liveness_of: one member's liveness, or None (see `view.LivenessFn`).
-        host: the rest of the node (see `NoticeHost`).
+        view: what a notice is checked against (our configuration).
+        decisions: where the role records what the node is to do.
         send_to: how a `NoticeQuery` reaches the controller.
         """
         self.name, self.config, self.out, self.counters = name, config, out, counters
@@ -157,36 +143,46 @@ class KnownController:
         self._last_notice = (0, 0)  # (epoch, seq) of the newest notice accepted
         self.level = 0  # the feature level of the newest notice accepted (0: none yet)
         self._liveness_of = liveness_of
-        self._host = host
+        self._view = view
+        self._decide = decisions.append
 
-    def on_notice(self, msg: ControllerNotice, sender: Address, now: float) -> None:
-        """A controller's notice (see the module docstring)."""
-        host = self._host
-        adopted = msg.config.supersedes(host.voters)
-        if adopted:
-            host.adopt(msg.config, now)
-        elif msg.config != host.voters:
-            return  # a notice from the lineage or configuration we left behind
-        host.saw_epoch(msg.epoch)
+    def on_notice(self, msg: ControllerNotice, now: float, adopted: bool = False) -> Adopt | None:
+        """A controller's notice (see the module docstring). `Adopt`: its
+        newer configuration is to be adopted first, then the notice handed
+        in again (`adopted`). What it says of our own lease and grant, and
+        knowing its holder, are decisions, in that order (`Superseded`,
+        `Follow`, `Vouch`)."""
+        voters = self._view.voters
+        if not adopted and msg.config.supersedes(voters):
+            return Adopt(msg.config)
+        if not adopted and msg.config != voters:
+            return None  # a notice from the lineage or configuration we left behind
+        self._decide(SawEpoch(msg.epoch))
         if msg.holder == self.name:
-            return
+            return None
         if self.known is not None and self.known[1] > msg.epoch:
             self.counters.stale_messages += 1
-            return
+            return None
         if (msg.epoch, msg.seq) <= self._last_notice or self._gone(msg.holder):
             self.counters.stale_messages += 1
-            return
+            return None
         self._last_notice = (msg.epoch, msg.seq)
         self.level = msg.level
         if not adopted:
-            host.superseded(msg.epoch, now)  # (before `set`: stepping down clears it)
+            self._decide(Superseded(msg.epoch))  # (before `Follow`: stepping down clears it)
+        self._decide(Follow(msg))
+        if not adopted:  # an epoch of another lineage says nothing of ours
+            self._decide(Vouch(msg.holder, msg.epoch, msg.seq))
+        self._decide(Wake())
+        return None
+
+    def follow(self, msg: ControllerNotice, now: float) -> None:
+        """Know the holder of `msg` as the controller, for as long as the
+        lease it vouches for (a notice `on_notice` accepted)."""
         self.set((msg.holder, msg.epoch), msg.epoch)
         self.until = now + msg.remaining_ms / 1000  # what the notice vouches for, no more
         self.ask_at = now + self.config.renew_interval_s + _QUERY_AFTER_S
         self._asks_left = _QUERIES
-        if not adopted:  # an epoch of another lineage says nothing of ours
-            host.vouch(msg.holder, msg.epoch, msg.seq, now)
-        host.wake(now)
 
     def ask(self, now: float) -> None:
         """Ask the controller for a fresh notice, if the next one is late."""

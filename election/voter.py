@@ -106,17 +106,30 @@ X's renewals from now on extend it, never copies of old ones. An epoch
 granted under a lineage this node has since left is not vouched for: the
 merged controller must still move above it.
 
-What the rule needs from the rest of the node (the configuration, the
-ranking, the campaign in flight) it asks through `VoterHost`.
+What the rule needs to know of the rest of the node (the configuration,
+the ranking, the campaign in flight, the log's position) it reads from an
+`ElectionView`; what it decides beyond its own grant (adopting a
+configuration, yielding our campaign, holding off, an epoch seen) it
+records as decisions (decisions.py) for `LeaseElection` to carry out. Two
+must be carried out before the rule can go on (adopting a newer
+configuration, and yielding our campaign): `vote` returns them, and is
+asked again once they are done.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import msgspec
 
 from shoal.election.config import LeaseConfig
+from shoal.election.decisions import (
+    Adopt,
+    Decisions,
+    ElectionView,
+    Granted,
+    HoldOff,
+    SawEpoch,
+    YieldCampaign,
+)
 from shoal.election.events import ElectionCounters, PersistElection
 from shoal.election.messages import (
     REJECT_CONFIG,
@@ -131,8 +144,6 @@ from shoal.election.messages import (
     PreVote,
     PreVoteGrant,
 )
-from shoal.election.voters import VoterConfig
-from shoal.kernel.contract import Address, Send
 from shoal.kernel.outbox import Outbox
 
 
@@ -147,37 +158,6 @@ class Grant(msgspec.Struct):
     seq: int = 0
 
 
-class VoterHost(Protocol):
-    """What the voter's rule asks of the rest of the node (`LeaseElection`)."""
-
-    voters: VoterConfig | None  # the configuration this node has adopted
-
-    def adopt(self, config: VoterConfig, now: float) -> None:
-        """Adopt a newer configuration (written before any answer leaves)."""
-
-    def yield_campaign(self, candidate: str, now: float) -> int:
-        """Abandon our campaign in flight if `candidate` outranks us; the
-        epoch given up, or 0."""
-
-    def ranks_above_me(self, candidate: str) -> bool:
-        """Whether `candidate` ranks above this node."""
-
-    def hold_off(self, until: float) -> None:
-        """Do not stand before `until`."""
-
-    def saw_epoch(self, epoch: int) -> None:
-        """A request for `epoch` exists: campaign above it."""
-
-    def would_yield(self, candidate: str) -> bool:
-        """Whether our campaign in flight would be abandoned for `candidate`."""
-
-    def granted(self, now: float) -> None:
-        """A new grant went out: stop standing, and look again."""
-
-    def log_position(self) -> tuple[int, int]:
-        """The last entry of this node's metadata log: (epoch, index)."""
-
-
 class Voter:
     """The grant rule of one node and the state it rests on."""
 
@@ -186,7 +166,8 @@ class Voter:
     check_log = True
 
     def __init__(self, name: str, config: LeaseConfig, out: Outbox, counters: ElectionCounters,
-                 granted_epoch: int, host: VoterHost, node_id: bytes = b"") -> None:  # fmt: skip
+                 granted_epoch: int, view: ElectionView, decisions: Decisions,
+                 node_id: bytes = b"") -> None:  # fmt: skip
         """Args:
         name: this node's name.
         node_id: this node's data directory's id (voters.py, "Identity").
@@ -194,7 +175,8 @@ class Voter:
         out: the election's outbox (writes, and answers that wait for them).
         counters: the election's counters.
         granted_epoch: the highest epoch this node ever granted (persisted).
-        host: the rest of the node (see `VoterHost`).
+        view: what the rule reads of the rest of the node.
+        decisions: where the rule records what the node is to do.
         """
         self.name = name
         self.node_id = node_id
@@ -206,7 +188,8 @@ class Voter:
         # Epochs up to this were granted under a lineage we left (a merge):
         # a notice of ours says nothing of who holds them (`vouch`).
         self.foreign_epoch = 0
-        self._host = host
+        self._view = view
+        self._decide = decisions.append
 
     def restart(self, now: float) -> None:
         """After a restart, bind as if a grant of the persisted epoch had
@@ -215,37 +198,33 @@ class Voter:
         if self.granted_epoch > 0:
             self.grant = Grant("", self.granted_epoch, now + self.config.voter_grant_s)
 
-    def on_request(self, msg: LeaseRequest, sender: Address, now: float) -> None:
-        """Answer a candidate; the answer waits for every write before it."""
-        answer = self.vote(msg, now)
-        if answer is not None:
-            self.out.send_durable(Send(sender, (answer,)))
-
-    def vote(self, msg: LeaseRequest, now: float) -> LeaseGrant | LeaseReject | None:
-        """The rule (module docstring, steps 1-5); persists before granting.
-        None: a copy of a renewal already accepted (no answer)."""
-        host = self._host
-        mine = host.voters
+    def vote(self, msg: LeaseRequest, now: float, yielded: int | None = None,
+             ) -> LeaseGrant | LeaseReject | Adopt | YieldCampaign | None:  # fmt: skip
+        """The rule (module docstring, steps 1-6); persists before granting.
+        None: a copy of a renewal already accepted (no answer). `Adopt` or
+        `YieldCampaign`: carry that out first, then ask again (with the
+        epoch given up as `yielded`)."""
+        view = self._view
+        mine = view.voters
         if mine != msg.config:  # 1
             if msg.config.supersedes(mine):
-                host.adopt(msg.config, now)
-            else:
-                return self.reject(msg, REJECT_CONFIG, now)
+                return Adopt(msg.config)
+            return self.reject(msg, REJECT_CONFIG, now)
         refusal = self.identity_refusal(msg)
         if refusal is not None:
             return self.reject(msg, refusal, now)
         grant = self.grant
-        yielded_epoch = 0
         if grant is not None and grant.holder == self.name and msg.epoch >= grant.epoch:  # 2
-            yielded_epoch = host.yield_campaign(msg.candidate, now)
-            grant = self.grant
+            if yielded is None:
+                return YieldCampaign(msg.candidate)
+        yielded_epoch = yielded or 0
         if grant is not None and grant.holder != msg.candidate and now < grant.until_at:  # 3
-            if grant.holder != self.name and host.ranks_above_me(msg.candidate):
+            if grant.holder != self.name and view.ranks_above_me(msg.candidate):
                 # A better candidate will ask again when this grant ends: do
                 # not stand against it meanwhile.
-                host.hold_off(grant.until_at + 2 * self.config.request_timeout_s)
+                self._decide(HoldOff(grant.until_at + 2 * self.config.request_timeout_s))
             return self.reject(msg, REJECT_HELD, now)
-        host.saw_epoch(msg.epoch)
+        self._decide(SawEpoch(msg.epoch))
         if grant is not None and grant.holder == msg.candidate and grant.epoch == msg.epoch:  # 4
             if msg.seq <= grant.seq:
                 # A copy. The one accepted is answered again (its answer may
@@ -258,7 +237,7 @@ class Voter:
             grant.seq = msg.seq
             grant.until_at = now + self.config.voter_grant_s
             return LeaseGrant(msg.seq, msg.epoch, self.name, self._id_for(msg))
-        if Voter.check_log and (msg.log_epoch, msg.log_index) < host.log_position():  # 6
+        if Voter.check_log and (msg.log_epoch, msg.log_index) < view.log_position():  # 6
             self.counters.log_refusals += 1
             return self.reject(msg, REJECT_LOG, now)
         if msg.epoch <= self.granted_epoch and not (msg.epoch == yielded_epoch > 0):  # 5
@@ -267,21 +246,17 @@ class Voter:
             return self.reject(msg, REJECT_EPOCH, now)
         self.granted_epoch = msg.epoch
         self.grant = Grant(msg.candidate, msg.epoch, now + self.config.voter_grant_s, msg.seq)
-        self.out.persist(PersistElection(self.granted_epoch, host.voters))
+        self.out.persist(PersistElection(self.granted_epoch, mine))
         self.counters.grants += 1
-        host.granted(now)
+        self._decide(Granted())
         return LeaseGrant(msg.seq, msg.epoch, self.name, self._id_for(msg))
-
-    def on_pre_vote(self, msg: PreVote, sender: Address, now: float) -> None:
-        """Answer a pre-vote (after every write before it, like any answer)."""
-        self.out.send_durable(Send(sender, (self.pre_vote(msg, now),)))
 
     def pre_vote(self, msg: PreVote, now: float) -> PreVoteGrant | LeaseReject:
         """Whether `vote` would grant `msg` now, changing nothing (module
         docstring, "Pre-vote")."""
         self.counters.pre_votes_answered += 1
-        host = self._host
-        mine = host.voters
+        view = self._view
+        mine = view.voters
         if mine != msg.config and not msg.config.supersedes(mine):  # 1
             return self.reject(msg, REJECT_CONFIG, now)
         refusal = self.identity_refusal(msg)
@@ -289,13 +264,13 @@ class Voter:
             return self.reject(msg, refusal, now)
         grant = self.grant
         if (grant is not None and grant.holder == self.name and msg.epoch >= grant.epoch
-                and host.would_yield(msg.candidate)):  # fmt: skip
+                and view.would_yield(msg.candidate)):  # fmt: skip
             grant = None  # 2: ours would be given up for this candidate
         if grant is not None and grant.holder != msg.candidate and now < grant.until_at:  # 3
-            if grant.holder != self.name and host.ranks_above_me(msg.candidate):
-                host.hold_off(grant.until_at + 2 * self.config.request_timeout_s)
+            if grant.holder != self.name and view.ranks_above_me(msg.candidate):
+                self._decide(HoldOff(grant.until_at + 2 * self.config.request_timeout_s))
             return self.reject(msg, REJECT_HELD, now)
-        if Voter.check_log and (msg.log_epoch, msg.log_index) < host.log_position():  # 6
+        if Voter.check_log and (msg.log_epoch, msg.log_index) < view.log_position():  # 6
             return self.reject(msg, REJECT_LOG, now)
         if msg.epoch <= self.granted_epoch:  # 5
             return self.reject(msg, REJECT_EPOCH, now)
@@ -342,7 +317,7 @@ class Voter:
         if grant is not None and now < grant.until_at:
             holder, remaining_ms = grant.holder, int((grant.until_at - now) * 1000)
         return LeaseReject(msg.seq, self.name, reason, self.granted_epoch, holder, remaining_ms,
-                           self._host.voters, self._id_for(msg))  # fmt: skip
+                           self._view.voters, self._id_for(msg))  # fmt: skip
 
     def _id_for(self, msg: LeaseRequest | PreVote) -> bytes:
         """Our node_id for an answer to `msg`: only to a candidate that sent
