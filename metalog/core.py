@@ -65,12 +65,11 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
-
 from shoal.kernel.contract import EMPTY, Address, Output, Send
 from shoal.kernel.outbox import Outbox
 from shoal.metalog import snapshot as snap
 from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
+from shoal.metalog.following import Following
 from shoal.metalog.log import resume
 from shoal.metalog.messages import (
     MAX_ENTRIES_PER_APPEND,
@@ -87,9 +86,10 @@ from shoal.metalog.messages import (
     ReadResult,
 )
 from shoal.metalog.origin import Origin
-from shoal.metalog.reads import ReadIndex
+from shoal.metalog.reads import ReadIndex, Reading
 from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
 from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp, TxnApplied, VoterSet
+from shoal.metalog.voting import VoterSets
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 
@@ -102,8 +102,9 @@ __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 _LEARNER_BEAT_EVERY = 5
 
 
-class MetaLog:
-    """One node's metadata log (see the module docstring)."""
+class MetaLog(Following, Reading):
+    """One node's metadata log (see the module docstring; the follower's
+    handlers are in following.py, the leader's reads in reads.py)."""
 
     # A deliberate bug, set only by the test that shows the swarm's checker
     # catches it (tests/sim/test_meta.py): "commit_alone" (acknowledge once
@@ -156,9 +157,9 @@ class MetaLog:
         # majority: a voter back with a new data directory catches up before
         # it is added again (election/controller.py). Set by the composing node.
         self.learners: Callable[[], Iterable[str]] = tuple
-        # The voter change being decided (leader only): its entry's index and
-        # the configuration; `on_voters` is called when it is committed.
-        self._changing: tuple[int, VoterSet] | None = None
+        # Whose majorities a commit needs, the change being decided included
+        # (leader only); `on_voters` is called when that change is committed.
+        self._votes = VoterSets(voters)
         self.on_voters: Callable[[VoterSet, float], None] = lambda change, now: None
         # Leader state (epoch None: not leading).
         self.epoch: int | None = None
@@ -246,33 +247,17 @@ class MetaLog:
         """Decide a voter change through the log (module docstring); False
         when not now: not leading, no entry of our epoch committed yet, or
         another change being decided."""
-        if self.epoch is None or not self.ready() or self.changing():
+        if self.epoch is None or not self.ready() or self._votes.changing(self.commit):
             return False
         self._append(change, None, now)
-        self._changing = (self.log.last_index, change)
+        self._votes.deciding = (self.log.last_index, change)
         return True
 
     def drop_change(self) -> None:
         """The election will not adopt the change decided (a lineage merged
         meanwhile): stop counting its voters."""
-        self._changing = None
+        self._votes.deciding = None
 
-    def changing(self) -> bool:
-        """Whether a voter change is being decided, or adopted by the election."""
-        self._voter_sets()
-        return self._changing is not None
-
-    def _voter_sets(self) -> tuple[tuple[str, ...], ...]:
-        """The voter sets a commit needs a majority of: the election's, and
-        the voters of the change being decided until the election adopts it."""
-        sets = self._voters()
-        if self._changing is not None:
-            index, change = self._changing
-            if self.commit >= index and sets and sets[0] == change.voters:
-                self._changing = None  # in force: the election's sets say the rest
-            elif change.voters not in sets:
-                sets = (*sets, change.voters)
-        return sets
 
     def leadership(self, now: float) -> None:
         """Lead the log while holding the lease, of that epoch; stop when not."""
@@ -302,7 +287,7 @@ class MetaLog:
         for origin, rid in self._reads.drop():
             self._answer_read(origin, rid, None)
         self._pending = {}
-        self._changing = None
+        self._votes.deciding = None
         self.epoch = None
         self._heartbeat_at = float("inf")
 
@@ -325,7 +310,7 @@ class MetaLog:
         self._send_due = False
         self._follow_voters()
         log = self.log
-        voting = {v for voters in self._voter_sets() for v in voters}
+        voting = {v for voters in self._votes.sets(self.commit) for v in voters}
         self._beats += heartbeat
         quiet = self._beats % _LEARNER_BEAT_EVERY != 0
         for voter, nxt in self._next.items():
@@ -382,7 +367,7 @@ class MetaLog:
     def _follow_voters(self) -> None:
         """Replicate to every voter of every set, and to the learners: a new
         one from the end (it backs up from there), a removed one no more."""
-        wanted = {v for voters in self._voter_sets() for v in voters if v != self.name}
+        wanted = {v for voters in self._votes.sets(self.commit) for v in voters if v != self.name}
         wanted.update(v for v in self.learners() if v != self.name)
         if wanted != self._next.keys():
             last = self.log.last_index
@@ -390,9 +375,7 @@ class MetaLog:
 
     def _quorum(self, has: Callable[[str], bool]) -> bool:
         """Whether the voters for whom `has` holds are a majority of every set."""
-        sets = self._voter_sets()
-        return bool(sets) and all(
-            sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets)
+        return self._votes.quorum(self.commit, has)
 
     def _on_ack(self, msg: AppendAck, sender: Address, now: float) -> None:
         if self.epoch is None or msg.epoch != self.epoch:
@@ -413,13 +396,8 @@ class MetaLog:
 
     def _advance_commit(self, now: float) -> None:
         assert self.epoch is not None
-        sets = self._voter_sets()
-        if not sets:
-            return
-        n = self.log.last_index
-        for voters in sets:
-            held = sorted((self._match.get(v, 0) for v in voters), reverse=True)
-            n = min(n, held[0 if MetaLog.mutation == "commit_alone" else len(voters) // 2])
+        n = self._votes.held_by_majorities(self.commit, self._match, self.log.last_index,
+                                           alone=MetaLog.mutation == "commit_alone")  # fmt: skip
         if n > self.commit and self.log.epoch_at(n) == self.epoch:
             self.commit = n
             self._apply(now)
@@ -438,8 +416,9 @@ class MetaLog:
             result = state.apply(index, entry.op, entry.origin, entry.pid)
             if self.on_apply is not None:
                 self.on_apply(entry)
-            if self._changing is not None and index == self._changing[0]:
-                self.on_voters(self._changing[1], now)  # decided: the election adopts it
+            deciding = self._votes.deciding
+            if deciding is not None and index == deciding[0]:
+                self.on_voters(deciding[1], now)  # decided: the election adopts it
             self.counters.committed += 1
             asked = self._pending.pop(index, None)
             if asked is not None and not isinstance(result, Duplicate):
@@ -495,104 +474,3 @@ class MetaLog:
             self.out.send(Send(sender, (ProposeResult(msg.pid, OUTCOME_NOT_APPLIED, 0),)))
             return
         self._append(msg.op, (msg.origin, msg.pid), now)
-
-    def _on_read(self, msg: ReadRequest, sender: Address, now: float) -> None:
-        if self.epoch is None:
-            self.out.send(Send(sender, (ReadResult(msg.rid, False, None, 0, 0),)))
-            return
-        self._start_read(msg.origin, msg.rid, msg.key, now)
-
-    def _start_read(self, origin: str, rid: int, key: bytes, now: float) -> None:
-        """ReadIndex: note the commit index, confirm leadership with a fresh
-        heartbeat round, answer once a majority acknowledged it."""
-        if MetaLog.mutation == "read_without_quorum":
-            self._answer_read(origin, rid, key)
-            return
-        if self.commit < self._noop_index:
-            self._reads.early.append((origin, rid, key))  # our epoch's entry first
-            return
-        self._reads.start(origin, rid, key, self.commit)
-        self._replicate(now, heartbeat=True)
-        self._serve_reads()
-
-    def _serve_reads(self) -> None:
-        if self._reads.waiting:
-            for _, _, origin, rid, key in self._reads.ready(self.name, self.state.revision,
-                                                            self._quorum):  # fmt: skip
-                self._answer_read(origin, rid, key)
-
-    def _answer_read(self, origin: str, rid: int, key: bytes | None) -> None:
-        """Serve (`key`) or refuse (None) a read from the applied state."""
-        if key is None:
-            answer = ReadResult(rid, False, None, 0, 0)
-        else:
-            self.counters.reads_served += 1
-            held = self.state.get(key)
-            answer = ReadResult(rid, True, None if held is None else held.value,
-                                0 if held is None else held.mod_revision, self.state.revision)
-        self._origin.answer(origin, answer)
-
-    # -- follower -----------------------------------------------------------------
-
-    def _from_leader(self, epoch: int, sender: Address, read_seq: int) -> bool:
-        """Whether to follow a leader of `epoch` (else refused: deposed)."""
-        if self.epoch is not None and epoch > self.epoch:
-            self._step_down()  # a successor leads: the election will say so too
-        highest = self._highest_epoch()
-        if epoch < highest or (self.epoch is not None and epoch <= self.epoch):
-            self.counters.appends_refused_epoch += 1
-            refusal = AppendAck(max(highest, self.epoch or 0), self.name, False,
-                                self.log.last_index, read_seq)  # fmt: skip
-            self.out.send(Send(sender, (refusal,)))
-            return False
-        self._saw_epoch(epoch)
-        return True
-
-    def _on_append(self, msg: Append, sender: Address, now: float) -> None:
-        if not self._from_leader(msg.epoch, sender, msg.read_seq):
-            return
-        log = self.log
-        if msg.prev_index < log.offset:  # compacted here: committed, so the same
-            msg = msgspec.structs.replace(msg, prev_index=log.offset, prev_epoch=log.offset_epoch,
-                                          entries=tuple(e for e in msg.entries
-                                                        if e.index > log.offset))  # fmt: skip
-        if log.epoch_at(msg.prev_index) != msg.prev_epoch:
-            self.counters.appends_refused_gap += 1
-            hint = min(log.last_index, msg.prev_index - 1)
-            self.out.send_durable(Send(sender, (AppendAck(msg.epoch, self.name, False, hint,
-                                                          msg.read_seq),)))  # fmt: skip
-            return
-        log.merge(msg.entries)
-        matched = msg.prev_index + len(msg.entries)
-        write = log.take_persist()
-        if write is not None:
-            self.out.persist(write)
-        ack = AppendAck(msg.epoch, self.name, True, matched, msg.read_seq)
-        self.out.send_durable(Send(sender, (ack,)))  # once what it confirms is durable
-        commit = min(msg.commit, matched)
-        if commit > self.commit:
-            self.commit = commit
-            self._apply(now)
-
-    def _on_chunk(self, msg: SnapshotChunk, sender: Address, now: float) -> None:
-        if not self._from_leader(msg.epoch, sender, 0):
-            return
-        if msg.index <= self.commit:  # held already (its state, or later)
-            self.out.send_durable(Send(sender, (AppendAck(msg.epoch, self.name, True,
-                                                          msg.index),)))  # fmt: skip
-            return
-        received, done = self._receiver.take(msg)
-        receiver, counters = self._receiver, self.counters
-        counters.snapshot_chunks_refused = receiver.refused
-        counters.snapshot_chunks_too_large = receiver.too_large
-        counters.snapshot_chunks_inconsistent = receiver.inconsistent
-        if done is None:
-            self.out.send(Send(sender, (SnapshotAck(msg.epoch, self.name, msg.index, received),)))
-            return
-        whole, self.state = done
-        through = self.log.install(whole.index, whole.epoch)
-        self.commit, self.snapshot = whole.index, whole
-        self.counters.snapshots_installed += 1
-        self.out.persist(PersistSnapshot(whole, through))
-        ack = AppendAck(msg.epoch, self.name, True, whole.index)
-        self.out.send_durable(Send(sender, (ack,)))  # once the snapshot is durable
