@@ -54,26 +54,50 @@ class MetaService:
         self._node = node
         self._flush = flush
         self.wait_s = timeout_s + _MARGIN_S
-        self._writes: dict[int, asyncio.Future[ProposalDone]] = {}
+        # Each write's future and the timer that gives up on it, by id.
+        self._writes: dict[int, tuple[asyncio.Future[ProposalDone | None],
+                                      asyncio.TimerHandle]] = {}  # fmt: skip
         self._reads: dict[int, asyncio.Future[ReadDone]] = {}
         # Readers waiting for this agent to apply up to a revision.
         self._applying: list[tuple[int, asyncio.Future[None]]] = []
+        self._flush_due = False  # a flush is scheduled for this pass's end
         # -- watches (daemon/metawatch.py): fed the key changes after each flush.
         self.watches = MetaWatches()
+
+    def submit(self, op: MetaOp) -> asyncio.Future[ProposalDone | None]:
+        """Write `op` through the controller, at once (in the caller's pass
+        of the loop); the future holds its outcome, or None when no answer
+        came in time (unknown: it may yet commit). Never cancel it."""
+        fut: asyncio.Future[ProposalDone | None] = self._loop.create_future()
+        pid = self._node().meta_propose(op, self._loop.time())
+        self._writes[pid] = (fut, self._loop.call_later(self.wait_s, self._give_up, pid))
+        self.flush_soon()  # the outcome may be known at once (not applied)
+        return fut
 
     async def propose(self, op: MetaOp) -> ProposalDone | None:
         """Write `op` through the controller; its outcome, or None when no
         answer came in time (unknown: it may yet commit)."""
-        fut: asyncio.Future[ProposalDone] = self._loop.create_future()
-        pid = self._node().meta_propose(op, self._loop.time())
-        self._writes[pid] = fut
-        self._flush()  # the outcome may be known at once (not applied)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
-        except TimeoutError:
-            return None
-        finally:
-            self._writes.pop(pid, None)
+        return await self.submit(op)
+
+    def flush_soon(self) -> None:
+        """Flush once, at the end of this pass of the loop: the writes and
+        reads the API took in one pass (32 clients' requests arrive together)
+        leave as one append per voter, one write to disk, and one datagram of
+        proposals to the controller, where a flush each sent one of each per
+        request (docs/performance.md, "The metadata log")."""
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush_now)
+
+    def _give_up(self, pid: int) -> None:
+        """No answer in time: the outcome is unknown (None)."""
+        fut, _ = self._writes.pop(pid)
+        if not fut.done():
+            fut.set_result(None)
+
+    def _flush_now(self) -> None:
+        self._flush_due = False
+        self._flush()
 
     async def read(self, key: bytes) -> ReadDone | None:
         """Read `key` linearizably through the controller; None when no
@@ -85,7 +109,7 @@ class MetaService:
         started = self._loop.time()
         rid = self._node().meta_read(key, started)
         self._reads[rid] = fut
-        self._flush()
+        self.flush_soon()
         try:
             done = await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
         except TimeoutError:
@@ -136,7 +160,11 @@ class MetaService:
     def done(self, event: ProposalDone | ReadDone) -> None:
         """An outcome from the node: complete its caller's future."""
         if isinstance(event, ProposalDone):
-            fut: Any = self._writes.get(event.pid)
+            write = self._writes.pop(event.pid, None)
+            if write is None:
+                return
+            write[1].cancel()
+            fut: Any = write[0]
         else:
             fut = self._reads.get(event.rid)
         if fut is not None and not fut.done():
