@@ -354,6 +354,8 @@ class Agent:
         if self.local is not None:
             sender = reply_to(self.node, messages, sender)
         self.node.receive_all(messages, sender, self._loop.time())
+        if self.meta is not None and self.meta.flush_later(messages):
+            return  # flushed at the end of this pass, with the others (daemon/meta.py)
         self.flush()
 
     def _unreachable(self, addr: Address) -> None:
