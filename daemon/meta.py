@@ -10,9 +10,10 @@ and not answered by then has an *unknown* outcome, and is told so.
 Messages the log sends to this agent's own address (the controller's own
 durable answer to itself) are delivered here, in the next pass of the
 loop, not through the socket (`LocalDelivery`). The log sends datagrams;
-an `Append` (a proposal, a read's answer, a snapshot's chunk) larger than the MTU goes on
-a stream instead
-(`channel_for`), and what arrives on a stream is answered at the sender's
+what does not fit the MTU is split into datagrams that do (an `Append`
+into consecutive appends), and only a single message larger than the MTU
+(a large value, a snapshot's chunk) goes on a stream instead
+(`sends_for`), and what arrives on a stream is answered at the sender's
 gossip address, found by the name the message carries (`reply_to`): a
 stream's source port is not one anybody listens on.
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from shoal.daemon.metawatch import MetaWatches
 from shoal.kernel import codec
@@ -207,18 +210,43 @@ class LocalDelivery:
             self._receive(list(send.messages), self.me)
 
 
-def channel_for(send: Send, mtu_bytes: int) -> Send:
-    """`send`, on a stream when it carries log entries (or a value) that do
-    not fit one datagram of `mtu_bytes`."""
-    if send.channel is Channel.PACKET and any(
-        (type(m) is Append and m.entries) or type(m) is Propose
-        or (type(m) is ReadResult and m.value) or (type(m) is ProposeResult and m.txn)
-        or type(m) is SnapshotChunk
-        for m in send.messages
-    ):  # fmt: skip
-        if len(codec.encode_payload(send.messages)) > mtu_bytes:
-            return Send(send.to, send.messages, Channel.STREAM)
-    return send
+def sends_for(send: Send, mtu_bytes: int) -> list[Send]:
+    """`send` as datagrams of at most `mtu_bytes` each: one that does not
+    fit is split (its messages in parts, an `Append`'s entries in
+    consecutive appends, as the leader's pipelining sends them anyway); a
+    single message that cannot be split and does not fit goes on a stream.
+
+    Streams were the way for anything over the MTU, but each is a new TCP
+    connection (daemon/network/streams.py): under 32 clients the controller
+    opened one per append of ten entries or more, and those connections were
+    a sixth of its time (py-spy; docs/performance.md, "The metadata log")."""
+    messages = send.messages
+    if send.channel is not Channel.PACKET or (len(messages) == 1 and not _heavy(messages[0])):
+        return [send]
+    if len(codec.encode_payload(messages)) <= mtu_bytes:
+        return [send]
+    if len(messages) > 1:
+        half = len(messages) // 2
+        return (sends_for(Send(send.to, messages[:half]), mtu_bytes)
+                + sends_for(Send(send.to, messages[half:]), mtu_bytes))  # fmt: skip
+    msg = messages[0]
+    if type(msg) is not Append or len(msg.entries) < 2:
+        return [Send(send.to, messages, Channel.STREAM)]
+    half = len(msg.entries) // 2
+    last = msg.entries[half - 1]
+    first = msgspec.structs.replace(msg, entries=msg.entries[:half])
+    rest = msgspec.structs.replace(msg, prev_index=last.index, prev_epoch=last.epoch,
+                                   entries=msg.entries[half:])  # fmt: skip
+    return sends_for(Send(send.to, (first,)), mtu_bytes) + sends_for(Send(send.to, (rest,)),
+                                                                      mtu_bytes)  # fmt: skip
+
+
+def _heavy(m: Any) -> bool:
+    """Whether message `m` may not fit a datagram (it carries entries or a value)."""
+    kind = type(m)
+    return ((kind is Append and bool(m.entries)) or kind is Propose
+            or (kind is ReadResult and m.value is not None)
+            or (kind is ProposeResult and m.txn is not None) or kind is SnapshotChunk)  # fmt: skip
 
 
 def reply_to(node: ShoalNode, messages: list[Any], sender: Address) -> Address:

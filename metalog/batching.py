@@ -4,9 +4,9 @@ Under load a drain holds many proposals forwarded to the controller, or
 many answers to one origin (a commit answers every proposal it covers at
 once): one `Send` each was one datagram each, sealed, sent and received,
 and on the receiving side one pass of the node and one flush each. Merged,
-a drain's proposals to the controller are one datagram (or one frame on a
-stream when they exceed the MTU, daemon/meta.py `channel_for`), and so are
-its answers to each origin (docs/performance.md, "The metadata log").
+a drain's proposals to the controller are as few datagrams as the MTU
+allows (daemon/meta.py `sends_for` splits them), and so are its answers
+to each origin (docs/performance.md, "The metadata log").
 
 Only sends whose messages are all of one of the kinds below are merged, and
 only with sends of the same kind to the same peer: the receiver answers
