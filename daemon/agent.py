@@ -43,7 +43,7 @@ from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
 from shoal.daemon.health import HEALTH_TAG
 from shoal.daemon.liveness import Liveness, tags_with_health
-from shoal.daemon.meta import LocalDelivery, MetaService, reply_to, sends_for
+from shoal.daemon.meta import LocalDelivery, MetaService, reply_to
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.discovery import preload as preload_discovery
@@ -266,11 +266,8 @@ class Agent:
         local = self.local
         if local is None:
             self.net.send(send)
-        elif send.to == local.me:
-            local.send(send)
-        else:  # the log's batches split to the MTU (daemon/meta.py)
-            for part in sends_for(send, self.node.swim.config.mtu_bytes):
-                self.net.send(part)
+        else:  # the log's: held, merged or split to the MTU (daemon/meta.py)
+            local.route(send, self.net.send, self.node.swim.config.mtu_bytes)
 
     def _log_started(self) -> None:
         cfg = self.config

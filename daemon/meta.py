@@ -32,7 +32,14 @@ from shoal.daemon.metawatch import MetaWatches
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.metalog.core import ProposalDone, ReadDone
-from shoal.metalog.messages import Append, Propose, ProposeResult, ReadRequest, ReadResult
+from shoal.metalog.messages import (
+    Append,
+    AppendAck,
+    Propose,
+    ProposeResult,
+    ReadRequest,
+    ReadResult,
+)
 from shoal.metalog.snapshot import SnapshotChunk
 from shoal.metalog.state import KeyState, MetaOp
 from shoal.node.composition import ShoalNode
@@ -189,7 +196,8 @@ class MetaService:
 
 class LocalDelivery:
     """Sends addressed to this agent itself, delivered in the loop's next
-    pass (after the flush that made them), in order."""
+    pass (after the flush that made them), in order; and a follower's
+    acknowledgements to one leader, merged per pass of the loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, me: Address,
                  receive: Callable[[list[Any], Address], None]) -> None:  # fmt: skip
@@ -197,12 +205,51 @@ class LocalDelivery:
         self.me = me
         self._receive = receive
         self._queued: list[Send] = []
+        # Acknowledgements held until the end of this pass, by (leader, epoch).
+        self._acks: dict[tuple[Address, int], AppendAck] = {}
+        self._net_send: Callable[[Send], None] | None = None
 
-    def send(self, send: Send) -> None:
-        """Queue `send` (addressed to `me`) for delivery here."""
-        if not self._queued:
-            self._loop.call_soon(self._deliver)
-        self._queued.append(send)
+    def route(self, send: Send, net_send: Callable[[Send], None], mtu_bytes: int) -> None:
+        """Deliver `send` here when it is addressed to `me`; hold an
+        acknowledgement to merge it; else send it, split to the MTU."""
+        if send.to == self.me:
+            if not self._queued:
+                self._loop.call_soon(self._deliver)
+            self._queued.append(send)
+        elif not self._hold_ack(send, net_send):
+            for part in sends_for(send, mtu_bytes):
+                net_send(part)
+
+    def _hold_ack(self, send: Send, net_send: Callable[[Send], None]) -> bool:
+        """Merge a successful `AppendAck` with the others to the same leader
+        this pass: the one sent says the highest index held durably and the
+        highest read round heard, each of which one of them said. One sync
+        covers every append that arrived meanwhile (an append split to the
+        MTU comes in parts), and acknowledging each was one datagram each
+        for the controller to take (docs/performance.md, "The metadata log")."""
+        if len(send.messages) != 1 or send.channel is not Channel.PACKET:
+            return False
+        ack = send.messages[0]
+        if type(ack) is not AppendAck or not ack.ok:
+            return False
+        key = (send.to, ack.epoch)
+        held = self._acks.get(key)
+        if held is None:
+            if not self._acks:
+                self._net_send = net_send
+                self._loop.call_soon(self._send_acks)
+            self._acks[key] = ack
+        else:
+            self._acks[key] = AppendAck(ack.epoch, ack.follower, True,
+                                        max(ack.match_index, held.match_index),
+                                        max(ack.read_seq, held.read_seq))  # fmt: skip
+        return True
+
+    def _send_acks(self) -> None:
+        acks, self._acks = self._acks, {}
+        assert self._net_send is not None
+        for (to, _), ack in acks.items():
+            self._net_send(Send(to, (ack,)))
 
     def _deliver(self) -> None:
         queued, self._queued = self._queued, []
@@ -221,7 +268,9 @@ def sends_for(send: Send, mtu_bytes: int) -> list[Send]:
     opened one per append of ten entries or more, and those connections were
     a sixth of its time (py-spy; docs/performance.md, "The metadata log")."""
     messages = send.messages
-    if send.channel is not Channel.PACKET or (len(messages) == 1 and not _heavy(messages[0])):
+    if send.channel is not Channel.PACKET or not (
+        _heavy(messages[0]) if len(messages) == 1 else any(type(m) in _SIZED for m in messages)
+    ):
         return [send]
     if len(codec.encode_payload(messages)) <= mtu_bytes:
         return [send]
@@ -239,6 +288,10 @@ def sends_for(send: Send, mtu_bytes: int) -> list[Send]:
                                    entries=msg.entries[half:])  # fmt: skip
     return sends_for(Send(send.to, (first,)), mtu_bytes) + sends_for(Send(send.to, (rest,)),
                                                                       mtu_bytes)  # fmt: skip
+
+
+# The log's messages that may come many to a send (metalog/batching.py).
+_SIZED = frozenset((Append, Propose, ProposeResult, ReadRequest, ReadResult, SnapshotChunk))
 
 
 def _heavy(m: Any) -> bool:

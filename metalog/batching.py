@@ -48,7 +48,7 @@ def merged(out: Output) -> Output:
             group.extend(send.messages)
     if len(kept) == len(sends):
         return out
-    return Output(out.persist, tuple(s if type(s) is Send else Send(s[0], tuple(s[1]))
+    return Output(out.persist, tuple(s if isinstance(s, Send) else Send(s[0], tuple(s[1]))
                                      for s in kept), out.events)  # fmt: skip
 
 
