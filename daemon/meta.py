@@ -71,6 +71,7 @@ class MetaService:
         # Readers waiting for this agent to apply up to a revision.
         self._applying: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_due = False  # a flush is scheduled for this pass's end
+        self._flush_more = False  # and it has something to do
         # -- watches (daemon/metawatch.py): fed the key changes after each flush.
         self.watches = MetaWatches()
 
@@ -90,19 +91,26 @@ class MetaService:
         return await self.submit(op)
 
     def flush_soon(self) -> None:
-        """Flush once, at the end of this pass of the loop: the writes and
-        reads the API took in one pass (32 clients' requests arrive together)
-        leave as one append per voter, one write to disk, and one datagram of
-        proposals to the controller, where a flush each sent one of each per
-        request (docs/performance.md, "The metadata log")."""
-        if not self._flush_due:
-            self._flush_due = True
-            self._loop.call_soon(self._flush_now)
+        """Flush now if no flush is pending, and once more at the end of
+        this pass of the loop for what comes after in the same pass: the
+        first request or message of a pass waits for nothing (a lone client
+        gets the latency of a flush each), and those after it (32 clients'
+        requests, or acknowledgements, arrive together) leave as one append
+        per voter, one write, and one datagram of proposals to the
+        controller, where a flush each sent one of each per request
+        (docs/performance.md, "The metadata log")."""
+        if self._flush_due:
+            self._flush_more = True
+            return
+        self._flush_due, self._flush_more = True, False
+        self._loop.call_soon(self._flush_now)
+        self._flush()
 
     def flush_later(self, messages: list[Any]) -> bool:
-        """Whether `messages`, just received, are all the log's: then their
-        flush waits for the end of this pass of the loop (`flush_soon`), so
-        that the acknowledgements and proposals that arrived together are
+        """Whether `messages`, just received, are all the log's: then they
+        are flushed by `flush_soon` (at once when no flush is pending, else
+        with the others that arrived in this pass of the loop, at its end),
+        so that acknowledgements and proposals arriving together are
         answered by one append per voter and one write, not one each."""
         meta = self._node().meta
         assert meta is not None
@@ -120,7 +128,8 @@ class MetaService:
 
     def _flush_now(self) -> None:
         self._flush_due = False
-        self._flush()
+        if self._flush_more:
+            self._flush()
 
     async def read(self, key: bytes) -> ReadDone | None:
         """Read `key` linearizably through the controller; None when no

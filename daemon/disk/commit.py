@@ -19,12 +19,6 @@ loop in the path (one sync at a time, started by the loop), a sync cycle
 was about 1.15 ms at 32 writers on this VM against a 0.2-0.3 ms fdatasync:
 the rest was the loop finishing its pass before it noticed the sync had
 ended (issue 25).
-
-When no sync runs, the first write of a pass is handed over at once, not
-at the end of the pass: a lone write (the metadata log's one client, a
-follower's append) starts its sync a pass earlier, and the writes after it
-in that pass join the next sync, which the thread starts as soon as this
-one ends. Under load a sync is always running and nothing changes.
 """
 
 from __future__ import annotations
@@ -85,12 +79,8 @@ class GroupCommit:
         (or fails with the sync's OSError). Shared: never cancel it."""
         self.waits += 1
         if self._open is None:
-            fut = self._open = self._loop.create_future()
-            if self._waiting:  # a sync runs: the pass's writes join the next one
-                self._loop.call_soon(self._hand_over)
-            else:  # the thread is idle: nobody to wait for, sync at once
-                self._hand_over()
-            return fut
+            self._open = self._loop.create_future()
+            self._loop.call_soon(self._hand_over)
         return self._open
 
     async def wait(self) -> None:

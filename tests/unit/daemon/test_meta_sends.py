@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from shoal.daemon.meta import LocalDelivery, sends_for
+from shoal.daemon.meta import LocalDelivery, MetaService, sends_for
 from shoal.kernel import codec
 from shoal.kernel.contract import Channel, Send
 from shoal.metalog.core import MetaConfig, MetaLog
@@ -89,3 +89,35 @@ def test_a_followers_acks_to_one_leader_in_one_pass_leave_as_one():
     sent, here = asyncio.run(run())
     assert sent[1:] == [Send(LEADER, (AppendAck(3, "b", True, 18, 5),))]
     assert here == [([AppendAck(3, "b", True, 1, 0)], ME)]
+
+
+class _Node:
+    """What MetaService asks of the node: ids for proposals."""
+
+    def __init__(self) -> None:
+        self.proposed: list[object] = []
+
+    def meta_propose(self, op: object, now: float) -> int:
+        self.proposed.append(op)
+        return len(self.proposed)
+
+
+def test_the_first_write_of_a_pass_flushes_at_once_and_the_rest_together():
+    async def run() -> list[int]:
+        loop = asyncio.get_running_loop()
+        flushes: list[int] = []
+        node = _Node()
+        service = MetaService(loop, lambda: node, lambda: flushes.append(len(node.proposed)),
+                              0.0)  # type: ignore[arg-type, return-value]  # fmt: skip
+        service.wait_s = 0.05
+        writes = [service.submit(MetaPut(b"k%d" % i, b"v", None)) for i in range(32)]
+        assert flushes == [1]  # the first at once: a lone client waits for nothing
+        await asyncio.sleep(0)
+        assert flushes == [1, 32]  # the 31 after it in one flush, at the pass's end
+        service.submit(MetaPut(b"later", b"v", None))
+        assert flushes == [1, 32, 33]
+        done = await asyncio.gather(*writes)
+        assert done == [None] * 32  # never answered: unknown once the wait is over
+        return flushes
+
+    assert asyncio.run(run()) == [1, 32, 33]
