@@ -216,6 +216,7 @@ class LocalDelivery:
         self._queued: list[Send] = []
         # Acknowledgements held until the end of this pass, by (leader, epoch).
         self._acks: dict[tuple[Address, int], AppendAck] = {}
+        self._acking = False  # an ack left in this pass: the next ones are held
         self._net_send: Callable[[Send], None] | None = None
 
     def route(self, send: Send, net_send: Callable[[Send], None], mtu_bytes: int) -> None:
@@ -230,32 +231,34 @@ class LocalDelivery:
                 net_send(part)
 
     def _hold_ack(self, send: Send, net_send: Callable[[Send], None]) -> bool:
-        """Merge a successful `AppendAck` with the others to the same leader
-        this pass: the one sent says the highest index held durably and the
-        highest read round heard, each of which one of them said. One sync
-        covers every append that arrived meanwhile (an append split to the
-        MTU comes in parts), and acknowledging each was one datagram each
-        for the controller to take (docs/performance.md, "The metadata log")."""
+        """Whether a successful `AppendAck` is held, to be merged with the
+        others to the same leader in this pass of the loop: the first of a
+        pass leaves at once (a lone append is answered without waiting), the
+        ones after it leave as one at the end of the pass, saying the
+        highest index held durably and the highest read round heard (each
+        of which one of them said). One sync covers every append that
+        arrived meanwhile (an append split to the MTU comes in parts), and
+        acknowledging each was one datagram each for the controller to take
+        (docs/performance.md, "The metadata log")."""
         if len(send.messages) != 1 or send.channel is not Channel.PACKET:
             return False
         ack = send.messages[0]
         if type(ack) is not AppendAck or not ack.ok:
             return False
+        if not self._acking:  # the first of this pass: at once
+            self._acking = True
+            self._net_send = net_send
+            self._loop.call_soon(self._send_acks)
+            return False
         key = (send.to, ack.epoch)
         held = self._acks.get(key)
-        if held is None:
-            if not self._acks:
-                self._net_send = net_send
-                self._loop.call_soon(self._send_acks)
-            self._acks[key] = ack
-        else:
-            self._acks[key] = AppendAck(ack.epoch, ack.follower, True,
-                                        max(ack.match_index, held.match_index),
-                                        max(ack.read_seq, held.read_seq))  # fmt: skip
+        self._acks[key] = ack if held is None else AppendAck(
+            ack.epoch, ack.follower, True, max(ack.match_index, held.match_index),
+            max(ack.read_seq, held.read_seq))  # fmt: skip
         return True
 
     def _send_acks(self) -> None:
-        acks, self._acks = self._acks, {}
+        acks, self._acks, self._acking = self._acks, {}, False
         assert self._net_send is not None
         for (to, _), ack in acks.items():
             self._net_send(Send(to, (ack,)))
