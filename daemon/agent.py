@@ -353,7 +353,7 @@ class Agent:
             sender = reply_to(self.node, messages, sender)
         self.node.receive_all(messages, sender, self._loop.time())
         if self.meta is not None and self.meta.flush_later(messages):
-            return  # flushed at the end of this pass, with the others (daemon/meta.py)
+            return  # flushed at once, or with the others of this pass (daemon/meta.py)
         self.flush()
 
     def _unreachable(self, addr: Address) -> None:
