@@ -45,7 +45,7 @@ from shoal.daemon.disk.persister import Persister
 from shoal.daemon.disk.snapshots import SnapshotTaker
 from shoal.daemon.health import HEALTH_TAG
 from shoal.daemon.liveness import Liveness, tags_with_health
-from shoal.daemon.meta import LocalDelivery, MetaService, channel_for, reply_to
+from shoal.daemon.meta import LocalDelivery, MetaService, reply_to
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
 from shoal.daemon.network.discovery import preload as preload_discovery
@@ -272,10 +272,8 @@ class Agent:
         local = self.local
         if local is None:
             self.net.send(send)
-        elif send.to == local.me:
-            local.send(send)
-        else:  # the log's large batches go on a stream (daemon/meta.py)
-            self.net.send(channel_for(send, self.node.swim.config.mtu_bytes))
+        else:  # the log's: held, merged or split to the MTU (daemon/meta.py)
+            local.route(send, self.net.send, self.node.swim.config.mtu_bytes)
 
     def _log_started(self) -> None:
         cfg = self.config
@@ -371,6 +369,8 @@ class Agent:
         if self.local is not None:
             sender = reply_to(self.node, messages, sender)
         self.node.receive_all(messages, sender, self._loop.time())
+        if self.meta is not None and self.meta.flush_later(messages):
+            return  # flushed at once, or with the others of this pass (daemon/meta.py)
         self.flush()
 
     def _unreachable(self, addr: Address) -> None:

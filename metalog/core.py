@@ -68,6 +68,7 @@ from typing import Any
 from shoal.kernel.contract import EMPTY, Address, Output, Send
 from shoal.kernel.outbox import Outbox
 from shoal.metalog import snapshot as snap
+from shoal.metalog.batching import merged
 from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
 from shoal.metalog.following import Following
 from shoal.metalog.log import resume
@@ -215,7 +216,7 @@ class MetaLog(Following, Reading):
             if self.epoch is not None:
                 ack = AppendAck(self.epoch, self.name, True, self.log.last_index)
                 self.out.send_durable(Send(self.me, (ack,)))
-        return self.out.drain() if self.out else EMPTY
+        return merged(self.out.drain()) if self.out else EMPTY
 
     # -- commands -----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ served. Bad input: 400, 404, 405 or 413 with a JSON error.
 from __future__ import annotations
 
 import base64
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -24,6 +25,7 @@ from shoal.daemon.api.answers import HttpError, Request
 from shoal.daemon.api.metatxn import TXN_ROUTE, txn_route
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.meta import MetaService
+from shoal.metalog.core import ProposalDone
 from shoal.metalog.messages import (
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
@@ -67,7 +69,7 @@ def meta_route(agent: AgentPort, request: Request) -> Any:
         raise HttpError(413, f"a value is at most {MAX_VALUE_BYTES} bytes")
     cas = _cas(request.query)
     op: MetaOp = MetaPut(key, request.body, cas) if method == "PUT" else MetaDelete(key, cas)
-    return _write(service, key, op)
+    return _write(key, service.submit(op))  # proposed now, in this pass of the loop
 
 
 def _cas(query: dict[str, list[str]]) -> int | None:
@@ -80,8 +82,8 @@ def _cas(query: dict[str, list[str]]) -> int | None:
     return int(text)
 
 
-async def _write(service: MetaService, key: bytes, op: MetaOp) -> tuple[int, Any]:
-    done = await service.propose(op)
+async def _write(key: bytes, pending: Awaitable[ProposalDone | None]) -> tuple[int, Any]:
+    done = await pending
     name = key.decode(errors="replace")
     if done is None:
         raise HttpError(504, UNKNOWN, outcome="unknown", key=name)
