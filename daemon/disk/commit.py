@@ -73,6 +73,12 @@ class GroupCommit:
         self.slow_syncs = 0
         self.slowest_s = 0.0  # the longest sync so far
         self._slow_logged_at = -_SLOW_LOG_EVERY_S
+        # Called with a group's future as soon as its sync ends, in the
+        # same pass of the loop (`after_sync`).
+        self._calls: dict[asyncio.Future[None], list[Callable[[asyncio.Future[None]], None]]] = {}
+        # Called when the open group is handed over, before the sync thread
+        # is woken: writes deferred to then (`Persister`) go in first.
+        self.before_hand_over: Callable[[], None] | None = None
 
     def waiter(self) -> asyncio.Future[None]:
         """A future that completes once every write made so far is durable
@@ -82,6 +88,15 @@ class GroupCommit:
             self._open = self._loop.create_future()
             self._loop.call_soon(self._hand_over)
         return self._open
+
+    def after_sync(self, fut: asyncio.Future[None],
+                   call: Callable[[asyncio.Future[None]], None]) -> None:  # fmt: skip
+        """Call `call(fut)` as soon as the sync of group `fut` (a `waiter()`)
+        ends, in the pass of the loop that learns it, not in the next one as
+        a done callback would: the sends a follower's acknowledgement rides
+        on leave one loop pass sooner (docs/performance.md, "The metadata
+        log")."""
+        self._calls.setdefault(fut, []).append(call)
 
     async def wait(self) -> None:
         """Return once every write made before this call is durable.
@@ -107,6 +122,15 @@ class GroupCommit:
         sync thread."""
         fut, self._open = self._open, None
         assert fut is not None
+        if self.before_hand_over is not None:
+            try:
+                self.before_hand_over()
+            except Exception as exc:  # the deferred writes failed: so does the group
+                log.error("write-ahead log write failed; writes not acknowledged", error=str(exc))
+                fut.set_exception(OSError(str(exc)))
+                fut.exception()
+                self._call(fut)
+                return
         self._handed += 1
         self._waiting.append((self._handed, fut))
         self._wake.put(True)
@@ -160,6 +184,15 @@ class GroupCommit:
             else:
                 fut.set_exception(error)
                 fut.exception()  # retrieved, so a group nobody awaits logs nothing
+            self._call(fut)
+
+    def _call(self, fut: asyncio.Future[None]) -> None:
+        """Run the `after_sync` calls of group `fut`, now done."""
+        for call in self._calls.pop(fut, ()):
+            try:
+                call(fut)
+            except Exception:  # as the loop does for a done callback
+                log.exception("a call after a write-ahead log sync failed")
 
 
 def slowed(sync: Callable[[], None], delay_s: float) -> Callable[[], None]:

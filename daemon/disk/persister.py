@@ -13,7 +13,15 @@ same way (a follower's acknowledgement, the controller's own). A snapshot
 the log takes (`TakeSnapshot`) is no write yet: it goes to the snapshot
 thread (daemon/disk/snapshots.py), and its `PersistSnapshot` comes later.
 
-The rule, exactly: an item's write is done, then its `releases` are sent at
+The metadata log's writes (`PersistLog`) are not done at once but when the
+group commit hands its group to the sync thread, at the start of the next
+pass of the loop, in order (any other write does them first): the sync that
+makes them durable covers them all the same, and the controller's appends,
+sent in the same flush, leave before its own write rather than after it
+(Raft lets the leader write its log in parallel with replicating it).
+
+The rule, exactly: an item's write is done (a log write: staged, as said),
+then its `releases` are sent at
 once unless a sync is pending, in which case they are held, in order, until
 that sync completes. A later election write moves the pending sync to a
 later one; the held sends wait for the latest. A failed sync drops them.
@@ -65,18 +73,23 @@ class Persister:
         # Sends waiting for their state to be durable, and the sync they wait for.
         self._held: list[Send] = []
         self._held_for: asyncio.Future[None] | None = None
+        # The log's writes not done yet, in order (`_write_logs`).
+        self._logs: list[PersistLog] = []
+        commits.before_hand_over = self._write_logs
 
     def write(self, persist: Iterable[Persist]) -> None:
         """Write each item, then send (or hold) what it releases."""
         for item in persist:
             write = item.write
-            if isinstance(write, PersistIncarnation):
+            if self._logs and write is not None and not isinstance(write, PersistLog):
+                self._write_logs()  # the log's first, in order
+            if isinstance(write, PersistLog):  # the metadata log, as election state
+                self._logs.append(write)  # written at the hand-over (module docstring)
+                self._hold_for_sync()
+            elif isinstance(write, PersistIncarnation):
                 self._data_dir.save_incarnation(write.incarnation)  # synced in place
             elif isinstance(write, PersistElection):
                 self._data_dir.save_election(write.granted_epoch, write.config, sync=False)
-                self._hold_for_sync()
-            elif isinstance(write, PersistLog):  # the metadata log, as election state
-                self._data_dir.save_log(write)
                 self._hold_for_sync()
             elif isinstance(write, PersistSnapshot):  # and its snapshots
                 self._data_dir.save_snapshot(write)
@@ -93,12 +106,21 @@ class Persister:
                     for send in item.releases:
                         self._send(send)
 
+    def _write_logs(self) -> None:
+        """Do the log's writes staged so far, in order (before the group
+        commit hands over the group they wait with, or before another write)."""
+        logs, self._logs = self._logs, []
+        for write in logs:
+            self._data_dir.save_log(write)
+
     def _hold_for_sync(self) -> None:
-        """Hold released sends until the sync of what was just written."""
+        """Hold released sends until the sync of what was just written:
+        released in the pass of the loop that learns the sync ended
+        (`GroupCommit.after_sync`), not a pass later."""
         fut = self._commits.waiter()
         if fut is not self._held_for:
             self._held_for = fut
-            fut.add_done_callback(self._release)
+            self._commits.after_sync(fut, self._release)
 
     def _release(self, fut: asyncio.Future[None]) -> None:
         if fut is not self._held_for:

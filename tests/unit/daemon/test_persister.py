@@ -33,11 +33,19 @@ class FakeCommits:
 
     def __init__(self) -> None:
         self.pending: asyncio.Future[None] | None = None
+        self.before_hand_over = None
 
     def waiter(self) -> asyncio.Future[None]:
         if self.pending is None or self.pending.done():
             self.pending = asyncio.get_running_loop().create_future()
         return self.pending
+
+    def after_sync(self, fut, call) -> None:
+        fut.add_done_callback(call)
+
+    def hand_over(self) -> None:
+        """The group goes to the sync thread: deferred writes go in first."""
+        self.before_hand_over()
 
 
 def send(n: int) -> Send:
@@ -135,9 +143,26 @@ def test_a_log_acknowledgement_waits_for_the_sync_of_its_entries():
         persister, disk, commits, _, sent = make()
         persister.write([Persist(PersistLog(1, (Entry(1, 1, NoOp()),)), (send(1),)),
                          Persist(None, (send(2),))])  # fmt: skip
+        assert disk.writes == [] and sent == []  # written when the group is handed over
+        commits.hand_over()
         assert disk.writes == [("log", 1, False)] and sent == []
         commits.pending.set_result(None)
         await asyncio.sleep(0)
         assert sent == [send(1), send(2)]
+
+    asyncio.run(run())
+
+
+def test_log_writes_stay_in_order_with_other_writes():
+    """A write other than the log's does the log's staged ones first."""
+
+    async def run():
+        persister, disk, commits, _, sent = make()
+        persister.write([Persist(PersistLog(1, (Entry(1, 1, NoOp()),)), ()),
+                         Persist(PersistElection(2, None), (send(1),)),
+                         Persist(PersistLog(2, (Entry(1, 2, NoOp()),)), ())])  # fmt: skip
+        assert disk.writes == [("log", 1, False), ("election", 2, False)]
+        commits.hand_over()
+        assert disk.writes[-1] == ("log", 2, False) and sent == []
 
     asyncio.run(run())
