@@ -257,10 +257,11 @@ class Agent:
             return {}
         from shoal.metalog.core import MetaConfig
 
-        assert self.data_dir is not None
+        assert self.data_dir is not None and self.commits is not None
         self.local = LocalDelivery(self._loop, me, self._receive)
         self.meta = MetaService(self._loop, lambda: self.node, self.flush,
-                                settings.answer_timeout_s)  # fmt: skip
+                                settings.answer_timeout_s,
+                                self.commits.hand_over_now)  # fmt: skip
         return {"meta": MetaConfig(settings.heartbeat_s, settings.answer_timeout_s,
                                    settings.snapshot_every, settings.keep_entries,
                                    max_snapshot_bytes=settings.max_snapshot_bytes),

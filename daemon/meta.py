@@ -53,13 +53,17 @@ class MetaService:
     """Futures for the API's metadata writes and reads, by id."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, node: Callable[[], ShoalNode],
-                 flush: Callable[[], None], timeout_s: float) -> None:  # fmt: skip
+                 flush: Callable[[], None], timeout_s: float,
+                 hand_over: Callable[[], None] = lambda: None) -> None:  # fmt: skip
         """Args:
         loop: the agent's loop.
         node: the node (built after this service's owner starts).
         flush: the agent's flush (drains the node, sends, publishes).
         timeout_s: the log's answer timeout (`[meta] answer_timeout_s`).
+        hand_over: starts the sync of the writes made so far
+            (`GroupCommit.hand_over_now`).
         """
+        self._hand_over = hand_over
         self._loop = loop
         self._node = node
         self._flush = flush
@@ -101,13 +105,19 @@ class MetaService:
         the merging of metalog/batching.py and of `_hold_ack`: 2.73
         datagrams into the controller per write under 32 clients before,
         0.36-0.43 after, and 311 µs of its CPU per write before, 106-115
-        after (docs/performance.md, "The metadata log")."""
+        after (docs/performance.md, "The metadata log").
+
+        That first flush's writes go to the sync thread as soon as it has
+        sent, not at the end of the pass (`GroupCommit.hand_over_now`): a
+        lone put's appends leave first, then the controller's sync starts,
+        and a follower's sync starts without waiting for the next pass."""
         if self._flush_due:
             self._flush_more = True
             return
         self._flush_due, self._flush_more = True, False
         self._loop.call_soon(self._flush_now)
         self._flush()
+        self._hand_over()  # its sends are out: its writes' sync starts now
 
     def flush_later(self, messages: list[Any]) -> bool:
         """Whether `messages`, just received, are all the log's: then they

@@ -118,6 +118,38 @@ def test_a_failing_sync_fails_the_waiting_writes():
     assert calls == [1]
 
 
+def test_after_sync_calls_run_in_the_pass_that_learns_the_sync_ended():
+    """`after_sync` calls run with the group's future done, before any done
+    callback of that future (which waits for the next pass); the hand-over
+    hook runs before the thread syncs, and its failure fails the group."""
+    order: list[str] = []
+    synced: list[int] = []
+
+    async def main() -> None:
+        commits = GroupCommit(asyncio.get_running_loop(), lambda: synced.append(1))
+        commits.before_hand_over = lambda: order.append("hand-over")
+        fut = commits.waiter()
+        fut.add_done_callback(lambda f: order.append("done callback"))
+        commits.after_sync(fut, lambda f: order.append(f"after sync, done={f.done()}"))
+        await asyncio.shield(fut)
+        await asyncio.sleep(0)
+        assert order == ["hand-over", "after sync, done=True", "done callback"]
+        assert synced == [1]
+
+        def broken() -> None:
+            raise OSError("disk gone")
+
+        commits.before_hand_over = broken
+        failed = commits.waiter()
+        commits.after_sync(failed, lambda f: order.append(f"failed: {f.exception()}"))
+        with pytest.raises(OSError, match="disk gone"):
+            await asyncio.shield(failed)
+        assert order[-1] == "failed: disk gone" and synced == [1]
+        await commits.close()
+
+    asyncio.run(main())
+
+
 def test_a_local_write_is_read_back_at_once_and_a_newer_merge_wins_on_disk(tmp_path):
     """A put is readable (get, scan) before its group's sync; a newer version
     merged from a peer meanwhile is what the database holds after the sync
