@@ -147,7 +147,10 @@ class Reconnects:
         return self._pings.pop(seq, None)
 
     def heard(self, name: str, now: float) -> None:
-        """Dead member `name` answered: ping the other recently dead at once."""
+        """Lost member `name` (dead, or suspect) was heard from: a cut may
+        have just healed, so ping the other lost members at once, the
+        suspects with their suspicion (at most `_HEARD_BURST_MAX`, once per
+        probe interval)."""
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s
@@ -155,9 +158,16 @@ class Reconnects:
         for other, since, suspect in list(self._fast):
             if sent >= _HEARD_BURST_MAX:
                 break
-            if other != name and not suspect and self._still_dead(other, since):
+            if other != name and self._lost(other, since, suspect, now):
                 self._ping(other)
                 sent += 1
+
+    def _lost(self, name: str, since: float, suspect: bool, now: float) -> bool:
+        """Whether a round-robin entry may be pinged now."""
+        if not suspect:
+            return self._still_dead(name, since)
+        m = self._table.get(name)
+        return m is not None and m.state is SUSPECT and now >= since
 
     def _still_dead(self, name: str, died_at: float) -> bool:
         m = self._table.get(name)
