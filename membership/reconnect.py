@@ -9,8 +9,10 @@ agents; ~27 s in 4 of 12 simulated seeds). Here each member declared dead
 (not one that left) is tried again with a `Ping` of its own:
 
 - for `reconnect_fast_s` (60 s) after its death, at most one such ping per
-  probe interval, round robin over the recently dead: a cut of up to a
-  minute is noticed within about a probe interval of its heal;
+  probe interval, round robin over the recently dead (and the suspects,
+  below), slower in proportion above `_PACE_MEMBERS` live members, except
+  while we hold suspicions of our own: a cut of up to a minute is noticed
+  within about a probe interval of its heal;
 - then with a backoff that doubles from 2 s up to `reconnect_interval_s`
   (2, 4, 8, 16 s), after which only Serf's reconnect tries it;
 - a death again (after it was heard alive) starts again from the first.
@@ -21,18 +23,28 @@ hold us alive) makes us push-pull with it (`Exchange.reconnect_acked`).
 Either exchange carries the news that each side declared the other dead,
 each refutes, and the refutations spread on both sides by gossip. The first
 answer across a healed cut is also a sign that the others behind it are
-back: every other recently dead member gets a ping at once (at most
-`_HEARD_BURST_MAX`, once per probe interval).
+back: every other recently dead member, and every suspect, gets a ping at
+once (at most `_HEARD_BURST_MAX`, once per probe interval); so does a ping
+from a member we suspect, and its refutation.
+
+At 60 members (issue 42) the heal's tail was a suspicion that only one
+member held, or held at an incarnation the suspect had already outbid: no
+gossip reaches the suspect, so only our own pings tell it, and they came
+at the slowed pace (3.75 s at 60), once per turn of a round robin over
+every lost member. Hence the pace of a probe interval while any suspicion
+of our own is queued, and suspects in the burst.
 
 Cost, per observer: at most one ping per probe interval however many are
-dead, while any death is younger than `reconnect_fast_s`, plus four per
-dead member after that, plus one burst of at most `_HEARD_BURST_MAX` per
-probe interval while dead members answer. Per dead member, at most
-`reconnect_fast_s / probe_interval_s + 4` (64 on the LAN profile) from each
-observer, fewer when several are dead at once. A crashed agent's host
-answers each with ICMP port unreachable (ignored for a dead member); a ping
-that reaches another node now at that address names the member it is for,
-and is dropped there.
+dead or suspect, while any death is younger than `reconnect_fast_s` or any
+suspicion runs, plus four per dead member after that, plus one burst of at
+most `_HEARD_BURST_MAX` per probe interval while lost members are heard.
+Per dead member, at most `reconnect_fast_s / probe_interval_s + 4` (64 on
+the LAN profile) from each observer's round robin, fewer when several are
+dead at once, plus one per burst (a burst needs a lost member heard
+from: a heal, or a false suspicion refuted). A crashed agent's host answers
+each with ICMP port unreachable (ignored for a dead member); a ping that
+reaches another node now at that address names the member it is for, and
+is dropped there.
 """
 
 from __future__ import annotations
