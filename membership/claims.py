@@ -262,6 +262,9 @@ class Claims:
         local = self._local
         if claimed >= local.incarnation and not local.leaving:
             self.refute(claimed, now, source)
+            # and the claimant is told at once, not by gossip: after a cut,
+            # its timer may be about to run out (see `correct`)
+            self.correct(self._name, claimed, sender, now)
         else:
             self.correct(self._name, claimed, sender, now)
 
