@@ -226,7 +226,8 @@ class Controller:
         settled = now - self.elected_at >= _REAPED_GUARD_S
         if self._view.feature_level >= META_LOG_FEATURE:  # voters have ids
             return self._replace(voters) or self.ranking.next_config(
-                voters, settled, self.config.max_voters, self.came_back, self._ready)
+                voters, settled, self.config.max_voters, self.came_back, self._ready
+            )
         if voters.ids:  # the level was lowered (an operator's cap, before a downgrade)
             return voters.without_ids()
         return self.ranking.next_config(voters, settled, self.config.max_voters)

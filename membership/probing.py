@@ -342,8 +342,10 @@ class Prober:
         """Another member suspects `name`: check it at once (see the module
         docstring), unless a check or a round of ours is at it already."""
         probe = self._probe
-        if self._local.leaving or name in self._checking or (
-            probe is not None and probe.target == name and not probe.acked
+        if (
+            self._local.leaving
+            or name in self._checking
+            or (probe is not None and probe.target == name and not probe.acked)
         ):
             return
         m = self._table.get(name)

@@ -111,7 +111,15 @@ class SwimNode:
             local, table, config, rng, deadlines, self.gossip.send_packet, counters
         )
         self.claims = claims = Claims(
-            local, table, config, health, deadlines, out, counters, self.gossip, scheduler,
+            local,
+            table,
+            config,
+            health,
+            deadlines,
+            out,
+            counters,
+            self.gossip,
+            scheduler,
             reconnects,
         )
         self.exchange = exchange = Exchange(

@@ -136,8 +136,10 @@ def main(argv: list[str]) -> None:
                   f"{sum(r.flaps for r in results):5d}")  # fmt: skip
     every.sort()
     if every:
-        print(f"all {len(every)} healed: median {every[len(every) // 2]:.2f} s, "
-              f"p95 {every[int(len(every) * 0.95)]:.2f} s, worst {every[-1]:.2f} s")
+        print(
+            f"all {len(every)} healed: median {every[len(every) // 2]:.2f} s, "
+            f"p95 {every[int(len(every) * 0.95)]:.2f} s, worst {every[-1]:.2f} s"
+        )
 
 
 if __name__ == "__main__":
