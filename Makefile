@@ -124,6 +124,7 @@ bench: $(STAMP) bytecode
 # (import-linter, pyproject.toml). `make test` runs it first.
 lint: $(STAMP) $(LINT_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/shoal
 	$(VENV)/bin/mypy
 	PYTHONPATH=build/typecheck $(LINT_VENV)/bin/lint-imports

@@ -198,5 +198,7 @@ def _extensions() -> list[Extension]:
     return [Extension(name, sources=[]) for name in names]
 
 
-setup(ext_modules=_extensions(),
-      cmdclass={"build_ext": BuildCompiledPath, "build_py": BuildPyWithoutSetup})
+setup(
+    ext_modules=_extensions(),
+    cmdclass={"build_ext": BuildCompiledPath, "build_py": BuildPyWithoutSetup},
+)

@@ -25,8 +25,10 @@ CACHE_ROOT = Path("/tmp/shoal-bench-pycache")
 # standard library's tests and GUI, pyspark (the churn job's).
 _SKIP_IN_TREE = r"(\.venv|\.venv-lint|build|node_modules)/"
 _SKIP_ANYWHERE = r"/(test|tests|idlelib|lib2to3|ensurepip|turtledemo|tkinter|pyspark)/"
-_FOLDERS = ("import shoal, site, sysconfig; print(shoal.__path__[0]); "
-            "print(*site.getsitepackages(), sep='\\n'); print(sysconfig.get_path('stdlib'))")
+_FOLDERS = (
+    "import shoal, site, sysconfig; print(shoal.__path__[0]); "
+    "print(*site.getsitepackages(), sep='\\n'); print(sysconfig.get_path('stdlib'))"
+)
 _done: dict[str, list[str]] = {}
 
 
@@ -42,8 +44,10 @@ def agent_python(python: str) -> list[str]:
     prefix = CACHE_ROOT / hashlib.sha256(python.encode()).hexdigest()[:12]
     folders = subprocess.run([python, "-c", _FOLDERS], capture_output=True, text=True,
                              check=True, timeout=60).stdout.split()  # fmt: skip
-    script = ("import compileall, re, sys; rx = re.compile(sys.argv[1]); "
-              "[compileall.compile_dir(d, quiet=1, rx=rx, workers=0) for d in sys.argv[2:]]")
+    script = (
+        "import compileall, re, sys; rx = re.compile(sys.argv[1]); "
+        "[compileall.compile_dir(d, quiet=1, rx=rx, workers=0) for d in sys.argv[2:]]"
+    )
     env = ["env", "-u", "PYTHONDONTWRITEBYTECODE", f"PYTHONPYCACHEPREFIX={prefix}"]
     skip = f"^{re.escape(folders[0])}/{_SKIP_IN_TREE}|{_SKIP_ANYWHERE}"
     subprocess.run([*env, python, "-c", script, skip, *folders],

@@ -39,11 +39,14 @@ def pandas_churn(directory: Path) -> dict[str, float]:
     rows = pd.concat(frames, ignore_index=True)
     chg = rows.groupby(["node", "event", "incarnation"], as_index=False)["ts_ms"].min()
     sus = chg[chg.event == "suspect"][["node", "incarnation", "ts_ms"]].rename(
-        columns={"ts_ms": "suspect_ms"})
-    st = chg[chg.event.isin(["join", "dead", "left"])].merge(sus, how="left",
-                                                             on=["node", "incarnation"])
-    st["at_ms"] = st.ts_ms.where(~((st.event == "dead") & st.suspect_ms.notna()),
-                                 st[["ts_ms", "suspect_ms"]].min(axis=1))
+        columns={"ts_ms": "suspect_ms"}
+    )
+    st = chg[chg.event.isin(["join", "dead", "left"])].merge(
+        sus, how="left", on=["node", "incarnation"]
+    )
+    st["at_ms"] = st.ts_ms.where(
+        ~((st.event == "dead") & st.suspect_ms.notna()), st[["ts_ms", "suspect_ms"]].min(axis=1)
+    )
     st["status"] = (st.event == "join").map({True: "up", False: "down"})
     st = st.sort_values(["node", "at_ms", "incarnation", "status"])
     st["prev"] = st.groupby("node").status.shift()
@@ -56,8 +59,11 @@ def pandas_churn(directory: Path) -> dict[str, float]:
     down = done[done.status == "down"].length_s
     per_node = st.groupby(["node", "status"]).length_s.sum().unstack(fill_value=0)
     availability = (per_node["up"] / (per_node["up"] + per_node.get("down", 0))).mean()
-    return {"session_p50_s": up.quantile(0.5), "downtime_p50_s": down.quantile(0.5),
-            "availability_mean_ratio": availability}
+    return {
+        "session_p50_s": up.quantile(0.5),
+        "downtime_p50_s": down.quantile(0.5),
+        "availability_mean_ratio": availability,
+    }
 
 
 def main() -> None:
@@ -66,8 +72,10 @@ def main() -> None:
     p.add_argument("--skip-pandas-above", type=int, default=10**8)
     p.add_argument("--workdir", default=tempfile.gettempdir())
     a = p.parse_args()
-    print(f"config: {os.cpu_count()} cores, Spark local[*], driver memory 4g, "
-          f"10,000 nodes, 3 days of history per 10^6 events, 8 input files")
+    print(
+        f"config: {os.cpu_count()} cores, Spark local[*], driver memory 4g, "
+        f"10,000 nodes, 3 days of history per 10^6 events, 8 input files"
+    )
     for n in a.sizes:
         data = Path(a.workdir) / f"shoal-churn-bench-{n}"
         if not data.exists():
@@ -78,22 +86,29 @@ def main() -> None:
         size_mb = sum(f.stat().st_size for f in data.iterdir()) / 1e6
         parser = argparse.ArgumentParser()
         add_arguments(parser)
-        args = parser.parse_args(["--history", str(data), "--out", str(data) + "-report",
-                                  "--driver-memory", "4g"])
+        args = parser.parse_args(
+            ["--history", str(data), "--out", str(data) + "-report", "--driver-memory", "4g"]
+        )
         t = time.perf_counter()
         summary = run(args)
         spark_s = time.perf_counter() - t
         events = summary["events"]
-        line = (f"{events:,} events ({size_mb:.0f} MB): spark {spark_s:.1f} s "
-                f"= {events / spark_s:,.0f} events/s")
+        line = (
+            f"{events:,} events ({size_mb:.0f} MB): spark {spark_s:.1f} s "
+            f"= {events / spark_s:,.0f} events/s"
+        )
         if n <= a.skip_pandas_above:
             t = time.perf_counter()
             figures = pandas_churn(data)
             pandas_s = time.perf_counter() - t
-            line += (f"; pandas {pandas_s:.1f} s = {events / pandas_s:,.0f} events/s; "
-                     f"spark/pandas time ratio {spark_s / pandas_s:.2f}x")
-            line += (f" (session p50 spark {summary['session_p50_s']:.0f} s, "
-                     f"pandas {figures['session_p50_s']:.0f} s)")
+            line += (
+                f"; pandas {pandas_s:.1f} s = {events / pandas_s:,.0f} events/s; "
+                f"spark/pandas time ratio {spark_s / pandas_s:.2f}x"
+            )
+            line += (
+                f" (session p50 spark {summary['session_p50_s']:.0f} s, "
+                f"pandas {figures['session_p50_s']:.0f} s)"
+            )
         print(line, flush=True)
 
 

@@ -64,8 +64,17 @@ def measure(commands: list[tuple[str, list[str]]], runs: int) -> list[tuple[str,
     rows = []
     for label, (cpus, walls) in samples.items():
         q = statistics.quantiles(cpus, n=4)
-        rows.append((label, {"cpu_ms": statistics.median(cpus) * 1000, "q1_ms": q[0] * 1000,
-                             "q3_ms": q[2] * 1000, "wall_ms": statistics.median(walls) * 1000}))
+        rows.append(
+            (
+                label,
+                {
+                    "cpu_ms": statistics.median(cpus) * 1000,
+                    "q1_ms": q[0] * 1000,
+                    "q3_ms": q[2] * 1000,
+                    "wall_ms": statistics.median(walls) * 1000,
+                },
+            )
+        )
     return rows
 
 
@@ -102,8 +111,19 @@ def main() -> None:
              "--no-discovery", "--bootstrap-expect", "1", "--log-format", "json"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         serf = subprocess.Popen(
-            ["serf", "agent", "-node", "bench-serf", "-bind", f"{IP}:7950",
-             "-rpc-addr", f"{IP}:7373"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "serf",
+                "agent",
+                "-node",
+                "bench-serf",
+                "-bind",
+                f"{IP}:7950",
+                "-rpc-addr",
+                f"{IP}:7373",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs = [shoal, serf]
         ours = shoal_members_cmd(sys.executable)
         serfs = ["serf", "members", "-rpc-addr", f"{IP}:7373"]
@@ -129,8 +149,10 @@ def main() -> None:
     print(f"{args.runs} runs each, one agent of each on loopback; load {os.getloadavg()[0]:.1f}")
     print(f"{'command':24} {'CPU ms (median)':>16} {'q1-q3':>13} {'wall ms':>9} {'x serf':>7}")
     for label, r in rows:
-        print(f"{label:24} {r['cpu_ms']:16.1f} {r['q1_ms']:6.1f}-{r['q3_ms']:<6.1f} "
-              f"{r['wall_ms']:9.1f} {r['cpu_ms'] / serf_cpu:7.1f}")
+        print(
+            f"{label:24} {r['cpu_ms']:16.1f} {r['q1_ms']:6.1f}-{r['q3_ms']:<6.1f} "
+            f"{r['wall_ms']:9.1f} {r['cpu_ms'] / serf_cpu:7.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -80,8 +80,10 @@ def serf_setup(seeds: int) -> None:
             means.append(statistics.fmean(errors))
             maxes.append(max(errors))
         mean, worst, mx = statistics.median(means), max(means), statistics.median(maxes)
-        print(f"  {name:7s} n={n:3d}  mean: median over seeds {mean:.4%} (worst {worst:.4%}; "
-              f"Serf's bound {bound_mean:.4%})  max: median {mx:.3%} (Serf's {bound_max:.3%})")
+        print(
+            f"  {name:7s} n={n:3d}  mean: median over seeds {mean:.4%} (worst {worst:.4%}; "
+            f"Serf's bound {bound_mean:.4%})  max: median {mx:.3%} (Serf's {bound_max:.3%})"
+        )
 
 
 def simulate(clients: list[VivaldiClient], truth: LatencyMatrix, cycles: int,

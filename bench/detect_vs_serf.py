@@ -384,8 +384,10 @@ def report(results: dict, args: argparse.Namespace) -> None:
           f"1 s), loopback in a "
           f"private netns, {os.cpu_count()} cores, {interpreter()}; "
           f"{serf_version.splitlines()[0]}")  # fmt: skip
-    print(f"machine load (1, 5, 15 min): at the start {args.load_at_start}, "
-          f"at the end {load_average()}")  # other work on the machine slows shoal more
+    print(
+        f"machine load (1, 5, 15 min): at the start {args.load_at_start}, "
+        f"at the end {load_average()}"
+    )  # other work on the machine slows shoal more
     for n, per in results.items():
         print(f"\nN = {n}")
         print(f"  {'figure':48} {'shoal':>9} {'serf':>9} {'shoal/serf':>10}")

@@ -138,8 +138,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--before", metavar="PYTHON",
-                        help="also run the shoal of this interpreter's checkout, in turns")
+    parser.add_argument(
+        "--before",
+        metavar="PYTHON",
+        help="also run the shoal of this interpreter's checkout, in turns",
+    )
     args = parser.parse_args()
     if shutil.which("serf") is None:
         sys.exit("bench: serf is not installed (apt-get install serf)")

@@ -52,10 +52,31 @@ def start(n: int, root: Path) -> list[subprocess.Popen[bytes]]:
         ip = f"{NET}.{i + 1}"
         conf = root / f"agent-{i}.toml"
         conf.write_text(f'[dns]\nbind = "{ip}:{PORT}"\n')
-        args = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", f"agent-{i}",
-                "--bind", f"{ip}:7946", "--api", f"{ip}:7947", "--data-dir", str(root / str(i)),
-                "--config", str(conf), "--no-discovery", "--bootstrap-expect", str(n),
-                "--tag", "role=web", "--tag", f"service:http={8080 + i}", "--log-level", "warning"]
+        args = [
+            sys.executable,
+            "-m",
+            "shoal.daemon.cli",
+            "agent",
+            "--node-name",
+            f"agent-{i}",
+            "--bind",
+            f"{ip}:7946",
+            "--api",
+            f"{ip}:7947",
+            "--data-dir",
+            str(root / str(i)),
+            "--config",
+            str(conf),
+            "--no-discovery",
+            "--bootstrap-expect",
+            str(n),
+            "--tag",
+            "role=web",
+            "--tag",
+            f"service:http={8080 + i}",
+            "--log-level",
+            "warning",
+        ]
         if i:
             args += ["--join", f"{NET}.1:7946"]
         procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL,
@@ -123,15 +144,20 @@ def failures(root: Path, trial: int) -> None:
                        for m in seen["members"])  # fmt: skip
 
         detect_s = until("member failed", dead)
-        nx_s = time.monotonic() - killed + until(
-            "NXDOMAIN", lambda: ask(asker, f"agent-{member}.node.shoal")[0] == "NXDOMAIN")
+        nx_s = (
+            time.monotonic()
+            - killed
+            + until("NXDOMAIN", lambda: ask(asker, f"agent-{member}.node.shoal")[0] == "NXDOMAIN")
+        )
         procs[boss].kill()
         old = [f"{NET}.{boss + 1}"]
         failover_s = until("new controller", lambda: ask(asker, "controller.shoal")[1]
                            not in ([], old))  # fmt: skip
-        print(f"  trial {trial}: member failed in the asked agent's view {detect_s:.2f} s after "
-              f"kill -9, NXDOMAIN at {nx_s:.2f} s; controller.shoal named the successor "
-              f"{failover_s:.2f} s after kill -9 of the controller")
+        print(
+            f"  trial {trial}: member failed in the asked agent's view {detect_s:.2f} s after "
+            f"kill -9, NXDOMAIN at {nx_s:.2f} s; controller.shoal named the successor "
+            f"{failover_s:.2f} s after kill -9 of the controller"
+        )
     finally:
         for proc in procs:
             proc.kill()
@@ -187,8 +213,13 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=4, help="dnsperf's sockets")
     p.add_argument("--in-flight", type=int, default=32, help="the loop's outstanding queries")
     p.add_argument("--loop", action="store_true", help="the small loop even with dnsperf there")
-    p.add_argument("--failures", type=int, default=0, metavar="TRIALS",
-                   help="also time NXDOMAIN after kill -9 and controller.shoal after a failover")
+    p.add_argument(
+        "--failures",
+        type=int,
+        default=0,
+        metavar="TRIALS",
+        help="also time NXDOMAIN after kill -9 and controller.shoal after a failover",
+    )
     args = p.parse_args()
     tool = "dnsperf" if shutil.which("dnsperf") and not args.loop else "loop"
     with tempfile.TemporaryDirectory(prefix="shoal-bench-dns-", dir="/var/tmp") as tmp:
@@ -207,12 +238,18 @@ def main() -> None:
             for proc in procs:
                 proc.kill()
                 proc.wait()
-    print(f"dns bench: {args.agents} agents, one asked; {tool}, {args.seconds:g} s, "
-          f"queries: {', '.join(QUERIES)}; load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
-    print(f"  answered {done:,} of {sent:,} ({(sent - done) / max(sent, 1):.2%} lost), "
-          f"{done / wall:,.0f} queries/s over {wall:.1f} s wall")
-    print(f"  agent CPU {cpu:.2f} s: {cpu / max(done, 1) * 1e6:.0f} us per query, "
-          f"{done / max(cpu, 1e-9):,.0f} queries per CPU-second")
+    print(
+        f"dns bench: {args.agents} agents, one asked; {tool}, {args.seconds:g} s, "
+        f"queries: {', '.join(QUERIES)}; load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores"
+    )
+    print(
+        f"  answered {done:,} of {sent:,} ({(sent - done) / max(sent, 1):.2%} lost), "
+        f"{done / wall:,.0f} queries/s over {wall:.1f} s wall"
+    )
+    print(
+        f"  agent CPU {cpu:.2f} s: {cpu / max(done, 1) * 1e6:.0f} us per query, "
+        f"{done / max(cpu, 1e-9):,.0f} queries per CPU-second"
+    )
     if args.failures:
         print("failures: 5 agents on loopback, each trial a fresh cluster")
     for trial in range(args.failures):

@@ -143,8 +143,10 @@ def packet_figures(ref: str) -> None:
                         ("seal, us", before_seal, seal_us),
                         ("open and check, us", before_open, open_us)):  # fmt: skip
         print(f"  {label:40} {b:>8.1f} {a:>8.1f} {a / b:>7.2f}")
-    print(f"  (before = {ref}: stamp + random nonce + nonce memory; now = sender, run, "
-          "receiver binding, counter window)")
+    print(
+        f"  (before = {ref}: stamp + random nonce + nonce memory; now = sender, run, "
+        "receiver binding, counter window)"
+    )
 
 
 def main() -> None:

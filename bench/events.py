@@ -390,8 +390,10 @@ async def run_big(system: System, reports: Reports, count: int,
         if await reports.until(token, system.n, BIG_BYTES, 60):
             last.append(max(at for at, _ in reports.at[token].values()) - started)
         else:
-            notes.append(f"shoal 64 KiB event {token}: all {BIG_BYTES} bytes reached "
-                         f"{reports.count(token, BIG_BYTES)} of {system.n} handlers in 60 s")
+            notes.append(
+                f"shoal 64 KiB event {token}: all {BIG_BYTES} bytes reached "
+                f"{reports.count(token, BIG_BYTES)} of {system.n} handlers in 60 s"
+            )
         await asyncio.sleep(GAP_S)
     return {"big_last_p50": pct(last, 0.5), "big_last_max": pct(last, 1.0),
             "big_sent_p50": pct(sent, 0.5), "big_complete": f"{len(last)}/{count}"}  # fmt: skip

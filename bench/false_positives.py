@@ -108,9 +108,16 @@ def run_system(cls: type[dvs.Agents], args: argparse.Namespace, subnet: int) -> 
             a.events = [e for e in a.events if e[0] < 0]
         add_loss(args.loss)
         stops: list[float] = []
-        starver = threading.Thread(target=starve, args=(a.procs[victim], random.Random(args.seed),
-                                                        started + args.duration_s, stops,
-                                                        tuple(args.stop_s)))
+        starver = threading.Thread(
+            target=starve,
+            args=(
+                a.procs[victim],
+                random.Random(args.seed),
+                started + args.duration_s,
+                stops,
+                tuple(args.stop_s),
+            ),
+        )
         starver.start()
         starver.join()
         remove_loss()
@@ -124,11 +131,16 @@ def run_system(cls: type[dvs.Agents], args: argparse.Namespace, subnet: int) -> 
             proc.send_signal(signal.SIGCONT)
         a.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
-    return {"events": len(failed), "members": len({s for _, s in failed}),
-            "victim_events": sum(1 for _, s in failed if s == victim),
-            "observers": len({o for o, _ in failed}), "stops": len(stops),
-            "stopped_s": sum(stops), "suspected": len(suspected),
-            "victim_suspected": sum(1 for s in suspected if s == victim)}
+    return {
+        "events": len(failed),
+        "members": len({s for _, s in failed}),
+        "victim_events": sum(1 for _, s in failed if s == victim),
+        "observers": len({o for o, _ in failed}),
+        "stops": len(stops),
+        "stopped_s": sum(stops),
+        "suspected": len(suspected),
+        "victim_suspected": sum(1 for s in suspected if s == victim),
+    }
 
 
 def main() -> None:
@@ -155,17 +167,23 @@ def main() -> None:
             continue
         print(f"running {cls.system} ...", file=sys.stderr, flush=True)
         rows.append((cls.system, run_system(cls, args, subnet)))
-    print(f"N = {args.nodes}, {args.duration_s:.0f} s, {args.loss:.0%} datagram loss, "
-          f"one member starved (SIGSTOP {args.stop_s[0]:g}-{args.stop_s[1]:g} s every 1-3 s, "
-          f"seed {args.seed}); machine load "
-          f"(1, 5, 15 min) at the start {load_at_start}, at the end {dvs.load_average()}")
-    print(f"{'system':8} {'false failed events':>20} {'members':>8} {'of them starved':>16} "
-          f"{'observers':>10} {'own suspicions':>15} {'of the starved':>15} {'stops':>6} "
-          f"{'stopped s':>10}")
+    print(
+        f"N = {args.nodes}, {args.duration_s:.0f} s, {args.loss:.0%} datagram loss, "
+        f"one member starved (SIGSTOP {args.stop_s[0]:g}-{args.stop_s[1]:g} s every 1-3 s, "
+        f"seed {args.seed}); machine load "
+        f"(1, 5, 15 min) at the start {load_at_start}, at the end {dvs.load_average()}"
+    )
+    print(
+        f"{'system':8} {'false failed events':>20} {'members':>8} {'of them starved':>16} "
+        f"{'observers':>10} {'own suspicions':>15} {'of the starved':>15} {'stops':>6} "
+        f"{'stopped s':>10}"
+    )
     for system, r in rows:
-        print(f"{system:8} {r['events']:20d} {r['members']:8d} {r['victim_events']:16d} "
-              f"{r['observers']:10d} {r['suspected']:15d} {r['victim_suspected']:15d} "
-              f"{r['stops']:6d} {r['stopped_s']:10.1f}")
+        print(
+            f"{system:8} {r['events']:20d} {r['members']:8d} {r['victim_events']:16d} "
+            f"{r['observers']:10d} {r['suspected']:15d} {r['victim_suspected']:15d} "
+            f"{r['stops']:6d} {r['stopped_s']:10.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -57,10 +57,12 @@ STEPS = [
     ("agent module (uvloop, rocksdict, cbor2, sealing)", "import shoal.daemon.agent"),
     ("zeroconf", "import shoal.daemon.network.mdns"),
     ("API server", "import shoal.daemon.api.server"),
-    ("RocksDB opened (shoal's options)",
-     "import tempfile, pathlib\n"
-     "from shoal.storage.engine import Engine\n"
-     "_e = Engine(pathlib.Path(tempfile.mkdtemp()) / 'db', 8)"),
+    (
+        "RocksDB opened (shoal's options)",
+        "import tempfile, pathlib\n"
+        "from shoal.storage.engine import Engine\n"
+        "_e = Engine(pathlib.Path(tempfile.mkdtemp()) / 'db', 8)",
+    ),
 ]
 
 # The same imports by library, each after the ones before it (a module two
@@ -79,12 +81,16 @@ LIBRARY_STEPS = [
     ("rocksdict", "import rocksdict"),
     ("ctypes, ctypes.util (tempfile)", "import ctypes.util"),
     ("zeroconf (ifaddr)", "import zeroconf.asyncio"),
-    ("shoal: kernel, cores, composition",
-     "import shoal.kernel.sealing, shoal.membership.swim, shoal.election.lease, "
-     "shoal.storage.antientropy, shoal.node.composition"),
-    ("shoal: command line, configuration, agent, discovery",
-     "import shoal.daemon.cli.app, shoal.daemon.config, shoal.daemon.agent, "
-     "shoal.daemon.network.mdns"),
+    (
+        "shoal: kernel, cores, composition",
+        "import shoal.kernel.sealing, shoal.membership.swim, shoal.election.lease, "
+        "shoal.storage.antientropy, shoal.node.composition",
+    ),
+    (
+        "shoal: command line, configuration, agent, discovery",
+        "import shoal.daemon.cli.app, shoal.daemon.config, shoal.daemon.agent, "
+        "shoal.daemon.network.mdns",
+    ),
     ("shoal: API server", "import shoal.daemon.api.server"),
 ]
 
@@ -230,15 +236,27 @@ def _mb(kb: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--agents", type=int, default=20)
-    parser.add_argument("--settle", type=float, default=6.0,
-                        help="seconds after all see all (discovery starts 5 s after a join)")
-    parser.add_argument("--before", metavar="PYTHON",
-                        help="also measure the shoal of this interpreter's checkout")
-    parser.add_argument("--subnet", type=int, default=62,
-                        help="agents bind 127.SUBNET.x.y (one more subnet per system)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=6.0,
+        help="seconds after all see all (discovery starts 5 s after a join)",
+    )
+    parser.add_argument(
+        "--before", metavar="PYTHON", help="also measure the shoal of this interpreter's checkout"
+    )
+    parser.add_argument(
+        "--subnet",
+        type=int,
+        default=62,
+        help="agents bind 127.SUBNET.x.y (one more subnet per system)",
+    )
     parser.add_argument("--cluster", default="bench-memory", help="the agents' cluster name")
-    parser.add_argument("--by-library", action="store_true",
-                        help="only the layers, by library instead of by start-up step")
+    parser.add_argument(
+        "--by-library",
+        action="store_true",
+        help="only the layers, by library instead of by start-up step",
+    )
     args = parser.parse_args()
     if args.by_library:
         by_library(sys.executable)
@@ -258,7 +276,8 @@ def main() -> None:
                   f"(+{_mb(fields['VmRSS'] - previous).strip()})")  # fmt: skip
             previous = fields["VmRSS"]
     systems: dict[str, type[Agents]] = {
-        label: shoal_of(py, args.cluster) for label, py in pythons.items()}
+        label: shoal_of(py, args.cluster) for label, py in pythons.items()
+    }
     if shutil.which("serf"):
         systems["serf"] = SerfAgents
     medians: dict[str, float] = {}

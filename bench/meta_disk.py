@@ -120,8 +120,10 @@ def main() -> None:
                   f"{os.getloadavg()[0]:.2f}, {args.value_bytes}-byte values")  # fmt: skip
             off = one_run("without compaction", args, root, OFF)
             on = one_run("with compaction", args, root, args.snapshot_every)
-            print(f"\nat the end: {off[-1]:.1f} MB without compaction, {on[-1]:.1f} MB with "
-                  f"(snapshot_every {args.snapshot_every}, keep_entries {args.keep})")
+            print(
+                f"\nat the end: {off[-1]:.1f} MB without compaction, {on[-1]:.1f} MB with "
+                f"(snapshot_every {args.snapshot_every}, keep_entries {args.keep})"
+            )
     except KeyboardInterrupt as why:
         print(f"\ninterrupted ({why or 'SIGINT'}): every process stopped, temp files removed")
         sys.exit(130)

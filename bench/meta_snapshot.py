@@ -166,7 +166,8 @@ async def one_run(mode: str, keys: int, value_bytes: int, every: int,
             persister.write(out.persist)
             if any(type(i.write) is PersistSnapshot for i in out.persist):
                 commits.waiter().add_done_callback(
-                    lambda _: durable.done() or durable.set_result(None))
+                    lambda _: durable.done() or durable.set_result(None)
+                )
 
     def taken(snapshot: Snapshot | None) -> None:
         meta.snapshot_taken(snapshot, loop.time())
@@ -220,15 +221,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--value-bytes", type=int, default=1024)
-    parser.add_argument("--snapshot-every", type=int, default=10_000,
-                        help="[meta] snapshot_every: the entries the log holds, compacted at once")
+    parser.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=10_000,
+        help="[meta] snapshot_every: the entries the log holds, compacted at once",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per row; the median is shown")
     parser.add_argument("--modes", nargs="+", default=["old", "inline", "thread"],
                         choices=["old", "inline", "thread"])  # fmt: skip
     args = parser.parse_args()
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; values of {args.value_bytes} B")
-    print(f"medians of {args.repeat} runs (a first run of 1,000 keys, not shown, warms up);"
-          f" snapshot_every {args.snapshot_every}")
+    print(
+        f"medians of {args.repeat} runs (a first run of 1,000 keys, not shown, warms up);"
+        f" snapshot_every {args.snapshot_every}"
+    )
     print(f"{'keys':>8} {'mode':>7} {'max stall ms':>13} {'p99 late ms':>12} {'durable s':>10}"
           f" {'idle max ms':>12} {'gc max ms':>10}")  # fmt: skip
     run(args.modes[0], 1000, args.value_bytes, 100)

@@ -96,8 +96,12 @@ def main() -> None:
     parser.add_argument("--steady-s", type=float, default=60.0)
     parser.add_argument("--stagger-s", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--form-max", type=int, default=1000,
-                        help="largest N formed by joining; above it, nodes start formed")
+    parser.add_argument(
+        "--form-max",
+        type=int,
+        default=1000,
+        help="largest N formed by joining; above it, nodes start formed",
+    )
     args = parser.parse_args()
     print(f"configuration: LAN profile, no loss, latency 0.2 ms + exp(0.5 ms); N <= "
           f"{args.form_max}: nodes start within {args.stagger_s} s joining one seed; larger N: "

@@ -97,9 +97,24 @@ def to_announcement(python: str, callgrind: bool, port: int) -> float:
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg"] \
             if callgrind else []  # fmt: skip
         env_py = agent_python(python)
-        cmd = [*env_py[:-1], *grind, python, "-c", _TO_ANNOUNCEMENT, "agent",
-               "--node-name", "x", "--bind", f"127.0.0.1:{port}", "--api",
-               f"127.0.0.1:{port + 1}", "--data-dir", f"{tmp}/data", "--log-format", "json"]
+        cmd = [
+            *env_py[:-1],
+            *grind,
+            python,
+            "-c",
+            _TO_ANNOUNCEMENT,
+            "agent",
+            "--node-name",
+            "x",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--api",
+            f"127.0.0.1:{port + 1}",
+            "--data-dir",
+            f"{tmp}/data",
+            "--log-format",
+            "json",
+        ]
         err = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                              cwd=tmp).stderr  # fmt: skip
     m = re.search(r"Collected : (\d+)" if callgrind else r"ANNOUNCED ([\d.]+)", err)
@@ -136,8 +151,10 @@ def measure(cls: type[Agents], agents: int, subnet: int) -> list[tuple[float, fl
             pid = a.procs[name].pid
 
             def joined(name: str = name) -> bool:
-                return a.seen(name, "join", "n000") is not None and \
-                    a.seen("n000", "join", name) is not None
+                return (
+                    a.seen(name, "join", "n000") is not None
+                    and a.seen("n000", "join", name) is not None
+                )
 
             if not wait_for(joined, 20):
                 raise SystemExit(f"bench: {cls.system} agent {name} did not join in 20 s")
@@ -153,10 +170,16 @@ def measure(cls: type[Agents], agents: int, subnet: int) -> list[tuple[float, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--agents", type=int, default=8, help="agents started one at a time")
-    parser.add_argument("--before", metavar="PYTHON",
-                        help="also measure the shoal of this interpreter's checkout, in turns")
-    parser.add_argument("--callgrind", action="store_true",
-                        help="exec to first announcement in instructions (valgrind), not CPU s")
+    parser.add_argument(
+        "--before",
+        metavar="PYTHON",
+        help="also measure the shoal of this interpreter's checkout, in turns",
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="exec to first announcement in instructions (valgrind), not CPU s",
+    )
     args = parser.parse_args()
     pythons = {"shoal": sys.executable}
     if args.before:
@@ -178,8 +201,10 @@ def main() -> None:
             value = to_announcement(python, args.callgrind, 17900 + 10 * j)
             announced[label].append(value / 1e6 if args.callgrind else value)
     for label, values in announced.items():
-        print(f"  {label:12} exec to first announcement, {unit}: median "
-              f"{statistics.median(values):.3f} (runs: {', '.join(f'{v:.3f}' for v in values)})")
+        print(
+            f"  {label:12} exec to first announcement, {unit}: median "
+            f"{statistics.median(values):.3f} (runs: {', '.join(f'{v:.3f}' for v in values)})"
+        )
     systems: dict[str, type[Agents]] = {}
     for label, python in pythons.items():
 

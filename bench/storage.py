@@ -179,8 +179,9 @@ def bench_commit(root: Path, seconds: float) -> None:
         return n
 
     async def main() -> tuple[int, int]:
-        commits = GroupCommit(asyncio.get_running_loop(), engine.flush_log,
-                              engine.records.write_staged)  # the agent's wiring
+        commits = GroupCommit(
+            asyncio.get_running_loop(), engine.flush_log, engine.records.write_staged
+        )  # the agent's wiring
         until = time.perf_counter() + seconds
         counts = await asyncio.gather(*(writer(commits, w, until) for w in range(32)))
         await commits.close()
@@ -473,13 +474,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--ops", type=int, default=20_000, help="operations per engine run")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--against", type=Path, default=None,
-                        help="api: also run the agent of this tree (its .venv), in turn "
-                             "with this one, e.g. a git worktree of the previous commit")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="api: also run the agent of this tree (its .venv), in turn "
+        "with this one, e.g. a git worktree of the previous commit",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="api: rounds of runs, in turn")
-    parser.add_argument("--fsync-delay-us", type=int, default=0,
-                        help="emulate a slower disk: every fsync and fdatasync of shoal and "
-                             "sqlite takes this much longer (bench/slowsync.c; needs cc)")
+    parser.add_argument(
+        "--fsync-delay-us",
+        type=int,
+        default=0,
+        help="emulate a slower disk: every fsync and fdatasync of shoal and "
+        "sqlite takes this much longer (bench/slowsync.c; needs cc)",
+    )
     args = parser.parse_args()
     if args.fsync_delay_us and os.environ.get(DELAY_ENV) != str(args.fsync_delay_us):
         _reexec_with_slow_sync(args.fsync_delay_us)

@@ -193,8 +193,10 @@ def cost(args: argparse.Namespace, root: Path) -> None:
     print(f"config: {args.agents} agents (profile {args.profile}, no discovery) on loopback, "
           f"{args.pages} pages on agent 0, {args.seconds:.0f} s per CPU window, "
           f"settle {args.settle:.0f} s")  # fmt: skip
-    print(f"host: {platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.strip()}")  # noqa: E501
+    print(
+        f"host: {platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.strip()}"
+    )  # noqa: E501
     driver = None
     try:
         formed_s = cluster.start()
@@ -276,8 +278,10 @@ def shot(args: argparse.Namespace, root: Path) -> None:
         time.sleep(1.5)  # let the tenure clock and counters fill in: a picture, not a condition
         driver.save_screenshot(str(args.out))
         load = [os.getloadavg()[0]]
-        print(f"saved {args.out}; load average {load[0]:.2f}; "
-              f"console errors: {sum(e['level'] == 'SEVERE' for e in driver.get_log('browser'))}")
+        print(
+            f"saved {args.out}; load average {load[0]:.2f}; "
+            f"console errors: {sum(e['level'] == 'SEVERE' for e in driver.get_log('browser'))}"
+        )
     finally:
         if driver is not None:
             driver.quit()

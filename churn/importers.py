@@ -61,7 +61,7 @@ class TraceError(ValueError):
 
 
 def detect_format(samples: list[str | None]) -> str:
-    """"epoch-ms", "epoch-s" or "iso-8601" for these timestamp strings."""
+    """ "epoch-ms", "epoch-s" or "iso-8601" for these timestamp strings."""
     values = [s.strip() for s in samples if s and s.strip()]
     numbers = []
     for v in values:
@@ -133,8 +133,12 @@ def read_events_csv(spark: SparkSession, path: str | list[str],
         _event(F.col("event")).alias("event"), F.monotonically_increasing_id().alias("order"),
         F.concat_ws(",", "timestamp", "node", "event").alias("_text"),
     )  # fmt: skip
-    bad = F.col("ts_ms").isNull() | F.col("event").isNull() | F.col("node").isNull() | (
-        F.col("node") == "")
+    bad = (
+        F.col("ts_ms").isNull()
+        | F.col("event").isNull()
+        | F.col("node").isNull()
+        | (F.col("node") == "")
+    )
     return _history_rows(df, bad, F.col("_text")), fmt
 
 
@@ -151,8 +155,7 @@ def _columns(found: list[str], mapping: str | None) -> dict[str, str | None]:
     lower = {c.strip().lower(): c for c in found}
     out: dict[str, str | None] = {}
     for key, aliases in COLUMN_ALIASES.items():
-        name: str | None = given.get(key) or next((lower[a] for a in aliases if a in lower),
-                                                  None)
+        name: str | None = given.get(key) or next((lower[a] for a in aliases if a in lower), None)
         if name is not None and name not in found and name.lower() not in lower:
             raise TraceError(f"--columns: the file has no column {name!r} (it has "
                              f"{', '.join(found)})")  # fmt: skip
@@ -173,8 +176,11 @@ def read_intervals_csv(spark: SparkSession, path: str | list[str], recursive: bo
     fmt = detect_format([r[0] for r in raw.select(F.col(f"`{cols['start']}`"))
                          .limit(SAMPLE).collect()])  # fmt: skip
     state_text = F.lower(F.trim(F.col(f"`{cols['state']}`"))) if cols["state"] else F.lit("")
-    state = (F.when(state_text.isNull() | (state_text == ""), "down")
-             .when(state_text.isin(*UP_WORDS), "up").when(state_text.isin(*DOWN_WORDS), "down"))
+    state = (
+        F.when(state_text.isNull() | (state_text == ""), "down")
+        .when(state_text.isin(*UP_WORDS), "up")
+        .when(state_text.isin(*DOWN_WORDS), "down")
+    )
     text = F.concat_ws(",", *[F.col(f"`{c}`") for c in cols.values() if c])
     rows = raw.select(
         F.trim(F.col(f"`{cols['node']}`")).alias("node"),
@@ -223,8 +229,10 @@ def interval_events(iv: DataFrame) -> DataFrame:
     starts = iv.select(F.col("start_ms").alias("ts_ms"), "node",
                        F.when(down, "dead").otherwise("join").alias("event"))  # fmt: skip
     stops = iv.where(down | (F.col("stop_ms") < F.col("_last"))).select(
-        F.col("stop_ms").alias("ts_ms"), "node",
-        F.when(down, "join").otherwise("dead").alias("event"))
+        F.col("stop_ms").alias("ts_ms"),
+        "node",
+        F.when(down, "join").otherwise("dead").alias("event"),
+    )
     ends = iv.select(F.col("_last").alias("ts_ms"), "node", F.lit("end").alias("event"))
     # Contiguous intervals of both states name the same instant twice.
     events = starts.unionByName(stops).unionByName(ends).distinct()

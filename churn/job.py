@@ -53,21 +53,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The job's flags (shared by `shoal churn` and spark-submit)."""
-    p.add_argument("--history", required=True,
-                   help="history files: glob, directory or URI; comma-separated for several")
+    p.add_argument(
+        "--history",
+        required=True,
+        help="history files: glob, directory or URI; comma-separated for several",
+    )
     p.add_argument("--out", required=True, help="local directory for the report")
-    p.add_argument("--format", default="history", choices=FORMATS,
-                   help="history: shoal's JSON Lines; events-csv: timestamp,node,event; "
-                        "intervals: node,start,stop[,state] (docs/churn.md)")
-    p.add_argument("--columns", help="with --format intervals: node=COL,start=COL,stop=COL"
-                                     "[,state=COL] when the header names them otherwise")
+    p.add_argument(
+        "--format",
+        default="history",
+        choices=FORMATS,
+        help="history: shoal's JSON Lines; events-csv: timestamp,node,event; "
+        "intervals: node,start,stop[,state] (docs/churn.md)",
+    )
+    p.add_argument(
+        "--columns",
+        help="with --format intervals: node=COL,start=COL,stop=COL"
+        "[,state=COL] when the header names them otherwise",
+    )
     p.add_argument("--since", help="start of the window (ISO-8601, or an age: 30m, 12h, 7d)")
     p.add_argument("--until", help="end of the window (ISO-8601, or an age)")
     p.add_argument("--top", type=int, default=20, help="nodes to list per table (default 20)")
-    p.add_argument("--flap-failures", dest="flap_failures", type=int, default=3,
-                   help="a node is flapping with this many failures ... (default 3)")
-    p.add_argument("--flap-window", dest="flap_window", default="24h",
-                   help="... within this long (default 24h; s, m, h or d)")
+    p.add_argument(
+        "--flap-failures",
+        dest="flap_failures",
+        type=int,
+        default=3,
+        help="a node is flapping with this many failures ... (default 3)",
+    )
+    p.add_argument(
+        "--flap-window",
+        dest="flap_window",
+        default="24h",
+        help="... within this long (default 24h; s, m, h or d)",
+    )
     p.add_argument("--master", help="Spark master (default local[*]; spark-submit sets its own)")
     p.add_argument("--driver-memory", default="2g", help="local mode driver memory")
     p.add_argument("--verbose", action="store_true", help="keep Spark's own log")
@@ -215,9 +234,12 @@ def load(spark: Any, args: argparse.Namespace) -> tuple[Any, str | None, Any]:
 def _stats(df: Any, column: str) -> Any:
     from pyspark.sql import functions as F
 
-    return df.agg(F.percentile_approx(column, [0.5, 0.9, 0.99], 100000).alias("p"),
-                  F.count(F.lit(1)).alias("n"), F.avg(column).alias("mean"),
-                  F.sum(F.when(F.col(column) == 0, 1).otherwise(0)).alias("zero")).first()
+    return df.agg(
+        F.percentile_approx(column, [0.5, 0.9, 0.99], 100000).alias("p"),
+        F.count(F.lit(1)).alias("n"),
+        F.avg(column).alias("mean"),
+        F.sum(F.when(F.col(column) == 0, 1).otherwise(0)).alias("zero"),
+    ).first()
 
 
 def _read_rows(raw: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -377,10 +399,16 @@ def _censoring(iv: Any, status: Any, rows: Any, trans: Any, merged: Any) -> dict
           ).first()  # fmt: skip
     repeated = status.where(F.col("prev") == F.col("status")).count()
     subjects = rows.where(F.col("event").isin("join", "alive", "suspect", "dead", "left", "end"))
-    no_timeline = subjects.select("node").distinct().join(trans.select("node").distinct(),
-                                                          "node", "left_anti").count()
-    excluded = {"repeated_status_events": int(repeated),
-                "nodes_without_status_events": int(no_timeline)}
+    no_timeline = (
+        subjects.select("node")
+        .distinct()
+        .join(trans.select("node").distinct(), "node", "left_anti")
+        .count()
+    )
+    excluded = {
+        "repeated_status_events": int(repeated),
+        "nodes_without_status_events": int(no_timeline),
+    }
     if merged is not None:
         excluded["overlapping_intervals_merged"] = int(merged.first()["merged"])
     assert c is not None and t is not None

@@ -51,12 +51,17 @@ def human_s(s: float | None) -> str:
 
 
 def bucket_name(seconds: float) -> str:
-    """"hour", "5 min", "day"... for a bucket width."""
+    """ "hour", "5 min", "day"... for a bucket width."""
     names: dict[float, str] = {60: "minute", 3600: "hour", 86400: "day"}
     if seconds in names:
         return names[seconds]
-    return f"{seconds / 3600:g} h" if seconds >= 3600 else \
-        f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+    return (
+        f"{seconds / 3600:g} h"
+        if seconds >= 3600
+        else f"{seconds / 60:g} min"
+        if seconds >= 60
+        else f"{seconds:g} s"
+    )
 
 
 def _time_axis(ax: Any) -> None:
@@ -70,8 +75,9 @@ def plot_size(size: list[dict[str, Any]], bucket: str, span: tuple[float, float]
     """Nodes down; nodes observed and up; comings up and goings down per
     bucket. Down is what an outage looks like; the observed line says when
     the input stopped watching nodes (not a failure)."""
-    fig, (down, top, bottom) = plt.subplots(3, 1, figsize=(10, 6.6), sharex=True,
-                                            gridspec_kw={"height_ratios": [1.3, 1.3, 1]})
+    fig, (down, top, bottom) = plt.subplots(
+        3, 1, figsize=(10, 6.6), sharex=True, gridspec_kw={"height_ratios": [1.3, 1.3, 1]}
+    )
     if size:
         t = [_dt(r["bucket_ms"]) for r in size]
         down.step(t, [r["observed"] - r["size"] for r in size], where="post", color=RED,
@@ -308,24 +314,35 @@ def render(results: Any, path: Path, args: Any) -> None:
                 f"{human_s(pcts[1])}, p99 {human_s(pcts[2])}.")  # fmt: skip
     _node_sections(results, s, args, section)
     _history_sections(results, s, args, section, history)
-    section("What was counted, censored and left out", None,
-            "Nothing is dropped without a count; summary.json holds the same figures under "
-            "<code>censored</code> and <code>excluded</code>.", _censor_html(s))
+    section(
+        "What was counted, censored and left out",
+        None,
+        "Nothing is dropped without a count; summary.json holds the same figures under "
+        "<code>censored</code> and <code>excluded</code>.",
+        _censor_html(s),
+    )
     defs = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                    for k, v in DEFINITIONS)  # fmt: skip
-    section("Definitions", None, "Also in docs/churn.md.",
-            f"<table class=defs><tr><th>figure</th><th>definition</th></tr>{defs}</table>")
+    section(
+        "Definitions",
+        None,
+        "Also in docs/churn.md.",
+        f"<table class=defs><tr><th>figure</th><th>definition</th></tr>{defs}</table>",
+    )
     fmt_note = (f" Timestamps were read as <code>{s['timestamp_format']}</code>."
                 if "timestamp_format" in s else "")  # fmt: skip
-    source = (f"from {s['observers']} observers' history logs" if history
-              else f"imported with <code>--format {html.escape(s['input_format'])}</code>")
+    source = (
+        f"from {s['observers']} observers' history logs"
+        if history
+        else f"imported with <code>--format {html.escape(s['input_format'])}</code>"
+    )
     page = f"""<!doctype html><html><head><meta charset=utf-8>
 <title>shoal churn report</title><style>{CSS}</style></head><body>
 <h1>Cluster churn</h1>
-<p class=sub>{html.escape(s['window_start'])} to {html.escape(s['window_end'])} UTC
-({human_s(s['window_s'])}), {source}; {s['bad_lines']:,} bad lines skipped.{fmt_note}</p>
+<p class=sub>{html.escape(s["window_start"])} to {html.escape(s["window_end"])} UTC
+({human_s(s["window_s"])}), {source}; {s["bad_lines"]:,} bad lines skipped.{fmt_note}</p>
 <div class=cards>{card_html}</div>
-{''.join(sections)}
+{"".join(sections)}
 <p class=cap>Tables: <code>csv/</code> and <code>parquet/</code> next to this page; headline
 figures in <code>summary.json</code>.</p>
 </body></html>"""
@@ -374,9 +391,12 @@ def _num(x: Any) -> str:
 def _history_sections(results: Any, s: dict[str, Any], args: Any, section: Any,
                       history: bool) -> None:  # fmt: skip
     if not history:
-        section("Suspicions, dissemination and controller tenures", None,
-                "Not shown: these need shoal's own history logs (observers, suspicions, "
-                "controller rows); an imported trace has one up/down record per node.")
+        section(
+            "Suspicions, dissemination and controller tenures",
+            None,
+            "Not shown: these need shoal's own history logs (observers, suspicions, "
+            "controller rows); an imported trace has one up/down record per node.",
+        )
         return
     if results.delay_hist:
         section("How fast news spread (dissemination delay)",
@@ -391,9 +411,13 @@ def _history_sections(results: Any, s: dict[str, Any], args: Any, section: Any,
     false_html = (_table(results.false_by_node, [("node", "node", str),
                                                  ("count", "false suspicions", str)])
                   if results.false_by_node else "")  # fmt: skip
-    section("False suspicions", None,
-            f"{s['false_suspicions']} of {s['suspicions']} suspicions were later refuted by the "
-            f"node itself (it was alive).", false_html)
+    section(
+        "False suspicions",
+        None,
+        f"{s['false_suspicions']} of {s['suspicions']} suspicions were later refuted by the "
+        f"node itself (it was alive).",
+        false_html,
+    )
     if not results.tenures:
         section("Controller tenures", None, "Not shown: no controller-elected rows in the logs.")
         return

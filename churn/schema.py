@@ -33,5 +33,11 @@ def history_schema(with_corrupt: bool = True) -> StructType:
     return StructType(fields)
 
 
-__all__ = ["CORRUPT", "EVENTS", "EVENTS_V1", "SCHEMA_VERSION", "SUPPORTED_VERSIONS",
-           "history_schema"]
+__all__ = [
+    "CORRUPT",
+    "EVENTS",
+    "EVENTS_V1",
+    "SCHEMA_VERSION",
+    "SUPPORTED_VERSIONS",
+    "history_schema",
+]

@@ -42,8 +42,10 @@ def generate(out: Path, nodes: int, days: float, target_events: int, seed: int =
                 end = t + session
                 crash = rng.random() < 0.7
                 if crash:
-                    events += [("suspect", end + rng.uniform(0.5, 2), names[rng.randrange(nodes)]),
-                               ("dead", end + rng.uniform(5, 9), names[rng.randrange(nodes)])]
+                    events += [
+                        ("suspect", end + rng.uniform(0.5, 2), names[rng.randrange(nodes)]),
+                        ("dead", end + rng.uniform(5, 9), names[rng.randrange(nodes)]),
+                    ]
                 else:
                     events.append(("left", end, None))
                 for event, at, source in events:
@@ -53,9 +55,20 @@ def generate(out: Path, nodes: int, days: float, target_events: int, seed: int =
                         obs = names[rng.randrange(nodes)]
                         ts = t0_ms + int((at + rng.expovariate(4.0)) * 1000)
                         line = head.format(
-                            1, ts, '"bench"', f'"{obs}"', "null", f'"{event}"', f'"{node}"',
-                            "null", '"10.0.0.1:7946"', inc,
-                            f'"{source}"' if source else "null", "null", "null")
+                            1,
+                            ts,
+                            '"bench"',
+                            f'"{obs}"',
+                            "null",
+                            f'"{event}"',
+                            f'"{node}"',
+                            "null",
+                            '"10.0.0.1:7946"',
+                            inc,
+                            f'"{source}"' if source else "null",
+                            "null",
+                            "null",
+                        )
                         handles[written % files].write(line)
                         written += 1
                 inc += 1

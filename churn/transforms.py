@@ -191,16 +191,20 @@ def intervals(trans: DataFrame, obs_end: DataFrame, first_down_seen: bool) -> Da
     nxt = F.lead("at_ms").over(ORDER)
     first_down = F.col("prev").isNull() & (F.col("status") == "down")
     start_seen = F.lit(True) if first_down_seen else ~first_down
-    iv = trans.join(obs_end, "node").select(
-        "node",
-        "status",
-        F.col("at_ms").alias("start_ms"),
-        F.coalesce(nxt, F.greatest(F.col("obs_end_ms"), F.col("at_ms"))).alias("end_ms"),
-        F.col("event").alias("started_by"),
-        F.lead("event").over(ORDER).alias("ended_by"),
-        nxt.isNotNull().alias("complete"),
-        start_seen.alias("start_seen"),
-    ).withColumn("length_s", (F.col("end_ms") - F.col("start_ms")) / 1000.0)
+    iv = (
+        trans.join(obs_end, "node")
+        .select(
+            "node",
+            "status",
+            F.col("at_ms").alias("start_ms"),
+            F.coalesce(nxt, F.greatest(F.col("obs_end_ms"), F.col("at_ms"))).alias("end_ms"),
+            F.col("event").alias("started_by"),
+            F.lead("event").over(ORDER).alias("ended_by"),
+            nxt.isNotNull().alias("complete"),
+            start_seen.alias("start_seen"),
+        )
+        .withColumn("length_s", (F.col("end_ms") - F.col("start_ms")) / 1000.0)
+    )
     counted = F.col("start_seen") & (F.col("complete") | (F.col("length_s") > 0))
     return iv.withColumn("counted", counted)
 
@@ -235,8 +239,14 @@ def node_stats(iv: DataFrame, chg: DataFrame, flap_k: int, flap_window_ms: int) 
     observed = F.col("up_s") + F.col("down_s")
     return (
         per_node.join(counts, "node", "left")
-        .join(false_suspicions(chg).groupBy("node").count().withColumnRenamed(
-            "count", "false_suspicions"), "node", "left")  # fmt: skip
+        .join(
+            false_suspicions(chg)
+            .groupBy("node")
+            .count()
+            .withColumnRenamed("count", "false_suspicions"),
+            "node",
+            "left",
+        )  # fmt: skip
         .join(flapping(iv.where(death), flap_k, flap_window_ms), "node", "left")
         .fillna(0, ["changes", "suspicions", "false_suspicions", "max_failures_in_window"])
         .withColumn("flapping", F.col("max_failures_in_window") >= flap_k)
@@ -244,8 +254,9 @@ def node_stats(iv: DataFrame, chg: DataFrame, flap_k: int, flap_window_ms: int) 
         # A node seen only while down (one failure and its repair) has no
         # availability of its own: its span is the downtime itself.
         .withColumn("availability", F.when(F.col("up_s") > 0, F.col("up_s") / observed))
-        .withColumn("failures_per_day",
-                    F.when(observed > 0, F.col("failures") / (observed / 86400.0)))  # fmt: skip
+        .withColumn(
+            "failures_per_day", F.when(observed > 0, F.col("failures") / (observed / 86400.0))
+        )  # fmt: skip
         .withColumn("mtbf_s", F.when(F.col("failures") > 0, F.col("up_s") / F.col("failures")))
         .withColumn("mttr_s", F.when(F.col("repairs") > 0, F.col("repair_s") / F.col("repairs")))
     )
@@ -355,8 +366,11 @@ def size_over_time(iv: DataFrame, start_ms: int, end_ms: int, bucket_ms: int) ->
     stops = counted.where(ends_before).select(
         bucket("end_ms").alias("bucket_ms"), (-up).alias("d_up"), F.lit(-1).alias("d_obs"),
         F.lit(0).alias("joins"), F.lit(0).alias("departures"))  # fmt: skip
-    per_bucket = starts.unionByName(stops).groupBy("bucket_ms").agg(
-        *[F.sum(c).alias(c) for c in ("d_up", "d_obs", "joins", "departures")])
+    per_bucket = (
+        starts.unionByName(stops)
+        .groupBy("bucket_ms")
+        .agg(*[F.sum(c).alias(c) for c in ("d_up", "d_obs", "joins", "departures")])
+    )
     running = Window.orderBy("bucket_ms").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     return (
         per_bucket.withColumn("size", F.sum("d_up").over(running))
@@ -396,8 +410,9 @@ def controller_tenures(rows: DataFrame, end_ms: int) -> DataFrame:
         )
         .withColumn(
             "gap_after_s",
-            F.when(F.col("next_ms") > F.col("end_ms"),
-                   (F.col("next_ms") - F.col("end_ms")) / 1000.0).otherwise(0.0),  # fmt: skip
+            F.when(
+                F.col("next_ms") > F.col("end_ms"), (F.col("next_ms") - F.col("end_ms")) / 1000.0
+            ).otherwise(0.0),  # fmt: skip
         )
         .drop("lost_ms", "reason", "next_ms")
     )

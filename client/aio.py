@@ -454,4 +454,3 @@ async def _follow(client: AsyncClient, cursor: WatchCursor) -> AsyncGenerator[An
         finally:
             response.close()
         await asyncio.sleep(cursor.backoff())
-

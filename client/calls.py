@@ -216,8 +216,10 @@ def wait_controller(after_epoch: int | None, timeout_s: float,
         remaining_s = deadline_at - clock()
         if remaining_s <= 0:
             wanted = "a controller" if after_epoch is None else f"an epoch above {after_epoch}"
-            raise TimeoutError(f"no controller with {wanted} within {timeout_s} s "
-                               f"(now: {info.controller or 'none'}, epoch {info.epoch})")
+            raise TimeoutError(
+                f"no controller with {wanted} within {timeout_s} s "
+                f"(now: {info.controller or 'none'}, epoch {info.epoch})"
+            )
         wait_s = min(remaining_s, MAX_WAIT_S)
         query = urlencode({"wait": f"{wait_s:.3f}"} if info.epoch is None else
                           {"wait": f"{wait_s:.3f}", "epoch": info.epoch})  # fmt: skip

@@ -60,9 +60,9 @@ def parse_endpoint(addr: str | None = None) -> Endpoint:
     """
     text = addr if addr is not None else os.environ.get("SHOAL_API_ADDR") or DEFAULT_ADDR
     if text.startswith("unix:"):
-        if not text[len("unix:"):]:
+        if not text[len("unix:") :]:
             raise ValueError(f"expected unix:PATH, got {text!r}")
-        return Endpoint(path=text[len("unix:"):])
+        return Endpoint(path=text[len("unix:") :])
     host, sep, port_text = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -71,6 +71,7 @@ class MetaApi:
                 committed. BadRequest, TooLarge: the agent refused it as given.
         """
         return self._client.run(calls.one(txn_call(compare, success, failure)))
+
     # -- listing and watching (client/metawatch.py) ----------------------------------
 
     def list(self, prefix: str = "", stale: bool = False) -> MetaListing:
@@ -118,6 +119,7 @@ class AsyncMetaApi:
                   failure: Sequence[TxnOp] = ()) -> TxnResult:  # fmt: skip
         """See `MetaApi.txn`."""
         return await self._client.run(calls.one(txn_call(compare, success, failure)))
+
     # -- listing and watching (client/metawatch.py) ----------------------------------
 
     async def list(self, prefix: str = "", stale: bool = False) -> MetaListing:

@@ -316,8 +316,9 @@ class AsyncMetaWatch:
     async def _connect(self, first: bool) -> None:
         while True:
             try:
-                response = await self._client._stream(self.cursor.path(),
-                                                      max(self._client.timeout, SILENCE_S))
+                response = await self._client._stream(
+                    self.cursor.path(), max(self._client.timeout, SILENCE_S)
+                )
             except ShoalError as exc:
                 if first or exc.status == 410 or exc.status not in (None, 503):
                     raise
@@ -371,4 +372,3 @@ async def _sleep(seconds: float) -> None:
     import asyncio  # here: `import shoal.client` loads no asyncio
 
     await asyncio.sleep(seconds)
-

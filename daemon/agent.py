@@ -226,8 +226,14 @@ class Agent:
         self.net.contact.rearm = self._arm  # one timer (module docstring)
         self.liveness = Liveness(self._loop, self.node, self.flush)
         self._wire_roles(observer)
-        self.user_events = UserEvents(engine, self.node, lambda: self.config,
-                                      self.publisher.publish_user, self.flush, self._loop)
+        self.user_events = UserEvents(
+            engine,
+            self.node,
+            lambda: self.config,
+            self.publisher.publish_user,
+            self.flush,
+            self._loop,
+        )
         self.queries = QueryService(self.wire, self.net.contact, lambda: self.node,
                                     lambda: self.config)  # fmt: skip
         self.net.streams.answer_query = self.queries.answer
@@ -262,11 +268,17 @@ class Agent:
         self.meta = MetaService(self._loop, lambda: self.node, self.flush,
                                 settings.answer_timeout_s,
                                 self.commits.hand_over_now)  # fmt: skip
-        return {"meta": MetaConfig(settings.heartbeat_s, settings.answer_timeout_s,
-                                   settings.snapshot_every, settings.keep_entries,
-                                   max_snapshot_bytes=settings.max_snapshot_bytes),
-                "meta_log": self.data_dir.load_log(),
-                "meta_snapshot": self.data_dir.load_snapshot()}
+        return {
+            "meta": MetaConfig(
+                settings.heartbeat_s,
+                settings.answer_timeout_s,
+                settings.snapshot_every,
+                settings.keep_entries,
+                max_snapshot_bytes=settings.max_snapshot_bytes,
+            ),
+            "meta_log": self.data_dir.load_log(),
+            "meta_snapshot": self.data_dir.load_snapshot(),
+        }
 
     def _send(self, send: Send) -> None:
         """Send one `Send`; one to this agent itself is delivered here."""
@@ -318,8 +330,10 @@ class Agent:
             f"{event.supported} (shoal {__version__}): this agent stops rather than misread "
             "the others; run a newer release here, or before a downgrade lower the level "
             f"with `shoal features --cap {event.supported}` on a current agent "
-            "(docs/operations.md, 'An upgrade')")
+            "(docs/operations.md, 'An upgrade')"
+        )
         self._stop.set()
+
     def request_stop(self) -> None:
         """Ask the agent to leave and exit (as SIGTERM does)."""
         self._stop.set()

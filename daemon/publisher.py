@@ -46,8 +46,13 @@ from shoal.storage.store import RecordChange
 from shoal.storage.syncstate import SyncCompleted
 
 log = structlog.get_logger("shoal")
-ELECTION_EVENTS = (ControllerElected, ControllerLost, ControllerChanged, VotersChanged,
-                   VoterReplaced)
+ELECTION_EVENTS = (
+    ControllerElected,
+    ControllerLost,
+    ControllerChanged,
+    VotersChanged,
+    VoterReplaced,
+)
 HANDLER_TIMEOUT_S = 30.0
 
 
@@ -205,8 +210,15 @@ class Publisher:
                 continue
             me = cfg.node_name
             env = {"SHOAL_EVENT": kind, "SHOAL_SELF_NAME": me, "SHOAL_NODE": me}
-            for key in ("name", "address", "status", "incarnation", "controller", "epoch",
-                        "health"):
+            for key in (
+                "name",
+                "address",
+                "status",
+                "incarnation",
+                "controller",
+                "epoch",
+                "health",
+            ):
                 if key in record:
                     env[f"SHOAL_{key.upper()}"] = str(record[key])
             self._spawn(run_handler(command, env, dict(record)))

@@ -26,8 +26,16 @@ from shoal.services.checkconfig import CheckConfig
 from shoal.storage.history import HistoryWriter
 
 # The settings a running agent applies without a restart.
-LIVE = {"tags", "log_level", "log_format", "controller_handler", "event_handlers", "history",
-        "checks", "enable_script_checks"}
+LIVE = {
+    "tags",
+    "log_level",
+    "log_format",
+    "controller_handler",
+    "event_handlers",
+    "history",
+    "checks",
+    "enable_script_checks",
+}
 log = structlog.get_logger("shoal")
 
 

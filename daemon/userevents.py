@@ -162,9 +162,14 @@ class UserEvents:
         node = self._node
         origin = node.name_of(rec.writer) or rec.writer.hex()
         ident = event_id(rec.key)
-        record: dict[str, Any] = {"type": "user", "name": name, "id": ident, "origin": origin,
-                                  "payload_bytes": len(payload),
-                                  "payload_base64": base64.b64encode(payload[:4096]).decode()}
+        record: dict[str, Any] = {
+            "type": "user",
+            "name": name,
+            "id": ident,
+            "origin": origin,
+            "payload_bytes": len(payload),
+            "payload_base64": base64.b64encode(payload[:4096]).decode(),
+        }
         self._publish(record)
         cfg = self._config()
         commands = [c for f, c in cfg.event_handlers if f in ("", "user", f"user:{name}")]

@@ -226,7 +226,8 @@ class Controller:
         settled = now - self.elected_at >= _REAPED_GUARD_S
         if self._view.feature_level >= META_LOG_FEATURE:  # voters have ids
             return self._replace(voters) or self.ranking.next_config(
-                voters, settled, self.config.max_voters, self.came_back, self._ready)
+                voters, settled, self.config.max_voters, self.came_back, self._ready
+            )
         if voters.ids:  # the level was lowered (an operator's cap, before a downgrade)
             return voters.without_ids()
         return self.ranking.next_config(voters, settled, self.config.max_voters)
@@ -293,6 +294,10 @@ class Controller:
         self.renew_at = req.sent_at + self.config.renew_interval_s
         if req.old is not None:
             self.counters.voter_changes += 1
+            if self._view.has_log and self._view.feature_level >= META_LOG_FEATURE:
+                # The next change the log decides need not wait a renewal
+                # interval (a voter replaced is two changes: 3-5 s before, 0.5 s).
+                self.renew_at = now
         if self.lease_epoch == req.epoch:
             # Members know the controller only as long as a notice vouches
             # for its lease (notices.py): tell them the lease is longer now.

@@ -156,8 +156,22 @@ class LostDisk:
 
 
 Decision = (
-    Adopt | Wake | WakeBy | Issue | RequestFailed | ReleaseOwn | HoldOff | SawEpoch | Granted
-    | YieldCampaign | Superseded | Follow | Vouch | Elected | StepAside | ProposeVoters
+    Adopt
+    | Wake
+    | WakeBy
+    | Issue
+    | RequestFailed
+    | ReleaseOwn
+    | HoldOff
+    | SawEpoch
+    | Granted
+    | YieldCampaign
+    | Superseded
+    | Follow
+    | Vouch
+    | Elected
+    | StepAside
+    | ProposeVoters
     | LostDisk
 )
 Decisions = list[Decision]

@@ -171,12 +171,25 @@ class LeaseElection(Steps):
                                      self.ranking, self.notices, self.following, self,
                                      self.decisions)  # fmt: skip
         roles = (
-            self.voter, self.campaign, self.ranking, self.standing, self.following,
+            self.voter,
+            self.campaign,
+            self.ranking,
+            self.standing,
+            self.following,
             self.controller,
         )
         self.candidacy = Candidacy(
-            name, node_id, config, rng, self.counters, roles, self._send_to, self,
-            self.decisions, granted_epoch, bootstrap_expect,
+            name,
+            node_id,
+            config,
+            rng,
+            self.counters,
+            roles,
+            self._send_to,
+            self,
+            self.decisions,
+            granted_epoch,
+            bootstrap_expect,
         )
         self._view_changed_at, self._leaving = 0.0, False
         # The feature level this node announces when it controls; the node
@@ -394,8 +407,9 @@ class LeaseElection(Steps):
             WakeBy: lambda d, now: self.wake_by(d.at),
             Issue: self._issue,
             RequestFailed: self._request_failed,
-            ReleaseOwn: lambda d, now: self.on_release(LeaseRelease(d.epoch, self.name), SELF,
-                                                       now),  # fmt: skip
+            ReleaseOwn: lambda d, now: self.on_release(
+                LeaseRelease(d.epoch, self.name), SELF, now
+            ),  # fmt: skip
             HoldOff: lambda d, now: self.standing.block(d.until),
             SawEpoch: lambda d, now: self.saw_epoch(d.epoch),
             Granted: self._granted,

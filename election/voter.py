@@ -303,8 +303,10 @@ class Voter:
         grant = self.grant
         if grant is None:
             self.grant = Grant(holder, epoch, now, max(seq - 1, 0))
-        elif grant.epoch == epoch and grant.holder != holder and (
-            grant.holder == "" or now >= grant.until_at
+        elif (
+            grant.epoch == epoch
+            and grant.holder != holder
+            and (grant.holder == "" or now >= grant.until_at)
         ):
             grant.holder, grant.seq = holder, max(seq - 1, 0)
 

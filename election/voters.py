@@ -70,8 +70,11 @@ class VoterConfig(msgspec.Struct, frozen=True):
             return True
         if self.lineage == other.lineage:
             return self.version > other.version
-        return ((len(self.voters), self.version, self.lineage)
-                > (len(other.voters), other.version, other.lineage))
+        return (len(self.voters), self.version, self.lineage) > (
+            len(other.voters),
+            other.version,
+            other.lineage,
+        )
 
     def id_of(self, name: str) -> bytes:
         """The node_id voter `name` is known by (b"": none known, or not a voter)."""

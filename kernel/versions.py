@@ -142,9 +142,13 @@ def incompatible(mine: Versions, theirs: Versions) -> list[str]:
     """The protocols whose ranges do not overlap (empty: compatible)."""
     if mine is theirs:
         return []
-    return [p for p, (a, b) in zip(PROTOCOLS, zip(mine.ranges(), theirs.ranges(), strict=True),
-                                   strict=True)  # fmt: skip
-            if a[1] < b[0] or b[1] < a[0]]
+    return [
+        p
+        for p, (a, b) in zip(
+            PROTOCOLS, zip(mine.ranges(), theirs.ranges(), strict=True), strict=True
+        )  # fmt: skip
+        if a[1] < b[0] or b[1] < a[0]
+    ]
 
 
 def speaks(mine: Versions, theirs: Versions) -> tuple[int, ...]:

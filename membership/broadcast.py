@@ -172,4 +172,3 @@ class BroadcastQueue:
             sizes[size] = left
         else:
             del sizes[size]
-

@@ -197,9 +197,17 @@ class Exchange:
                 node = rec.ident
                 name = node.name
                 known = members.get(name)
-                if known is not None and name != me and (known is rec or (
-                        known.incarnation >= rec.incarnation
-                        and (known.ident is node or known.ident.node_id == node.node_id))):
+                if (
+                    known is not None
+                    and name != me
+                    and (
+                        known is rec
+                        or (
+                            known.incarnation >= rec.incarnation
+                            and (known.ident is node or known.ident.node_id == node.node_id)
+                        )
+                    )
+                ):
                     stale += 1
                     continue
             self._merge(rec, msg.source, now)

@@ -105,8 +105,8 @@ class Prober:
         send_packet: SendPacket,
         suspect: Callable[[Suspect, Address, float], None],
         sync_with_stranger: Callable[[str, Address, float], None],
+        suspect_heard: Callable[[str, float], None],
         reconnect_acked: Callable[[int, Address, float], bool],
-        new_round: Callable[[], None],
         offsets: ClockOffsets,
         coordinates: CoordinateCache,
     ) -> None:
@@ -125,9 +125,10 @@ class Prober:
             suspect: applies a `Suspect` claim (the verdict on a round).
             sync_with_stranger: a member we do not know (or hold dead)
                 pinged us.
+            suspect_heard: a member we suspect pinged us (reconnect.py
+                pings the other lost members then).
             reconnect_acked: an ack of no probe round: whether it answers
                 a reconnect ping (reconnect.py), which it handles.
-            new_round: told when each probe round begins.
             offsets: this node's clock offset, sampled from direct acks.
             coordinates: this node's network coordinate and its peers',
                 updated from direct acks.
@@ -146,8 +147,8 @@ class Prober:
         self._send_packet = send_packet
         self._suspect = suspect
         self._sync_with_stranger = sync_with_stranger
+        self._suspect_heard = suspect_heard
         self._reconnect_acked = reconnect_acked
-        self._new_round = new_round
         self._probe: ProbeRound | None = None
         self._checks: dict[int, ProbeRound] = {}  # seq -> a check of a suspect
         self._checking: set[str] = set()  # the names of those suspects
@@ -175,6 +176,7 @@ class Prober:
             # a probe round or two; gossip spent its retransmits in the cut.
             msgs: list[Any] = [ack, Suspect(source.incarnation, msg.source, self._name)]
             self._send_packet(sender, msgs, piggyback=True)
+            self._suspect_heard(msg.source, now)
         else:
             self._send_packet(sender, [ack], piggyback=True)
         if msg.source not in self._table.live and msg.source != self._name:
@@ -272,7 +274,6 @@ class Prober:
 
     def _due_probe(self, _: None, now: float) -> None:
         self._armed = False
-        self._new_round()
         probe = self._probe
         if probe is not None and not probe.acked:
             self._fail_probe(probe, now)
@@ -341,8 +342,10 @@ class Prober:
         """Another member suspects `name`: check it at once (see the module
         docstring), unless a check or a round of ours is at it already."""
         probe = self._probe
-        if self._local.leaving or name in self._checking or (
-            probe is not None and probe.target == name and not probe.acked
+        if (
+            self._local.leaving
+            or name in self._checking
+            or (probe is not None and probe.target == name and not probe.acked)
         ):
             return
         m = self._table.get(name)

@@ -9,8 +9,10 @@ agents; ~27 s in 4 of 12 simulated seeds). Here each member declared dead
 (not one that left) is tried again with a `Ping` of its own:
 
 - for `reconnect_fast_s` (60 s) after its death, at most one such ping per
-  probe interval, round robin over the recently dead: a cut of up to a
-  minute is noticed within about a probe interval of its heal;
+  probe interval, round robin over the recently dead (and the suspects,
+  below), slower in proportion above `_PACE_MEMBERS` live members, except
+  while we hold suspicions of our own: a cut of up to a minute is noticed
+  within about a probe interval of its heal;
 - then with a backoff that doubles from 2 s up to `reconnect_interval_s`
   (2, 4, 8, 16 s), after which only Serf's reconnect tries it;
 - a death again (after it was heard alive) starts again from the first.
@@ -21,18 +23,28 @@ hold us alive) makes us push-pull with it (`Exchange.reconnect_acked`).
 Either exchange carries the news that each side declared the other dead,
 each refutes, and the refutations spread on both sides by gossip. The first
 answer across a healed cut is also a sign that the others behind it are
-back: every other recently dead member gets a ping at once (at most
-`_HEARD_BURST_MAX`, once per probe interval).
+back: every other recently dead member, and every suspect, gets a ping at
+once (at most `_HEARD_BURST_MAX`, once per probe interval); so does a ping
+from a member we suspect, and its refutation.
+
+At 60 members (issue 42) the heal's tail was a suspicion that only one
+member held, or held at an incarnation the suspect had already outbid: no
+gossip reaches the suspect, so only our own pings tell it, and they came
+at the slowed pace (3.75 s at 60), once per turn of a round robin over
+every lost member. Hence the pace of a probe interval while any suspicion
+of our own is queued, and suspects in the burst.
 
 Cost, per observer: at most one ping per probe interval however many are
-dead, while any death is younger than `reconnect_fast_s`, plus four per
-dead member after that, plus one burst of at most `_HEARD_BURST_MAX` per
-probe interval while dead members answer. Per dead member, at most
-`reconnect_fast_s / probe_interval_s + 4` (64 on the LAN profile) from each
-observer, fewer when several are dead at once. A crashed agent's host
-answers each with ICMP port unreachable (ignored for a dead member); a ping
-that reaches another node now at that address names the member it is for,
-and is dropped there.
+dead or suspect, while any death is younger than `reconnect_fast_s` or any
+suspicion runs, plus four per dead member after that, plus one burst of at
+most `_HEARD_BURST_MAX` per probe interval while lost members are heard.
+Per dead member, at most `reconnect_fast_s / probe_interval_s + 4` (64 on
+the LAN profile) from each observer's round robin, fewer when several are
+dead at once, plus one per burst (a burst needs a lost member heard
+from: a heal, or a false suspicion refuted). A crashed agent's host answers
+each with ICMP port unreachable (ignored for a dead member); a ping that
+reaches another node now at that address names the member it is for, and
+is dropped there.
 """
 
 from __future__ import annotations
@@ -106,7 +118,10 @@ class Reconnects:
         # dropped at their turn.
         self._fast: deque[tuple[str, float, bool]] = deque()
         self._suspected: set[str] = set()  # names queued as suspicions
+        self._own: set[str] = set()  # those of them that our own probes raised
         self._armed = False
+        self._due_at = 0.0  # when the armed retry is due
+        self._generation = 0  # of the armed retry; an earlier one supersedes it
         self._pings: dict[int, str] = {}  # seq -> member, sent this probe interval
         self._seq = _SEQ_FIRST - 1
         self._burst_after = 0.0
@@ -122,32 +137,52 @@ class Reconnects:
         reaches the suspect within a probe interval, not whenever the round
         robin of probes comes to it; one raised by others, only once it has
         lasted `_OTHERS_SUSPICION_ROUNDS` probe intervals."""
+        if ours:
+            self._own.add(name)
         if name not in self._suspected:
             self._suspected.add(name)
             wait_s = 0.0 if ours else _OTHERS_SUSPICION_ROUNDS * self._config.probe_interval_s
             self._queue(name, now + wait_s, True, now)
+        elif ours and self._armed:
+            self._arm(now)  # at our own pace now, maybe sooner
 
     def _queue(self, name: str, since: float, suspect: bool, now: float) -> None:
         self._fast.append((name, since, suspect))
-        if not self._armed:
-            # At a random phase of the pace: observers that learn of a death
-            # together do not all ping at the same instants.
-            self._armed = True
-            self._deadlines.push(now + self._rng.uniform(0.5, 1.0) * self._pace_s(),
-                                 self._due_retry)  # fmt: skip
+        if not self._armed or (suspect and since <= now):
+            self._arm(now)  # an own suspicion quickens the pace
+
+    def _arm(self, now: float) -> None:
+        """Arm the next retry at a random phase of the pace (observers that
+        learn of a death together do not all ping at the same instants),
+        unless one is armed that is due sooner."""
+        at = now + self._rng.uniform(0.5, 1.0) * self._pace_s()
+        if self._armed and self._due_at <= at:
+            return
+        self._armed = True
+        self._due_at = at
+        self._generation += 1
+        self._deadlines.push(at, self._due_retry, self._generation)
 
     def _pace_s(self) -> float:
         """Between two pings of the round robin: a probe interval, longer
-        in proportion above `_PACE_MEMBERS` live members."""
+        in proportion above `_PACE_MEMBERS` live members, except while we
+        hold suspicions of our own: a suspect that only we suspect (a short
+        cut, or the one probe that crossed it) hears from nobody else, and
+        at 60 members it waited 3.75 s for its turn."""
         scale = self._table.num_live() / _PACE_MEMBERS
-        return self._config.probe_interval_s * (scale if scale > 1.0 else 1.0)
+        if self._own or scale <= 1.0:
+            return self._config.probe_interval_s
+        return self._config.probe_interval_s * scale
 
     def answered(self, seq: int) -> str | None:
         """The member an ack with `seq` answers for, if it is one of ours."""
         return self._pings.pop(seq, None)
 
     def heard(self, name: str, now: float) -> None:
-        """Dead member `name` answered: ping the other recently dead at once."""
+        """Lost member `name` (dead, or suspect) was heard from: a cut may
+        have just healed, so ping the other lost members at once, the
+        suspects with their suspicion (at most `_HEARD_BURST_MAX`, once per
+        probe interval)."""
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s
@@ -155,9 +190,16 @@ class Reconnects:
         for other, since, suspect in list(self._fast):
             if sent >= _HEARD_BURST_MAX:
                 break
-            if other != name and not suspect and self._still_dead(other, since):
+            if other != name and self._lost(other, since, suspect, now):
                 self._ping(other)
                 sent += 1
+
+    def _lost(self, name: str, since: float, suspect: bool, now: float) -> bool:
+        """Whether a round-robin entry may be pinged now."""
+        if not suspect:
+            return self._still_dead(name, since)
+        m = self._table.get(name)
+        return m is not None and m.state is SUSPECT and now >= since
 
     def _still_dead(self, name: str, died_at: float) -> bool:
         m = self._table.get(name)
@@ -186,6 +228,7 @@ class Reconnects:
                 m = self._table.get(name)
                 if m is None or m.state is not SUSPECT:
                     self._suspected.discard(name)
+                    self._own.discard(name)
                     continue
                 if now < since:  # not yet: keep its place
                     fast.append((name, since, suspect))
@@ -200,15 +243,19 @@ class Reconnects:
             return name
         return None
 
-    def _due_retry(self, _: None, now: float) -> None:
+    def _due_retry(self, generation: int, now: float) -> None:
         """One ping, to the next lost member in turn."""
+        if generation != self._generation:
+            return  # superseded by one armed sooner
         self._pings.clear()  # acks later than a probe interval are not awaited
         name = self._next(now)
         if name is not None and not self._local.leaving:
             self._ping(name)
         self._armed = bool(self._fast)
         if self._armed:
-            self._deadlines.push(now + self._pace_s(), self._due_retry)
+            self._due_at = now + self._pace_s()
+            self._generation += 1
+            self._deadlines.push(self._due_at, self._due_retry, self._generation)
 
     def _due_ladder(self, arg: tuple[str, float, float], now: float) -> None:
         name, died_at, gap_s = arg

@@ -111,7 +111,15 @@ class SwimNode:
             local, table, config, rng, deadlines, self.gossip.send_packet, counters
         )
         self.claims = claims = Claims(
-            local, table, config, health, deadlines, out, counters, self.gossip, scheduler,
+            local,
+            table,
+            config,
+            health,
+            deadlines,
+            out,
+            counters,
+            self.gossip,
+            scheduler,
             reconnects,
         )
         self.exchange = exchange = Exchange(
@@ -120,8 +128,9 @@ class SwimNode:
         self.prober = prober = Prober(
             local, table, config, rng, health, deadlines, counters, scheduler,
             self.gossip.send_packet, claims.on_suspect, exchange.sync_with_stranger,
+            reconnects.heard,
             exchange.reconnect_acked,
-            claims.new_round, self.offsets, self.coordinates,
+            self.offsets, self.coordinates,
         )  # fmt: skip
         claims.check_suspect = prober.check
         # Dispatch by exact type: one dict lookup on the hottest path, where a

@@ -259,7 +259,6 @@ class MetaLog(Following, Reading):
         meanwhile): stop counting its voters."""
         self._votes.deciding = None
 
-
     def leadership(self, now: float) -> None:
         """Lead the log while holding the lease, of that epoch; stop when not."""
         epoch = self._leading_epoch()
@@ -341,8 +340,10 @@ class MetaLog(Following, Reading):
         but for at most one append's worth: a voter added then has its
         entries in one message. (Safety does not rest on this: the change
         that adds it commits on a majority of the new voters.)"""
-        return (self.epoch is not None
-                and self._match.get(name, 0) >= self.commit - MAX_ENTRIES_PER_APPEND)
+        return (
+            self.epoch is not None
+            and self._match.get(name, 0) >= self.commit - MAX_ENTRIES_PER_APPEND
+        )
 
     def forget(self, name: str) -> None:
         """`name` lost what it held (its data directory was replaced): what it

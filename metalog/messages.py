@@ -224,8 +224,12 @@ def _enc_op(op: MetaOp) -> list[Any]:
         case MetaDelete(key, cas):
             return [2, key, cas]
         case MetaTxn(compares, success, failure):
-            return [3, [[c.key, c.target, c.cmp, c.number, c.value] for c in compares],
-                    [_enc_txn_op(o) for o in success], [_enc_txn_op(o) for o in failure]]
+            return [
+                3,
+                [[c.key, c.target, c.cmp, c.number, c.value] for c in compares],
+                [_enc_txn_op(o) for o in success],
+                [_enc_txn_op(o) for o in failure],
+            ]
         case VoterSet(lineage, version, voters, ids):
             return [4, lineage, version, list(voters), list(ids)]
     return [0]
@@ -234,8 +238,14 @@ def _enc_op(op: MetaOp) -> list[Any]:
 def _enc_txn_result(t: TxnApplied | None) -> list[Any] | None:
     if t is None:
         return None
-    return [t.revision, t.succeeded, [None if k is None else [k.value, k.create_revision,
-                                      k.mod_revision, k.version] for k in t.results]]
+    return [
+        t.revision,
+        t.succeeded,
+        [
+            None if k is None else [k.value, k.create_revision, k.mod_revision, k.version]
+            for k in t.results
+        ],
+    ]
 
 
 def _txn_result(v: object) -> TxnApplied | None:
@@ -284,9 +294,16 @@ def _outcome(v: object) -> int:
 def _encode(msg: Any) -> list[Any] | None:
     match msg:
         case Append(epoch, leader, prev_index, prev_epoch, entries, commit, read_seq):
-            return [70, epoch, leader, prev_index, prev_epoch,
-                    [entry_to_wire(e) for e in entries],
-                    commit, read_seq]
+            return [
+                70,
+                epoch,
+                leader,
+                prev_index,
+                prev_epoch,
+                [entry_to_wire(e) for e in entries],
+                commit,
+                read_seq,
+            ]
         case AppendAck(epoch, follower, ok, match_index, read_seq):
             return [71, epoch, follower, ok, match_index, read_seq]
         case Propose(origin, pid, op, epoch):

@@ -127,6 +127,11 @@ class Reading:
         else:
             self.counters.reads_served += 1
             held = self.state.get(key)
-            answer = ReadResult(rid, True, None if held is None else held.value,
-                                0 if held is None else held.mod_revision, self.state.revision)
+            answer = ReadResult(
+                rid,
+                True,
+                None if held is None else held.value,
+                0 if held is None else held.mod_revision,
+                self.state.revision,
+            )
         self._origin.answer(origin, answer)

@@ -50,7 +50,8 @@ class VoterSets:
         """Whether the voters for whom `has` holds are a majority of every set."""
         sets = self.sets(commit)
         return bool(sets) and all(
-            sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets)
+            sum(1 for v in voters if has(v)) >= len(voters) // 2 + 1 for voters in sets
+        )
 
     def held_by_majorities(self, commit: int, match: Mapping[str, int], last: int,
                            alone: bool = False) -> int:  # fmt: skip

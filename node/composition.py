@@ -158,8 +158,13 @@ class ShoalNode:
         # The platform features (services/): after every other stream, and
         # writing to the node's own outbox, so a node without user events
         # drains as before.
-        self.services = Services(replica.store, int(cfg.event_retention_s * 1000),
-                                 random.Random(rng.getrandbits(64)), wall_offset_ms, self.out)
+        self.services = Services(
+            replica.store,
+            int(cfg.event_retention_s * 1000),
+            random.Random(rng.getrandbits(64)),
+            wall_offset_ms,
+            self.out,
+        )
         self._changes: list[RecordChange] | None = None  # for `take_changes`, once asked
         self.features = FeatureLevel(ident.versions)
         self._level_at = -math.inf  # when the feature level is next looked at
@@ -551,7 +556,8 @@ class ShoalNode:
             raise WriteRefused(
                 f"this agent's clock is {offset / 1000:+.3f} s from its peers' (more than "
                 f"store.max_offset_ms = {limit} ms): its writes would be ordered wrongly; "
-                "fix its clock (NTP) or write through another agent")
+                "fix its clock (NTP) or write through another agent"
+            )
         owner = self.swim.ident.node_id if ephemeral and value is not None else b""
         return self.sync.write(key, value, now, fence or 0, owner)
 

@@ -95,6 +95,8 @@ def status(node: ShoalNode, now: float = 0.0) -> NodeStatus:
         counters=node.counters(),
         feature_level=node.feature_level,
         held_back_by=tuple(node.held_back_by()),
-        speaks=cluster_speaks(swim.ident.versions, (
-            m.versions for m in members if m.state in (MemberState.ALIVE, MemberState.SUSPECT))),
+        speaks=cluster_speaks(
+            swim.ident.versions,
+            (m.versions for m in members if m.state in (MemberState.ALIVE, MemberState.SUSPECT)),
+        ),
     )

@@ -86,7 +86,6 @@ codec.register(65, 5, lambda f: QueryReply(
     _encode)  # fmt: skip
 
 
-
 class QueryRound:
     """One query from this member: who is expected, who answered, the deadline.
 

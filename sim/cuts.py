@@ -12,9 +12,9 @@ sees every other alive (`converged`). Also counted, from the heal on:
   a pair that sees it more than once after the heal flapped
   (died and rejoined again), which is counted as a false rejoin.
 
-`python -m shoal.sim.cuts [seeds]` prints the figures over cut lengths of
-1 to 60 s (issue 42: all see all within 3 s of any heal of a cut that
-lasted at most 60 s).
+`python -m shoal.sim.cuts [--nodes N] [--minority M,M...] [seeds]` prints
+the figures over cut lengths of 1 to 60 s (issue 42: all see all within 3 s
+of any heal of a cut that lasted at most 60 s); seeds as `1-10` too.
 """
 
 from __future__ import annotations
@@ -97,18 +97,49 @@ def run_cut(seed: int, nodes: int = 6, minority: int = 2, cut_s: float = 30.0,
     return CutResult(seed, nodes, minority, cut_s, healed_s, watch.deaths, flaps)
 
 
+def _args(argv: list[str]) -> tuple[int, list[int], list[int]]:
+    """`[--nodes N] [--minority M,M...] [seed ...]` (defaults 6, 2, seeds 1-20)."""
+    nodes, minorities = 6, [2]
+    seeds: list[int] = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--nodes":
+            nodes = int(next(it))
+        elif arg == "--minority":
+            minorities = [int(m) for m in next(it).split(",")]
+        elif "-" in arg:
+            first, last = arg.split("-")
+            seeds += range(int(first), int(last) + 1)
+        else:
+            seeds.append(int(arg))
+    return nodes, minorities, seeds or list(range(1, 21))
+
+
 def main(argv: list[str]) -> None:
-    """Print the heal time per cut length over seeds (default 1-20)."""
-    seeds = [int(a) for a in argv] or list(range(1, 21))
-    print("cut_s  healed_s: median  worst  never  deaths  flaps")
-    for cut_s in CUT_LENGTHS_S:
-        results = [run_cut(seed, cut_s=cut_s) for seed in seeds]
-        times = sorted(r.healed_s for r in results if r.healed_s is not None)
-        never = sum(1 for r in results if r.healed_s is None)
-        median = times[len(times) // 2] if times else float("nan")
-        worst = times[-1] if times else float("nan")
-        print(f"{cut_s:5.0f}  {median:15.2f}  {worst:5.2f}  {never:5d}  "
-              f"{sum(r.deaths for r in results):6d}  {sum(r.flaps for r in results):5d}")
+    """Print the heal time per minority and cut length over seeds, then
+    over all runs: `[--nodes N] [--minority M,M...] [seed|first-last ...]`."""
+    nodes, minorities, seeds = _args(argv)
+    print(f"{nodes} nodes, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)})")
+    print("minority  cut_s  healed_s: median  worst  over_3_s  never  deaths  flaps")
+    every: list[float] = []
+    for minority in minorities:
+        for cut_s in CUT_LENGTHS_S:
+            results = [run_cut(seed, nodes, minority, cut_s) for seed in seeds]
+            times = sorted(r.healed_s for r in results if r.healed_s is not None)
+            every += times
+            never = sum(1 for r in results if r.healed_s is None)
+            median = times[len(times) // 2] if times else float("nan")
+            worst = times[-1] if times else float("nan")
+            over = sum(1 for t in times if t > 3.0)
+            print(f"{minority:8d}  {cut_s:5.0f}  {median:15.2f}  {worst:5.2f}  {over:8d}  "
+                  f"{never:5d}  {sum(r.deaths for r in results):6d}  "
+                  f"{sum(r.flaps for r in results):5d}")  # fmt: skip
+    every.sort()
+    if every:
+        print(
+            f"all {len(every)} healed: median {every[len(every) // 2]:.2f} s, "
+            f"p95 {every[int(len(every) * 0.95)]:.2f} s, worst {every[-1]:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,10 @@ def refusal(fence: int, known: int | None, stored: int | None) -> FenceRefused |
         what = f"under fence {fence}" if fence else "without a fence"
         return FenceRefused(
             f"this key was written under controller epoch {stored}: a write {what} "
-            "would lose to it (the writer acts for a deposed controller)", fence, stored)
+            "would lose to it (the writer acts for a deposed controller)",
+            fence,
+            stored,
+        )
     return None
 
 

@@ -169,7 +169,11 @@ class Replica:
     """One node's copy of the replicated records (module docstring)."""
 
     def __init__(
-        self, store: RecordStore, node_id: bytes, max_skew_ms: int, tombstone_grace_ms: int,
+        self,
+        store: RecordStore,
+        node_id: bytes,
+        max_skew_ms: int,
+        tombstone_grace_ms: int,
         event_retention_ms: int = 3_600_000,
     ) -> None:
         """Load the tree and the clock from what `store` holds.
@@ -288,7 +292,8 @@ class Replica:
                 raise WriteRefused(
                     f"a version of this key stamped {wait_s:.1f} s ahead of this agent's clock "
                     "was refused here (its writer's clock is fast, or ours slow); a write "
-                    f"now would lose to it later: retry in {wait_s:.0f} s or fix the clocks")
+                    f"now would lose to it later: retry in {wait_s:.0f} s or fix the clocks"
+                )
         rec = Record(key, value, self.clock.now(wall_ms), self.node_id, epoch, owner)
         if self.changes is not None:
             self.changes.append((rec, old is not None and self.visible(old), WRITE))

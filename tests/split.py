@@ -38,15 +38,20 @@ def main(options: list[str]) -> int:
         beside = subprocess.Popen([*pytest, *(str(TESTS / d) for d in cpu)],
                                   stdout=log, stderr=subprocess.STDOUT,
                                   preexec_fn=lambda: os.nice(10))  # fmt: skip
-        print(f"split: {', '.join(cpu)} beside (nice 10, output after); "
-              f"{', '.join(IO)} here", flush=True)
+        print(
+            f"split: {', '.join(cpu)} beside (nice 10, output after); {', '.join(IO)} here",
+            flush=True,
+        )
         io_rc = subprocess.call([*pytest, *(str(TESTS / d) for d in IO)])
         cpu_rc = beside.wait()
         log.seek(0)
         print(f"\n===== split: the tests beside ({', '.join(cpu)}) =====", flush=True)
         sys.stdout.write(log.read())
-    print(f"\nsplit: {', '.join(IO)} exit {io_rc}; {', '.join(cpu)} exit {cpu_rc}; "
-          f"{time.monotonic() - started:.0f} s in all", flush=True)
+    print(
+        f"\nsplit: {', '.join(IO)} exit {io_rc}; {', '.join(cpu)} exit {cpu_rc}; "
+        f"{time.monotonic() - started:.0f} s in all",
+        flush=True,
+    )
     return io_rc or cpu_rc
 
 

@@ -50,8 +50,9 @@ class ApiAccess(msgspec.Struct, frozen=True):
             # A bare token: Prometheus (2.42) sends that from an http_sd_configs
             # entry whose `authorization` leaves `type` out (docs: Bearer).
             scheme, given = "bearer", scheme
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                                  self.token.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
+        )
 
 
 def parse_access(raw: dict[str, Any], api: Address) -> ApiAccess:

@@ -1,13 +1,13 @@
 """The API's event routes: the two streams, user events and queries.
 
-    GET  /v1/events                membership and user events as newline-delimited JSON
-    GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
-                                   keys, events), resumable (api/changes.py)
-    POST /v1/event/<name>          fire a user event; the body is its payload
-                                   (daemon/userevents.py)
-    POST /v1/query/<name>?node=RE&tag=K=RE&timeout=S   ask members; the body is the
-                                   payload; returns when all expected answered
-                                   (daemon/network/queries.py)
+GET  /v1/events                membership and user events as newline-delimited JSON
+GET  /v1/watch?topics=&prefix=&index=&run=   numbered changes (members, controller,
+                               keys, events), resumable (api/changes.py)
+POST /v1/event/<name>          fire a user event; the body is its payload
+                               (daemon/userevents.py)
+POST /v1/query/<name>?node=RE&tag=K=RE&timeout=S   ask members; the body is the
+                               payload; returns when all expected answered
+                               (daemon/network/queries.py)
 """
 
 from __future__ import annotations

@@ -217,8 +217,9 @@ class HttpProtocol(asyncio.Protocol):
                          if self._query else {})  # fmt: skip
             except ValueError:
                 query = {}
-            request = Request(self._method, self._path, query, b"".join(self._body),
-                              self._authorization)
+            request = Request(
+                self._method, self._path, query, b"".join(self._body), self._authorization
+            )
             self._queue.append((request, keep_alive))
         self._deadline_at = self._loop.time() + IDLE_TIMEOUT_S
         if not self._busy:

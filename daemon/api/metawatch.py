@@ -132,4 +132,3 @@ def _watch(service: MetaService, prefix: bytes, start: int | None) -> Result:
             watches.close(stream)
 
     return Stream(lines())
-

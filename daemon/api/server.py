@@ -187,9 +187,14 @@ class ApiServer:
         """What answers here (for a browser or `curl` pointed at the port)."""
         from shoal.native import describe
 
-        paths = sorted({f"{m} {p}" for m, p in self._routes} | {"GET|PUT|DELETE /v1/kv/<key>",
-                                                         "GET|PUT|DELETE /v1/meta/<key>",
-                                                         "GET /v1/meta/?prefix=[&watch]"})
+        paths = sorted(
+            {f"{m} {p}" for m, p in self._routes}
+            | {
+                "GET|PUT|DELETE /v1/kv/<key>",
+                "GET|PUT|DELETE /v1/meta/<key>",
+                "GET /v1/meta/?prefix=[&watch]",
+            }
+        )
         return 200, {"name": "shoal", "version": __version__, "hot_path": describe(),
                      "node": self.agent.config.node_name, "cluster": self.agent.config.cluster,
                      "endpoints": paths, "docs": "docs/operations.md"}  # fmt: skip

@@ -158,8 +158,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        "seeds the keyring file")  # fmt: skip
     agent.add_argument("--api-socket", dest="api_socket", help="also serve the API on this "
                        "unix socket")  # fmt: skip
-    agent.add_argument("--api-token-file", dest="api_token_file",
-                       help="file holding the API token (docs/security.md)")
+    agent.add_argument(
+        "--api-token-file",
+        dest="api_token_file",
+        help="file holding the API token (docs/security.md)",
+    )
     agent.add_argument("--dev", action="store_true",
                        help="a one-node cluster for trying shoal as any user: loopback only, "
                        "a fresh data directory removed at exit, no discovery, bootstrap "
@@ -178,14 +181,23 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     members.add_argument("--health", choices=("passing", "warning", "critical"),
                          help="only members whose health checks say this (the worst of them; a "
                          "member without checks is passing)")  # fmt: skip
-    members.add_argument("--near", metavar="NODE",
-                         help="nearest to NODE first, by network coordinates (docs/coordinates.md)")
-    members.add_argument("--healthy", action="store_true",
-                         help="only members whose checks all pass (--health passing)")
-    members.add_argument("--detailed", action="store_true",
-                         help="add each member's protocol versions (min-max), feature level "
-                              "and part in the election (voter, or replaced: back with a new "
-                              "data directory)")
+    members.add_argument(
+        "--near",
+        metavar="NODE",
+        help="nearest to NODE first, by network coordinates (docs/coordinates.md)",
+    )
+    members.add_argument(
+        "--healthy",
+        action="store_true",
+        help="only members whose checks all pass (--health passing)",
+    )
+    members.add_argument(
+        "--detailed",
+        action="store_true",
+        help="add each member's protocol versions (min-max), feature level "
+        "and part in the election (voter, or replaced: back with a new "
+        "data directory)",
+    )
 
     tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")
     _api_arg(tags)
@@ -196,12 +208,19 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     _api_arg(info)
     info.add_argument("--json", action="store_true", help="print JSON")
 
-    features = sub.add_parser("features", help="the cluster's feature level, and the operator's "
-                              "cap on it (lower it before a downgrade: docs/operations.md)")
+    features = sub.add_parser(
+        "features",
+        help="the cluster's feature level, and the operator's "
+        "cap on it (lower it before a downgrade: docs/operations.md)",
+    )
     _api_arg(features)
     cap = features.add_mutually_exclusive_group()
-    cap.add_argument("--cap", type=int, metavar="LEVEL",
-                     help="never run above LEVEL (written to the store: every controller obeys)")
+    cap.add_argument(
+        "--cap",
+        type=int,
+        metavar="LEVEL",
+        help="never run above LEVEL (written to the store: every controller obeys)",
+    )
     cap.add_argument("--uncap", action="store_true", help="remove the cap")
     features.add_argument("--json", action="store_true", help="print JSON")
 
@@ -236,12 +255,17 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
     kv = sub.add_parser("kv", help="read and write the replicated key-value store")
     kv_sub = kv.add_subparsers(dest="kv_command", required=True, metavar="ACTION")
-    for name, help_text in (("put", "set KEY to VALUE (or stdin with -)"),
-                            ("get", "print the value of KEY"),
-                            ("delete", "delete KEY"),
-                            ("list", "list keys (and values) under a prefix"),
-                            ("watch", "print each change of the keys under a prefix as it "
-                             "happens, until Ctrl-C (resumes after a dropped connection)")):
+    for name, help_text in (
+        ("put", "set KEY to VALUE (or stdin with -)"),
+        ("get", "print the value of KEY"),
+        ("delete", "delete KEY"),
+        ("list", "list keys (and values) under a prefix"),
+        (
+            "watch",
+            "print each change of the keys under a prefix as it "
+            "happens, until Ctrl-C (resumes after a dropped connection)",
+        ),
+    ):
         p = kv_sub.add_parser(name, help=help_text)
         _api_arg(p)
         if name in ("list", "watch"):
@@ -252,8 +276,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--values", action="store_true", help="print values too")
         if name == "put":
             p.add_argument("value", help="the value, or - to read it from stdin")
-            p.add_argument("--ephemeral", action="store_true",
-                           help="the key vanishes when this agent's member fails or leaves")
+            p.add_argument(
+                "--ephemeral",
+                action="store_true",
+                help="the key vanishes when this agent's member fails or leaves",
+            )
         if name in ("put", "delete"):
             p.add_argument("--fence", metavar="EPOCH",
                            help="write under this controller epoch; refused once a newer one "
@@ -309,15 +336,34 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                      help="start with every node knowing every other (skips formation, "
                           "which takes hours at 10,000 nodes)")  # fmt: skip
     sim.add_argument("--json", action="store_true", help="print one JSON object")
-    sim.add_argument("--history-out", dest="history_out", metavar="DIR",
-                     help="churn the cluster and write every node's history log into DIR "
-                     "(with truth.json, what really happened)")
-    sim.add_argument("--session-mean", dest="session_mean", type=float, default=600.0,
-                     help="with --history-out: mean session length, s (exponential)")
-    sim.add_argument("--downtime-mean", dest="downtime_mean", type=float, default=300.0,
-                     help="with --history-out: mean downtime, s (exponential)")
-    sim.add_argument("--leave-ratio", dest="leave_ratio", type=float, default=0.3,
-                     help="with --history-out: share of sessions ending in a leave, not a crash")
+    sim.add_argument(
+        "--history-out",
+        dest="history_out",
+        metavar="DIR",
+        help="churn the cluster and write every node's history log into DIR "
+        "(with truth.json, what really happened)",
+    )
+    sim.add_argument(
+        "--session-mean",
+        dest="session_mean",
+        type=float,
+        default=600.0,
+        help="with --history-out: mean session length, s (exponential)",
+    )
+    sim.add_argument(
+        "--downtime-mean",
+        dest="downtime_mean",
+        type=float,
+        default=300.0,
+        help="with --history-out: mean downtime, s (exponential)",
+    )
+    sim.add_argument(
+        "--leave-ratio",
+        dest="leave_ratio",
+        type=float,
+        default=0.3,
+        help="with --history-out: share of sessions ending in a leave, not a crash",
+    )
     return parser
 
 
@@ -363,8 +409,11 @@ def _run(args: argparse.Namespace) -> int:
     if command in ("history", "churn"):
         from shoal.daemon.cli import history as history_cli
 
-        return history_cli.history_command(args) if command == "history" else \
-            history_cli.churn_command(args)
+        return (
+            history_cli.history_command(args)
+            if command == "history"
+            else history_cli.churn_command(args)
+        )
     if command == "simulate":
         from shoal.sim.report import simulate_command
 
@@ -445,4 +494,3 @@ def _dev_defaults(flags: dict[str, Any]) -> str:
         if flags.get(key) is None:
             flags[key] = value
     return data_dir
-

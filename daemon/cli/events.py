@@ -37,22 +37,42 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
                            "for NAME at least once")  # fmt: skip
     api_arg(event)
     event.add_argument("name", help="the event's name (1 to 128 characters, no spaces)")
-    event.add_argument("payload", nargs="?", default=None,
-                       help="the payload (at most 64 KiB), or - to read it from stdin (the "
-                       "default when stdin is a pipe or a file)")
+    event.add_argument(
+        "payload",
+        nargs="?",
+        default=None,
+        help="the payload (at most 64 KiB), or - to read it from stdin (the "
+        "default when stdin is a pipe or a file)",
+    )
     query = sub.add_parser("query", help="ask members to run their handler for NAME and "
                            "print each one's answer")  # fmt: skip
     api_arg(query)
     query.add_argument("name", help="the query's name")
-    query.add_argument("payload", nargs="?", default=None,
-                       help="the payload (at most 64 KiB), or - to read it from stdin (the "
-                       "default when stdin is a pipe or a file)")
-    query.add_argument("--node", metavar="REGEX",
-                       help="only members whose name matches (re.search: anchor with ^...$)")
-    query.add_argument("--tag", action="append", default=[], metavar="KEY=REGEX",
-                       help="only members whose tag KEY matches REGEX (repeatable)")
-    query.add_argument("--timeout", default="5", metavar="S",
-                       help="seconds to wait for answers (default 5, at most 300)")
+    query.add_argument(
+        "payload",
+        nargs="?",
+        default=None,
+        help="the payload (at most 64 KiB), or - to read it from stdin (the "
+        "default when stdin is a pipe or a file)",
+    )
+    query.add_argument(
+        "--node",
+        metavar="REGEX",
+        help="only members whose name matches (re.search: anchor with ^...$)",
+    )
+    query.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY=REGEX",
+        help="only members whose tag KEY matches REGEX (repeatable)",
+    )
+    query.add_argument(
+        "--timeout",
+        default="5",
+        metavar="S",
+        help="seconds to wait for answers (default 5, at most 300)",
+    )
     query.add_argument("--min-responses", dest="min_responses", metavar="K",
                        help="exit 0 when at least K members answered (default: every "
                        "member expected)")  # fmt: skip

@@ -23,8 +23,11 @@ def add_parsers(sub: Any) -> None:
     hist.add_argument("--limit", type=int, default=0, help="only the last N events")
     hist.add_argument("--json", action="store_true", help="print the rows as JSON Lines")
     verbs = hist.add_subparsers(dest="history_command", metavar="{collect}")
-    collect = verbs.add_parser("collect", help="copy every live member's history log into "
-                               "DIR/<node>/ through the agents' API (resumable)")
+    collect = verbs.add_parser(
+        "collect",
+        help="copy every live member's history log into "
+        "DIR/<node>/ through the agents' API (resumable)",
+    )
     collect.add_argument("--out", required=True, help="local directory, one folder per node")
     collect.add_argument("--api", default=os.environ.get("SHOAL_API", "127.0.0.1:7947"),
                          help="the local agent's API, for the member list (default "
@@ -95,8 +98,7 @@ def format_row(row: dict[str, Any]) -> str:
     if row.get("epoch") is not None:
         text += f" epoch {row['epoch']}"
     if row.get("source"):
-        text += f" by {row['source']}" if event in _ACCUSED else \
-            f" ({row['source']})"
+        text += f" by {row['source']}" if event in _ACCUSED else f" ({row['source']})"
     if row.get("tags"):
         text += " tags " + ",".join(f"{k}={v}" for k, v in sorted(row["tags"].items()))
     return text

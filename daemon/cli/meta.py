@@ -52,8 +52,11 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
                            help="only if the key's mod revision is REVISION (0: only if "
                            "absent); refused otherwise, with the current one")  # fmt: skip
         else:
-            p.add_argument("--stale", action="store_true",
-                           help="read this agent's applied state (fast; may be behind)")
+            p.add_argument(
+                "--stale",
+                action="store_true",
+                help="read this agent's applied state (fast; may be behind)",
+            )
             p.add_argument("--json", action="store_true", help="print JSON with revisions")
     _add_list_watch(actions, api_arg)
     _add_txn_parser(actions, api_arg)
@@ -65,15 +68,20 @@ def _add_list_watch(actions: Any, api_arg: Callable[[argparse.ArgumentParser], N
                            "(read through the controller)")  # fmt: skip
     api_arg(p)
     p.add_argument("prefix", nargs="?", default="")
-    p.add_argument("--stale", action="store_true",
-                   help="list this agent's applied state (fast; may be behind)")
+    p.add_argument(
+        "--stale", action="store_true", help="list this agent's applied state (fast; may be behind)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON with revisions")
     p = actions.add_parser("watch", help="print every committed change under PREFIX, "
                            "by revision, until interrupted")  # fmt: skip
     api_arg(p)
     p.add_argument("prefix", nargs="?", default="")
-    p.add_argument("--from", dest="from_revision", metavar="REVISION",
-                   help="from this revision on (kept changes first); default: from now")
+    p.add_argument(
+        "--from",
+        dest="from_revision",
+        metavar="REVISION",
+        help="from this revision on (kept changes first); default: from now",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object per change")
 
 
@@ -164,6 +172,8 @@ def _one(call: Any) -> Any:
     from shoal.client import calls
 
     return calls.one(call)
+
+
 def _shown(value: bytes | None) -> str:
     """A value on one line: text with newlines as \\n, else base64:..."""
     value = value or b""

@@ -46,7 +46,7 @@ def get(api: str, path: str, token: str, timeout_s: float = 10.0) -> bytes | Non
 def _connect(api: str, timeout_s: float) -> socket.socket:
     if api.startswith("unix:"):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        address: str | tuple[str, int] = api[len("unix:"):]
+        address: str | tuple[str, int] = api[len("unix:") :]
     else:
         host, _, port = api.rpartition(":")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -209,7 +209,8 @@ def _members_by_client(client: Client, status: str | None, health: str | None,
     import msgspec
 
     listed: list[dict[str, Any]] = msgspec.to_builtins(
-        client.members(status=status, tags=tags, name=name, health=health))
+        client.members(status=status, tags=tags, name=name, health=health)
+    )
     return listed
 
 
@@ -312,8 +313,10 @@ def _features(client: Client, args: argparse.Namespace) -> int:
     print(f"held back by: {', '.join(report['held_back_by']) or '(nobody)'}")
     print(f"cap: {cap or '(none)'}")
     if args.cap is not None:
-        print(f"The controller announces at most {args.cap} within a second; check with "
-              "`shoal features` on every agent before a downgrade.")
+        print(
+            f"The controller announces at most {args.cap} within a second; check with "
+            "`shoal features` on every agent before a downgrade."
+        )
     return 0
 
 
@@ -327,8 +330,10 @@ def _rtt(client: Client, args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2))
         return 0
     how = "probed directly" if answer["direct"] else "not probed directly: an estimate"
-    print(f"{answer['a']} <-> {answer['b']}: {answer['rtt_ms']:.3f} ms "
-          f"± {answer['error_ms']:.3f} ms ({how}; by {answer['measured_by']})")
+    print(
+        f"{answer['a']} <-> {answer['b']}: {answer['rtt_ms']:.3f} ms "
+        f"± {answer['error_ms']:.3f} ms ({how}; by {answer['measured_by']})"
+    )
     return 0
 
 

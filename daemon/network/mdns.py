@@ -100,7 +100,6 @@ class IgnoredPeer(msgspec.Struct, frozen=True):
 Found = Callable[[DiscoveredPeer | IgnoredPeer], None]
 
 
-
 def _envelope_overlaps(txt: dict[str, str]) -> bool:
     """Whether a peer's envelope versions (TXT `vsn`, "min-max"; an agent
     without it reads only its `proto`) overlap ours (kernel/versions.py).
@@ -113,8 +112,12 @@ def _envelope_overlaps(txt: dict[str, str]) -> bool:
         return False
     return lo <= hi and lo <= ENVELOPE_MAX and ENVELOPE_MIN <= hi
 
+
 def parse_advertisement(
-    properties: dict[bytes, bytes | None], addresses: list[str], own_id: str, cluster: str,
+    properties: dict[bytes, bytes | None],
+    addresses: list[str],
+    own_id: str,
+    cluster: str,
     sealing: Sealing = PLAIN,
 ) -> DiscoveredPeer | IgnoredPeer:
     """Judge one resolved advertisement (pure, so it is unit-tested).
@@ -310,8 +313,11 @@ class Discovery:
         if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
             return
         addresses = info.parsed_addresses(IPVersion.V4Only)
-        self.found(parse_advertisement(info.properties, addresses, self.node_id, self.cluster,
-                                       self.sealing))
+        self.found(
+            parse_advertisement(
+                info.properties, addresses, self.node_id, self.cluster, self.sealing
+            )
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

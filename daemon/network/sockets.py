@@ -102,7 +102,8 @@ class Network:
             self._udp, _ = await loop.create_datagram_endpoint(lambda: packets, sock=sock)
             _grow_receive_buffer(self._udp)
             self._server = await asyncio.start_server(
-                self.streams.accept, sock=open_tcp_listener(cfg.bind[0], cfg.bind[1]))
+                self.streams.accept, sock=open_tcp_listener(cfg.bind[0], cfg.bind[1])
+            )
         except OSError as exc:
             raise ConfigError(f"bind: cannot listen on {cfg.bind[0]}:{cfg.bind[1]}: "
                               f"{exc.strerror}") from None  # fmt: skip

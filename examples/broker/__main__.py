@@ -85,8 +85,15 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    broker = Broker(args.id, args.host, args.port, args.agent, check_id=args.check,
-                    session_ttl_s=args.session_ttl, check_interval_s=args.check_interval)
+    broker = Broker(
+        args.id,
+        args.host,
+        args.port,
+        args.agent,
+        check_id=args.check,
+        session_ttl_s=args.session_ttl,
+        check_interval_s=args.check_interval,
+    )
     await broker.run(stop)
     return 0
 

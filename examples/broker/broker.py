@@ -417,4 +417,3 @@ class Broker:
                 "leaders": {part_name(p): b for p, b in sorted(a.leaders.items())} if a else {},
                 "leading": [part_name(p) for p in sorted(self.logs)] if self.connected else [],
                 "brokers": {b.id: b.address for b in self.brokers.values()}}  # fmt: skip
-

@@ -33,8 +33,17 @@ from shoal.client import AsyncClient, Conflict, NotFound, ShoalError, Unknown
 
 from .assignment import Assignment, valid_topic
 
-__all__ = ["ASSIGNMENT", "DOORBELL", "TOPICS", "Topic", "check_create", "create_topic",
-           "read_assignment", "read_topics", "ring"]
+__all__ = [
+    "ASSIGNMENT",
+    "DOORBELL",
+    "TOPICS",
+    "Topic",
+    "check_create",
+    "create_topic",
+    "read_assignment",
+    "read_topics",
+    "ring",
+]
 
 log = logging.getLogger("broker.metadata")
 
@@ -146,8 +155,11 @@ async def create_topic(client: AsyncClient, name: str, partitions: int, token: s
         await asyncio.sleep(pause_s)
         pause_s = min(pause_s * 2, 0.5)
     if maybe:
-        return {"error": "unknown", "topic": name,
-                "detail": f"may have been created (last: {last}); ask again with the same token"}
+        return {
+            "error": "unknown",
+            "topic": name,
+            "detail": f"may have been created (last: {last}); ask again with the same token",
+        }
     return {"error": "not_applied", "topic": name,
             "detail": f"nothing was written (last: {last}); retry"}  # fmt: skip
 

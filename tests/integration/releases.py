@@ -120,6 +120,7 @@ def cache_root() -> Path:
 def _locked(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `path` (another pytest may be building)."""
     with open(path, "a") as f:
+
         def taken() -> bool:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -229,5 +230,4 @@ def previous_build() -> Build:
                          "shallow clone (fetch it: git fetch --unshallow)")  # fmt: skip
     python = build_release(release, cache_root())
     NOTICES.append(f"previous release: {release.name} ({release.commit[:10]}), {python}")
-    return Build(name=release.name, python=str(python), cwd=str(python.parents[2]),
-                 unset=_FOREIGN)
+    return Build(name=release.name, python=str(python), cwd=str(python.parents[2]), unset=_FOREIGN)

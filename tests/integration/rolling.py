@@ -373,6 +373,7 @@ def all_acknowledged_everywhere(agents: list[AgentProcess], writes: Writes) -> d
     unknown writes each agent holds."""
     found: dict[str, int] = {}
     for agent in agents:
+
         def holds(a: AgentProcess = agent) -> bool:
             items = {kv.key: kv.text for kv in Client(f"{a.ip}:7947", timeout=10).kv.list("load/")}
             missing = [k for k, v in writes.acked.items() if items.get(k) != v]

@@ -225,8 +225,18 @@ def test_a_taken_port_is_a_one_line_error_naming_the_setting(setting, tmp_path):
     try:
         holder.bind((ip, port))
         holder.listen()
-        out = shoal_cli("agent", "--node-name", "taken", "--bind", f"{ip}:7946",
-                        "--api", f"{ip}:7947", "--data-dir", str(tmp_path), "--no-discovery")
+        out = shoal_cli(
+            "agent",
+            "--node-name",
+            "taken",
+            "--bind",
+            f"{ip}:7946",
+            "--api",
+            f"{ip}:7947",
+            "--data-dir",
+            str(tmp_path),
+            "--no-discovery",
+        )
     finally:
         holder.close()
     assert out.returncode == 2

@@ -221,8 +221,12 @@ def test_every_partition_has_a_leader_and_produce_fetch_follow_redirects(cluster
 
     # A topic created through one broker (the CLI) is served by all; a
     # second creation of the same name is refused.
-    out = subprocess.run([*cli, "create-topic", "--broker", brokers[2].address, "orders",
-                          "--partitions", "3"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [*cli, "create-topic", "--broker", brokers[2].address, "orders", "--partitions", "3"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0 and out.stdout.startswith("created orders (3 partitions)"), out
     again = create(brokers[1], "orders", 5)
     assert again == {"error": "exists", "topic": "orders", "partitions": 3,

@@ -51,10 +51,12 @@ def test_shoal_members_loads_neither_the_agent_config_nor_structlog_nor_the_clie
     line, one plain GET and the table printer: no configuration machinery,
     no structlog, no asyncio, no http.client or msgspec."""
     agent = started(agents)
-    code = ("import atexit, json, sys\n"
-            "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
-            "from shoal.daemon.cli import main\n"
-            f"main(['members', '--api', '{agent.ip}:7947'])\n")
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        "from shoal.daemon.cli import main\n"
+        f"main(['members', '--api', '{agent.ip}:7947'])\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30, stdin=subprocess.DEVNULL)  # fmt: skip
     assert out.returncode == 0, out.stderr

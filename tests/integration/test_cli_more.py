@@ -99,8 +99,12 @@ def test_an_event_from_the_command_line_runs_every_handler_with_its_payload(agen
         assert out.returncode == 0, out.stderr
         ident = out.stdout.decode().split("id ")[1].split(",")[0]
         event = next(watch)
-    assert (event.name, event.id, event.payload, event.origin) == ("deploy", ident,
-                                                                    b"release 42", a.name)
+    assert (event.name, event.id, event.payload, event.origin) == (
+        "deploy",
+        ident,
+        b"release 42",
+        a.name,
+    )
     for agent in (a, b):
         path = runs / f"{agent.name}.{ident}"
         poll_until(path.exists, 10)

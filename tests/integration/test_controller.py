@@ -140,7 +140,6 @@ def test_a_slow_disk_neither_stalls_the_agents_nor_makes_peers_suspect_them(agen
     assert '"slow disk: a write-ahead log sync took over 100 ms"' in slow[0].log()
 
 
-
 def test_with_fsyncs_slower_than_the_request_timeout_a_controller_is_elected(agents, tmp_path):
     """Two fsyncs in a row (0.3 s longer each) exceed the 0.4 s request
     timeout: a campaign that nobody refused waits for its late grants, so

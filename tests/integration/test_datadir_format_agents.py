@@ -124,8 +124,19 @@ def test_a_directory_this_build_must_not_touch_is_refused_untouched_and_runs_onc
     for content, flags, line in cases:
         (d / "FORMAT").write_text(content)
         before = tree_digest(d)
-        out = shoal_cli("agent", "--node-name", agent.name, "--bind", agent.gossip,
-                        "--api", f"{agent.ip}:7947", "--data-dir", str(d), *SOLO, *flags)
+        out = shoal_cli(
+            "agent",
+            "--node-name",
+            agent.name,
+            "--bind",
+            agent.gossip,
+            "--api",
+            f"{agent.ip}:7947",
+            "--data-dir",
+            str(d),
+            *SOLO,
+            *flags,
+        )
         assert (out.returncode, out.stderr.splitlines()) == (2, [f"shoal: data_dir: {line}"])
         assert tree_digest(d) == before
     (d / "FORMAT").write_bytes(good)

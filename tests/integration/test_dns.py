@@ -20,8 +20,12 @@ def three(agents):
     started = [
         add_dns_agent(agents, "web-1", ["role=web", "tier=all", "service:http=8080"]),
         add_dns_agent(agents, "broker-1", ["role=broker", "tier=all", "service:kafka=9092"]),
-        add_dns_agent(agents, "broker-2", ["role=broker", "tier=all", "service:kafka=9093"],
-                      dns="udp_answer_limit = 2"),
+        add_dns_agent(
+            agents,
+            "broker-2",
+            ["role=broker", "tier=all", "service:kafka=9093"],
+            dns="udp_answer_limit = 2",
+        ),
     ]
     controller, epoch = wait_formed(started)
     return started, controller, epoch
@@ -208,10 +212,15 @@ def test_dnsmasq_forwards_the_domain_as_docs_operations_says(agents, tmp_path):
                                  "--pid-file", "--log-facility=-", "--log-queries"],
                                 stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
     try:
+
         def through(name: str) -> Dig:
             assert proc.poll() is None, f"dnsmasq exited: {log.read_text()}"
-            out = subprocess.run(["dig", f"@{listen}", "-p", str(port), name, "+tries=1",
-                                  "+time=2"], capture_output=True, text=True, timeout=20)
+            out = subprocess.run(
+                ["dig", f"@{listen}", "-p", str(port), name, "+tries=1", "+time=2"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             return Dig(out.stdout)
 
         try:

@@ -28,8 +28,14 @@ def test_collect_copies_every_members_log_and_resumes(agents, tmp_path):
     out = tmp_path / "logs"
     api = f"{agents.agents[0].ip}:7947"
     # Each agent logs its peers' joins: wait until every log has them all.
-    poll_until(lambda: all(len({r["node"] for r in _rows(a.data_dir / "history")
-                                if r["event"] == "member-joined"}) == 3 for a in agents.agents), 20)
+    poll_until(
+        lambda: all(
+            len({r["node"] for r in _rows(a.data_dir / "history") if r["event"] == "member-joined"})
+            == 3
+            for a in agents.agents
+        ),
+        20,
+    )
     first = shoal_cli("history", "collect", "--out", str(out), "--api", api)
     assert first.returncode == 0, first.stderr
     assert f"history of 3 of 3 members in {out}" in first.stdout
@@ -49,9 +55,10 @@ def test_collect_copies_every_members_log_and_resumes(agents, tmp_path):
     survivor = agents.agents[0]
     grown = (out / survivor.name / "history.jsonl").read_bytes()
     assert len(grown) > held[survivor.name]
-    assert grown == (survivor.data_dir / "history" / "history.jsonl").read_bytes()[:len(grown)]
-    assert len(_rows(out / survivor.name)) == len({json.dumps(r) for r in
-                                                  _rows(out / survivor.name)})  # no repeats
+    assert grown == (survivor.data_dir / "history" / "history.jsonl").read_bytes()[: len(grown)]
+    assert len(_rows(out / survivor.name)) == len(
+        {json.dumps(r) for r in _rows(out / survivor.name)}
+    )  # no repeats
 
 
 def test_collect_says_which_agent_it_could_not_reach(tmp_path):

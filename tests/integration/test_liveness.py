@@ -55,8 +55,10 @@ def test_a_sessions_keys_go_from_every_agent_when_its_keepalives_stop(agents):
     stopped = time.monotonic()
     for agent in (a, b, c):
         poll_until(lambda ag=agent: not visible(ag, "brokers/1"), 2 + 1)
-    print(f"session keys gone from 3 agents {time.monotonic() - stopped:.2f} s after the "
-          "last keepalive (ttl 2 s)")
+    print(
+        f"session keys gone from 3 agents {time.monotonic() - stopped:.2f} s after the "
+        "last keepalive (ttl 2 s)"
+    )
     status, body = request(a, "PUT", f"/v1/session/{sid}/renew")
     assert status == 404 and "open a new one" in body["error"]
     assert request(a, "GET", "/v1/sessions")[1]["sessions"] == []
@@ -144,14 +146,17 @@ def write_config(path: Path, text: str) -> list[str]:
 def test_a_failing_http_check_turns_the_member_critical_on_every_agent(agents, service,
                                                                        tmp_path):  # fmt: skip
     port = service.server_address[1]
-    extra = write_config(tmp_path / "checked.toml", f'''
+    extra = write_config(
+        tmp_path / "checked.toml",
+        f"""
 [[checks]]
 id = "web"
 kind = "http"
 target = "http://127.0.0.1:{port}/health"
 interval_s = 1
 timeout_s = 1
-''')
+""",
+    )
     checked = agents.add(name="checked", extra=extra)
     others = [agents.add() for _ in range(2)]
     everyone = [checked, *others]
@@ -167,8 +172,10 @@ timeout_s = 1
     failed_at = time.monotonic()
     for agent in everyone:
         poll_until(lambda ag=agent: health_of(ag, "checked") == "critical", 1 + 1 + 5)
-    print(f"critical on 3 agents {time.monotonic() - failed_at:.2f} s after the service "
-          "started failing (interval 1 s)")
+    print(
+        f"critical on 3 agents {time.monotonic() - failed_at:.2f} s after the service "
+        "started failing (interval 1 s)"
+    )
     while True:
         event = json.loads(stream.readline())
         if event.get("type") == "member-health-changed":
@@ -184,12 +191,15 @@ timeout_s = 1
 def test_a_ttl_check_goes_critical_without_updates_and_ends_the_sessions_bound_to_it(
     agents, tmp_path
 ):
-    extra = write_config(tmp_path / "ttl.toml", '''
+    extra = write_config(
+        tmp_path / "ttl.toml",
+        """
 [[checks]]
 id = "app"
 kind = "ttl"
 ttl_s = 2
-''')
+""",
+    )
     a = agents.add(name="ttl-agent", extra=extra)
     poll_until(lambda: a.members().get("ttl-agent") is not None, 20)
     status, body = request(a, "POST", "/v1/session", {"ttl_s": 60, "checks": ["app"]})
@@ -226,14 +236,17 @@ def test_a_bad_check_in_the_config_is_one_line_and_exit_2(tmp_path, text, words)
 def test_with_healthy_only_a_controller_whose_application_fails_hands_over(agents, tmp_path):
     """`election.healthy_only = 1`: the controller's own TTL check going
     critical makes it step aside, and a healthy member is elected."""
-    extra = write_config(tmp_path / "healthy.toml", '''
+    extra = write_config(
+        tmp_path / "healthy.toml",
+        """
 [election]
 healthy_only = 1
 [[checks]]
 id = "app"
 kind = "ttl"
 ttl_s = 3
-''')
+""",
+    )
     started = [agents.add(extra=[*extra, "--bootstrap-expect", "3"]) for _ in range(3)]
 
     def pass_all() -> None:

@@ -39,5 +39,6 @@ def test_an_agent_that_is_not_a_voter_serves_writes_reads_listings_and_watches(a
         seen = [next(watch) for _ in range(6)]
         watch.close()
         assert [(e.key, e.revision) for e in seen] == [
-            (f"topics/t{i}", w.revision) for i, w in enumerate(written)]
+            (f"topics/t{i}", w.revision) for i, w in enumerate(written)
+        ]
     assert voter_roles(started[0])[name] == "non-voter"  # it observed, never voted

@@ -254,7 +254,6 @@ class TxnRecorder(History):
             )
 
 
-
 def _reads(keys: tuple[str, ...]) -> Txn:
     """Both keys at one revision: a transaction of gets alone."""
     return Txn((), tuple(Get(k) for k in keys), ())

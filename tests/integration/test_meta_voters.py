@@ -51,7 +51,8 @@ def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, fig
         def replaced():
             r = voter_roles(writer)
             return r.get(observer) == "voter" and leaving.name not in {
-                n for n, v in r.items() if v == "voter"}
+                n for n, v in r.items() if v == "voter"
+            }
 
         poll_until(replaced, 60, interval_s=0.1)
         took = time.monotonic() - left_at
@@ -62,9 +63,11 @@ def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, fig
         thread.join(30)
     new_voters = sorted(n for n, v in voter_roles(writer).items() if v == "voter")
     assert new_voters == sorted([*(set(voters) - {leaving.name}), observer])
-    figure(f"[meta voters] {leaving.name} left (SIGTERM) -> {observer} a voter in its place: "
-           f"{took:.2f} s (both changes committed in the log); {len(acknowledged)} writes "
-           "acknowledged meanwhile, all found on every agent")
+    figure(
+        f"[meta voters] {leaving.name} left (SIGTERM) -> {observer} a voter in its place: "
+        f"{took:.2f} s (both changes committed in the log); {len(acknowledged)} writes "
+        "acknowledged meanwhile, all found on every agent"
+    )
     # Every acknowledged write, read linearizably through every remaining agent.
     for agent in (a for a in started if a is not leaving):
         with Client(f"{agent.ip}:7947", timeout=10) as client:

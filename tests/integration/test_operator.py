@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -165,10 +166,29 @@ def test_tags_change_at_run_time_reach_the_others_and_survive_a_restart(agents: 
     assert bad.returncode == 2 and "--set" in bad.stderr
 
 
+def _free_ports(count: int) -> list[int]:
+    """Ports on 127.0.0.1 that nothing holds now, for UDP and TCP alike (a
+    fixed port in the ephemeral range may be some client socket's of the
+    moment: the agent would exit at once)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            tcp.bind(("127.0.0.1", 0))
+            port = tcp.getsockname()[1]
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                    udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
 def test_a_dev_agent_runs_as_a_non_root_user_and_leaves_nothing_behind():
     """`shoal agent --dev`: loopback, a fresh data directory it removes at
     exit, controller of its one-node cluster; as an unprivileged user."""
-    api = "127.0.0.1:47947"
+    gossip, api_port = _free_ports(2)
+    api = f"127.0.0.1:{api_port}"
     python, env = [sys.executable], {}
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
@@ -176,21 +196,33 @@ def test_a_dev_agent_runs_as_a_non_root_user_and_leaves_nothing_behind():
         python, env = python_for_nobody()  # wherever the checkout lies
         python = [setpriv, *NOBODY, *python]
     command = [*python, "-m", "shoal.daemon.cli", "agent", "--dev", "--node-name", "dev",
-               "--bind", "127.0.0.1:47946", "--api", api]  # fmt: skip
+               "--bind", f"127.0.0.1:{gossip}", "--api", api]  # fmt: skip
     base = Path(tempfile.mkdtemp(prefix="shoal-devtest-"))  # a TMPDIR anyone may use
     os.chmod(base, 0o1777)
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, **env, "TMPDIR": str(base)}, cwd="/")  # fmt: skip
+    log = base.parent / f"{base.name}.log"  # outside the directory it must leave empty
+    with log.open("wb") as sink:
+        environ = {**os.environ, **env, "TMPDIR": str(base)}
+        proc = subprocess.Popen(command, stdout=sink, stderr=sink, env=environ, cwd="/")
+
+    def controls() -> bool:
+        assert proc.poll() is None, f"the agent exited: {log.read_text(errors='replace')}"
+        return '"is_self": true' in shoal_cli("controller", "--json", "--api", api).stdout
+
     try:
         # 120 s: as `nobody` it may run from a copy without bytecode, which it
         # compiles at start, while the simulator's and Spark's tests run beside
-        # (tests/split.py); it failed 60 s once so, and takes 2-3 s alone.
-        poll_until(lambda: '"is_self": true' in shoal_cli("controller", "--json", "--api",
-                                                           api).stdout, 120)  # fmt: skip
+        # (tests/split.py); it takes 2-3 s alone.
+        try:
+            poll_until(controls, 120)
+        except AssertionError as e:
+            said = log.read_text(errors="replace")
+            raise AssertionError(f"{e}; the agent said: {said}") from None
         assert [p.name[:10] for p in base.iterdir()] == ["shoal-dev-"]
     finally:
         proc.send_signal(signal.SIGTERM)
-        out = proc.communicate(timeout=30)[0].decode(errors="replace")
+        proc.wait(timeout=30)
+        out = log.read_text(errors="replace")
+        log.unlink()
         leftovers = list(base.iterdir())
         shutil.rmtree(base, ignore_errors=True)
     assert proc.returncode == 0, out

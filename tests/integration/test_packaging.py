@@ -26,8 +26,14 @@ def test_a_wheel_holds_the_shoal_package_and_nothing_else_at_the_top(tmp_path):
     assert not any(n.startswith("shoal/tests/") or n.startswith("shoal/bench/") for n in names)
     assert "shoal/setup.py" not in names
     # Every package of the repository is in it (pyproject lists them by hand).
-    tops = [d for d in ROOT.iterdir() if d.is_dir() and not d.name.startswith(".")
-            and d.name not in ("tests", "bench", "build") and (d / "__init__.py").exists()]
+    tops = [
+        d
+        for d in ROOT.iterdir()
+        if d.is_dir()
+        and not d.name.startswith(".")
+        and d.name not in ("tests", "bench", "build")
+        and (d / "__init__.py").exists()
+    ]
     packages = {str(p.parent.relative_to(ROOT)) for d in tops for p in d.rglob("__init__.py")}
     missing = {d for d in packages if f"shoal/{d}/__init__.py" not in names}
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"

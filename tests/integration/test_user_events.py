@@ -16,9 +16,11 @@ request = api_request
 
 def handler(out: Path) -> list[str]:
     """A handler that keeps each payload and logs each run, per agent."""
-    command = (f'cat > {out}/"$SHOAL_SELF_NAME.$SHOAL_EVENT_ID"; '
-               f'echo "$SHOAL_EVENT_ID $SERF_EVENT $SERF_USER_EVENT" '
-               f'>> {out}/"$SHOAL_SELF_NAME.log"')
+    command = (
+        f'cat > {out}/"$SHOAL_SELF_NAME.$SHOAL_EVENT_ID"; '
+        f'echo "$SHOAL_EVENT_ID $SERF_EVENT $SERF_USER_EVENT" '
+        f'>> {out}/"$SHOAL_SELF_NAME.log"'
+    )
     return ["--event-handler", f"user:deploy={command}"]
 
 

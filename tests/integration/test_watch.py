@@ -97,7 +97,11 @@ def test_a_watch_resumes_from_its_last_index_with_nothing_lost_or_repeated(agent
     events = kv_events(resumed, 4)
     resumed.close()
     assert sorted((e["key"], e["type"]) for e in events) == [
-        ("app/k2", "put"), ("app/k3", "put"), ("app/k4", "put"), ("app/one", "delete")]
+        ("app/k2", "put"),
+        ("app/k3", "put"),
+        ("app/k4", "put"),
+        ("app/one", "delete"),
+    ]
     assert all(e["reason"] == "sync" for e in events)  # they came from b
     indexes = [e["index"] for e in events]
     assert indexes == sorted(indexes) and indexes[0] > first["index"]

@@ -73,5 +73,6 @@ def python_for_nobody() -> tuple[list[str], dict[str, str]]:
     env = {"PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
     assert _imports_as_nobody(python, env), (
         f"nobody cannot run shoal from {CHECKOUT}, nor from a copy in {site}: is "
-        f"{os.path.realpath(sys.executable)} executable by every user?")
+        f"{os.path.realpath(sys.executable)} executable by every user?"
+    )
     return python, env

@@ -173,8 +173,10 @@ def test_topics_created_through_a_cut_off_controller_are_refused_or_never_lost(m
             proc.kill()
             proc.wait(10)
         for host in lan.hosts:
-            print(f"---- broker b{host.index}\n"
-                  + (lan.workdir / f"broker-h{host.index}.log").read_text(errors="replace"))
+            print(
+                f"---- broker b{host.index}\n"
+                + (lan.workdir / f"broker-h{host.index}.log").read_text(errors="replace")
+            )
 
 
 def _run(lan: VirtualLan, figure: Callable[[str], None]) -> None:
@@ -235,15 +237,21 @@ def _run(lan: VirtualLan, figure: Callable[[str], None]) -> None:
     controller_host = next(h for h in hosts if f"host-{h.index}" == agreed(hosts)[0])
     assert set((ask(controller_host, {"op": "status"}, 5) or {})["topics"]) == final
 
-    figure(f"[broker meta] controller {old_name} cut off, {new_name} elected "
-           f"{t_new - t_cut:.2f} s after the cut; first majority-side topic created "
-           f"{first.answered - t_new:.2f} s after that; cut for {t_heal - t_cut:.1f} s")
+    figure(
+        f"[broker meta] controller {old_name} cut off, {new_name} elected "
+        f"{t_new - t_cut:.2f} s after the cut; first majority-side topic created "
+        f"{first.answered - t_new:.2f} s after that; cut for {t_heal - t_cut:.1f} s"
+    )
     for label, creator in (("cut-off broker", cut_off), ("majority broker", other)):
-        figure(f"[broker meta] {label}: before the cut {creator.counts(0, t_cut)}; "
-               f"during it {creator.counts(t_cut, t_heal)}; after the heal "
-               f"{creator.counts(t_heal, float('inf'))}")
-    figure(f"[broker meta] {len(final)} topics after the heal on every agent; the "
-           f"majority's view at the heal held {len(view)}")
+        figure(
+            f"[broker meta] {label}: before the cut {creator.counts(0, t_cut)}; "
+            f"during it {creator.counts(t_cut, t_heal)}; after the heal "
+            f"{creator.counts(t_heal, float('inf'))}"
+        )
+    figure(
+        f"[broker meta] {len(final)} topics after the heal on every agent; the "
+        f"majority's view at the heal held {len(view)}"
+    )
 
 
 def agreed_topics(hosts: list[Host]) -> set[str] | None:

@@ -63,8 +63,11 @@ def _scenario(seed: int) -> tuple[SimCluster, int, int]:
     reached = {cluster.idents[b].addr}
 
     def lost(src: int, to: Any, messages: tuple[Any, ...]) -> bool:
-        return src == a and to not in reached and any(
-            isinstance(m, Append | SnapshotChunk) for m in messages)
+        return (
+            src == a
+            and to not in reached
+            and any(isinstance(m, Append | SnapshotChunk) for m in messages)
+        )
 
     cluster.drop_hooks.append(lost)
     now = cluster.now

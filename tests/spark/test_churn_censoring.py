@@ -134,10 +134,21 @@ def test_an_intervals_trace_is_merged_and_censored_the_same_way(spark, tmp_path)
     zero-length one at 1000, one 2000-2100 (state left empty: down). q: up
     0-500, down 500-600, up 600-1000 (its last: the end of observation, not
     a failure). A row whose stop is before its start is bad."""
-    rows = ["host,begin,end,state", "p,0,100,down", "p,50,150,DOWN", "p,1000,1000,down",
-            "p,2000,2100,", "q,0,500,up", "q,500,600,down", "q,600,1000,up", "r,100,50,down"]
-    lines = [rows[0]] + [",".join([r.split(",")[0], *(str(T0 + int(x)) for x in
-                                  r.split(",")[1:3]), r.split(",")[3]]) for r in rows[1:]]
+    rows = [
+        "host,begin,end,state",
+        "p,0,100,down",
+        "p,50,150,DOWN",
+        "p,1000,1000,down",
+        "p,2000,2100,",
+        "q,0,500,up",
+        "q,500,600,down",
+        "q,600,1000,up",
+        "r,100,50,down",
+    ]
+    lines = [rows[0]] + [
+        ",".join([r.split(",")[0], *(str(T0 + int(x)) for x in r.split(",")[1:3]), r.split(",")[3]])
+        for r in rows[1:]
+    ]
     path = tmp_path / "intervals.csv"
     path.write_text("\n".join(lines) + "\n")
     s = run(job_args(path, tmp_path / "out", "--format", "intervals"))
@@ -181,7 +192,8 @@ def test_the_page_loads_in_a_real_browser_with_every_image_and_no_console_error(
     try:
         browser.get((out / "report.html").as_uri())
         images = browser.execute_script(
-            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth])")
+            "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth])"
+        )
         errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
     finally:
         browser.quit()

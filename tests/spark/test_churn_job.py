@@ -148,9 +148,14 @@ def test_the_report_is_one_page_with_every_plot_embedded(report):
     _, out = report
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 7
-    assert "src=\"http" not in page and "src='http" not in page
-    for title in ("Cluster size over time", "Failures per node", "False suspicions",
-                  "Controller tenures", "What was counted, censored and left out"):
+    assert 'src="http' not in page and "src='http" not in page
+    for title in (
+        "Cluster size over time",
+        "Failures per node",
+        "False suspicions",
+        "Controller tenures",
+        "What was counted, censored and left out",
+    ):
         assert title in page
     assert (out / "parquet" / "sessions").is_dir()
 
@@ -164,8 +169,14 @@ def test_the_report_is_one_page_with_every_plot_embedded(report):
 def test_an_events_csv_from_another_system_gives_the_same_figures(spark, tmp_path, stamp, fmt):
     """x is up for 1000 s, down 200 s, up 1800 s, leaves; y is up throughout."""
     lines = ["timestamp,node,event"]
-    for s, node, event in ((0, "x", "up"), (0, "y", "join"), (1000, "x", "down"),
-                           (1200, "x", "up"), (3000, "x", "leave"), (3600, "y", "up")):
+    for s, node, event in (
+        (0, "x", "up"),
+        (0, "y", "join"),
+        (1000, "x", "down"),
+        (1200, "x", "up"),
+        (3000, "x", "leave"),
+        (3600, "y", "up"),
+    ):
         lines.append(f"{stamp(s)},{node},{event}")
     lines += ["garbage", f"{stamp(5)},x,exploded", f"{stamp(6)},,up"]
     path = tmp_path / "events.csv"

@@ -24,8 +24,9 @@ def test_a_missing_path_is_one_line_and_exit_2_before_spark(tmp_path, capsys):
 
 def test_without_the_churn_extra_the_hint_names_it(tmp_path, capsys, monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "pyspark" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a)
+    )
     code = job.main(["--history", str(tmp_path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2

@@ -47,8 +47,19 @@ def test_an_empty_key_is_refused_before_sending():
 
 
 def test_a_key_answer_decodes_its_value_from_base64():
-    body = json.dumps({"key": "k", "value": None, "value_base64": "AAH/", "hlc": 9, "writer": "a",
-                       "writer_id": "ff", "epoch": 2, "ephemeral": True, "owner": "a"}).encode()
+    body = json.dumps(
+        {
+            "key": "k",
+            "value": None,
+            "value_base64": "AAH/",
+            "hlc": 9,
+            "writer": "a",
+            "writer_id": "ff",
+            "epoch": 2,
+            "ephemeral": True,
+            "owner": "a",
+        }
+    ).encode()
     kv = calls.answer(calls.kv_get("k"), 200, "OK", body)
     assert isinstance(kv, KeyValue) and kv.value == b"\x00\x01\xff"
     assert (kv.epoch, kv.ephemeral, kv.owner) == (2, True, "a")

@@ -110,9 +110,11 @@ def test_renewals_come_every_third_of_the_ttl_and_retries_fit_before_it_runs_out
 
 def session_script() -> list[bytes]:
     """Open (TTL 0.3 s), one renewal, then the agent no longer knows it."""
-    return [json_reply(200, {"id": "s1", "ttl_s": 0.3, "expires_in_s": 0.3}),
-            json_reply(200, {"id": "s1", "ttl_s": 0.3, "expires_in_s": 0.3}),
-            json_reply(404, {"error": "no session 's1' on this agent: open a new one"})]
+    return [
+        json_reply(200, {"id": "s1", "ttl_s": 0.3, "expires_in_s": 0.3}),
+        json_reply(200, {"id": "s1", "ttl_s": 0.3, "expires_in_s": 0.3}),
+        json_reply(404, {"error": "no session 's1' on this agent: open a new one"}),
+    ]
 
 
 def test_a_session_whose_renewal_gets_404_is_lost_and_says_so():

@@ -61,7 +61,7 @@ class ScriptedServer:
                     body += conn.recv(4096)
                 reply = self.replies.pop(0)
                 for i in range(0, len(reply), 7):
-                    conn.sendall(reply[i:i + 7])
+                    conn.sendall(reply[i : i + 7])
 
     def close(self) -> None:
         self.sock.close()
@@ -92,12 +92,30 @@ HELLO = {"type": "hello", "run": "r1", "index": 0}
 # event 2 (a copy), then 3. Third: another run (restart): 410, then a re-list.
 SCRIPT = [
     stream_reply(HELLO, member(1, "a"), member(2, "b")),
-    stream_reply({"type": "hello", "run": "r1", "index": 2}, member(2, "b"), {"type": "ping",
-                 "index": 2}, member(3, "c")),  # fmt: skip
+    stream_reply(
+        {"type": "hello", "run": "r1", "index": 2},
+        member(2, "b"),
+        {"type": "ping", "index": 2},
+        member(3, "c"),
+    ),  # fmt: skip
     json_reply(410, {"error": "restarted", "run": "r2", "index": 1}),
-    json_reply(200, {"members": [{"name": "a", "node_id": "ab", "address": "127.0.0.1:7946",
-                                  "status": "alive", "incarnation": 1, "tags": {}}],
-                     "index": 1, "run": "r2"}),  # fmt: skip
+    json_reply(
+        200,
+        {
+            "members": [
+                {
+                    "name": "a",
+                    "node_id": "ab",
+                    "address": "127.0.0.1:7946",
+                    "status": "alive",
+                    "incarnation": 1,
+                    "tags": {},
+                }
+            ],
+            "index": 1,
+            "run": "r2",
+        },
+    ),  # fmt: skip
     stream_reply({"type": "hello", "run": "r2", "index": 1}, member(2, "e")),
 ]
 
@@ -114,9 +132,14 @@ def test_the_blocking_watch_resumes_drops_copies_and_resyncs_after_a_restart():
     try:
         with Client(server.addr, token="", timeout=5).watch_members() as watch:
             got = [(e.index, e.name, e.type, e.resync) for e in itertools.islice(watch, 6)]
-        assert got == [(1, "a", "member-joined", False), (2, "b", "member-joined", False),
-                       (3, "c", "member-joined", False), (1, "b", "member-reaped", True),
-                       (1, "c", "member-reaped", True), (2, "e", "member-joined", False)]
+        assert got == [
+            (1, "a", "member-joined", False),
+            (2, "b", "member-joined", False),
+            (3, "c", "member-joined", False),
+            (1, "b", "member-reaped", True),
+            (1, "c", "member-reaped", True),
+            (2, "e", "member-joined", False),
+        ]
         _expected(server)
     finally:
         server.close()
@@ -135,8 +158,14 @@ def test_the_async_watch_does_the_same():
         return got
 
     try:
-        assert asyncio.run(main()) == [(1, "a", False), (2, "b", False), (3, "c", False),
-                                       (1, "b", True), (1, "c", True), (2, "e", False)]
+        assert asyncio.run(main()) == [
+            (1, "a", False),
+            (2, "b", False),
+            (3, "c", False),
+            (1, "b", True),
+            (1, "c", True),
+            (2, "e", False),
+        ]
         _expected(server)
     finally:
         server.close()

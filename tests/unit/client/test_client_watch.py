@@ -25,15 +25,32 @@ def line(**fields) -> bytes:
 
 
 def member_line(index, name, status="alive", kind="member-joined", incarnation=1):
-    return line(index=index, topic="members", type=kind, name=name, node_id="ab",
-                address="127.0.0.1:7946", status=status, incarnation=incarnation, tags={})
+    return line(
+        index=index,
+        topic="members",
+        type=kind,
+        name=name,
+        node_id="ab",
+        address="127.0.0.1:7946",
+        status=status,
+        incarnation=incarnation,
+        tags={},
+    )
 
 
 def put_line(index, key, value=b"v", hlc=1):
     import base64
 
-    return line(index=index, topic="kv", type="put", key=key, hlc=hlc, epoch=0,
-                value_base64=base64.b64encode(value).decode(), reason="write")
+    return line(
+        index=index,
+        topic="kv",
+        type="put",
+        key=key,
+        hlc=hlc,
+        epoch=0,
+        value_base64=base64.b64encode(value).decode(),
+        reason="write",
+    )
 
 
 def drive(steps, answer):

@@ -22,10 +22,12 @@ def member(name, ip, state=ALIVE, **tags):
 MEMBERS = (
     member("web-1", "10.0.0.1", role="web", service__http="8080"),
     member("web-2", "10.0.0.2", SUSPECT, role="web", service__http="8081"),
-    member("broker-1", "10.0.0.3", role="broker", service__kafka="9092",
-           shoal__health="critical"),  # fmt: skip
-    member("broker-2", "10.0.0.4", role="broker", service__kafka="9093",
-           shoal__health="warning"),  # fmt: skip
+    member(
+        "broker-1", "10.0.0.3", role="broker", service__kafka="9092", shoal__health="critical"
+    ),  # fmt: skip
+    member(
+        "broker-2", "10.0.0.4", role="broker", service__kafka="9093", shoal__health="warning"
+    ),  # fmt: skip
     member("gone", "10.0.0.5", DEAD, role="web"),
     member("quit", "10.0.0.6", LEFT, role="web"),
     member("Big-Name", "10.0.0.7", service__dns="53/udp"),
@@ -186,7 +188,8 @@ def test_answers_come_in_random_order():
 )  # fmt: skip
 def test_malformed_packets_get_no_answer(packet):
     data, verdict, _ = Zone(DnsConfig(), random.Random(1)).answer(
-        packet, build_view(MEMBERS, None, None, DnsConfig()), True)
+        packet, build_view(MEMBERS, None, None, DnsConfig()), True
+    )
     assert data is None and verdict is Verdict.MALFORMED
 
 

@@ -59,7 +59,11 @@ def test_a_watch_from_a_revision_gets_each_change_under_its_prefix_once_in_order
     # The no-op, the other prefix, a delete of nothing and a refused cas change nothing.
     assert [x["revision"] for x in got] == [1, first, 7, 8]
     assert [[(e["type"], e["key"]) for e in x["events"]] for x in got] == [
-        [("put", "app/a")], [("put", "app/a")], [("delete", "app/a")], [("put", "app/c")]]
+        [("put", "app/a")],
+        [("put", "app/a")],
+        [("delete", "app/a")],
+        [("put", "app/c")],
+    ]
     put = got[1]["events"][0]
     assert (put["value"], put["create_revision"], put["mod_revision"], put["version"]) == (
         "4", 1, first, 2)  # fmt: skip
@@ -152,8 +156,11 @@ def test_the_cursor_resumes_after_the_last_revision_and_drops_copies():
     assert "from" not in cursor.path()
     assert cursor.opened(b'{"type": "hello", "revision": 4, "compacted_revision": 0, "from": 5}\n')
     assert cursor.next_from == 5
-    line = {"type": "changes", "revision": 5,
-            "events": [{"type": "put", "key": "app/a", "revision": 5, "value_base64": "eA=="}]}
+    line = {
+        "type": "changes",
+        "revision": 5,
+        "events": [{"type": "put", "key": "app/a", "revision": 5, "value_base64": "eA=="}],
+    }
     got = cursor.take(json.dumps(line).encode())
     assert [(e.key, e.value) for e in got] == [("app/a", b"x")] and cursor.next_from == 6
     assert cursor.take(json.dumps(line).encode()) == []  # a copy after a reconnect

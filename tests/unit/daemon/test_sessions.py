@@ -1,7 +1,6 @@
 """The session table (daemon/sessions.py) and the check runner's rules
 (services/checks.py, services/checkconfig.py), without an agent."""
 
-
 import pytest
 
 from shoal.daemon.sessions import SessionError, SessionTable

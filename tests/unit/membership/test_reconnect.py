@@ -3,7 +3,7 @@
 import random
 
 from shoal.kernel.contract import Channel
-from shoal.membership.messages import Ack, Alive, Dead, Ping, PushPull
+from shoal.membership.messages import Ack, Alive, Dead, Ping, PushPull, Suspect
 from shoal.membership.probing import COORD_SEQ_MIN
 from shoal.membership.swim import SwimNode
 from tests.unit.membership.helpers import CONFIG, ident
@@ -63,3 +63,64 @@ def test_an_answer_from_a_dead_member_starts_a_push_pull_with_it():
     assert any(s.to == ident(2).addr and s.channel is Channel.STREAM
                and isinstance(s.messages[0], PushPull) for s in out)  # fmt: skip
     assert node.counters.reconnects_answered == 1
+
+
+def _suspecting_node(members: int, suspects: range) -> SwimNode:
+    """n1 knowing n2..n(members + 1), its own probes having failed on `suspects`."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, members + 2):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    for i in suspects:
+        node.receive(Suspect(1, f"n{i}", "n1"), ident(i).addr, 0.1)  # n1's own verdict
+    node.drain()
+    return node
+
+
+def _reconnect_pings(sends: list) -> dict[str, bool]:
+    """Reconnect pings in `sends`: target -> whether its suspicion rode along."""
+    pings = {}
+    for send in sends:
+        msgs = send.messages
+        for m in msgs:
+            if isinstance(m, Ping) and m.seq < COORD_SEQ_MIN:
+                pings[m.target] = any(isinstance(x, Suspect) and x.node == m.target for x in msgs)
+    return pings
+
+
+def test_a_suspect_that_pings_us_has_the_other_suspects_told_at_once():
+    """Twenty members cut off and suspected by n1; the cut heals and one of
+    them pings n1. That is a sign the others are back too: sixteen of them
+    (the bound per probe interval) get a ping with their suspicion at once,
+    so they refute now, not at their turn of the round robin."""
+    node = _suspecting_node(40, range(2, 22))
+    node.receive(Ping(COORD_SEQ_MIN, "n1", "n2"), ident(2).addr, 0.5)
+    pings = _reconnect_pings(node.drain().send)
+    assert len(pings) == 16 and all(pings.values()), pings
+    assert set(pings) <= {f"n{i}" for i in range(3, 22)}
+    # another one within the same probe interval: no second burst
+    node.receive(Ping(COORD_SEQ_MIN + 1, "n1", "n3"), ident(3).addr, 0.6)
+    assert not _reconnect_pings(node.drain().send)
+
+
+def test_a_member_only_we_suspect_is_pinged_every_probe_interval_at_60_members():
+    """At 60 members the round robin of the dead is slowed (16 pings a
+    second for the whole cluster), but a suspicion of our own is told to
+    its suspect once per probe interval: nobody else will tell it."""
+    node = _suspecting_node(59, range(2, 3))
+    at = []
+    now = 0.1
+    while now < 4.0:
+        node.tick(now)
+        sends = node.drain().send
+        at += [now for target in _reconnect_pings(sends) if target == "n2"]
+        for send in sends:  # every other member answers its probes
+            for m in send.messages:
+                if isinstance(m, Ping) and m.seq >= COORD_SEQ_MIN and m.target != "n2":
+                    node.receive(Ack(m.seq), send.to, now)
+        deadline = node.next_deadline()
+        assert deadline is not None
+        now = max(now, deadline)
+    assert at and at[0] <= 0.1 + CONFIG.probe_interval_s
+    gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+    assert len(at) >= 3 and max(gaps) <= CONFIG.probe_interval_s + 1e-9, at

@@ -425,7 +425,7 @@ def test_a_node_whose_join_is_answered_tells_the_members_it_learned_directly():
 def test_a_stale_suspicion_is_answered_with_the_refutation_we_hold():
     """Whoever spreads a suspicion older than the refutation gets the
     refutation back, directly: it missed it, and would otherwise declare a live
-    member dead. Once per sender and member per probe round."""
+    member dead. Once per sender and member per probe interval."""
     node = SwimNode(ident(1), CONFIG, random.Random(1))
     node.start(0.0)
     for i in (2, 3):
@@ -443,6 +443,31 @@ def test_a_stale_suspicion_is_answered_with_the_refutation_we_hold():
     node.receive(Suspect(4, "n2", "n3"), ident(3).addr, 0.3)
     assert all(to != ident(3).addr or not isinstance(m, Alive) for to, m in _direct(node))
     assert node.table.get("n2").state is MemberState.SUSPECT
+
+
+def test_corrections_are_answered_every_probe_interval_even_when_local_health_is_poor():
+    """A member back from a cut has a poor local health score (rounds 8
+    times as long) and many stale claims about itself to answer: after
+    its 64 corrections of a probe interval it answers again the next one,
+    not 8 s later, when its next probe round comes."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.health.apply(CONFIG.awareness_max_multiplier)  # the worst score
+    node.start(0.0)
+    node.receive(Alive(4, ident(2)), ident(2).addr, 0.0)
+    node.tick(2.0)  # its first probe round is over, the next one 8 s after it
+    node.drain()
+    senders = range(10, 10 + 64)
+    for i in senders:
+        node.receive(Suspect(3, "n2", f"n{i}"), ident(i).addr, 2.1)
+    assert {to for to, m in _direct(node) if isinstance(m, Alive)} == {
+        ident(i).addr for i in senders}  # fmt: skip
+    node.receive(Suspect(3, "n2", "n80"), ident(80).addr, 2.2)
+    assert not [m for _, m in _direct(node) if isinstance(m, Alive)]  # 64 this interval
+    at = 2.1 + CONFIG.probe_interval_s
+    node.tick(at)
+    node.drain()
+    node.receive(Suspect(3, "n2", "n80"), ident(80).addr, at)
+    assert _direct(node) == [(ident(80).addr, Alive(4, ident(2)))]
 
 
 def test_a_suspicion_at_a_newer_incarnation_starts_over_instead_of_confirming_ours():

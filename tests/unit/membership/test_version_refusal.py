@@ -38,7 +38,7 @@ def test_an_incompatible_agent_is_refused_on_join_and_says_why_on_both_sides():
     assert {who for who, _ in refused} >= {"n1", "n9"}
     seed_side = next(e for who, e in refused if who == "n1")
     assert seed_side.protocols == ("membership",) and seed_side.theirs == FAR_AHEAD
-    assert (("n9", JoinCompleted(net.node(1).ident.addr, False)) in net.events)
+    assert ("n9", JoinCompleted(net.node(1).ident.addr, False)) in net.events
     assert net.node(1).counters.refused_push_pulls == 1
 
 

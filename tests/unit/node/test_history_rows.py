@@ -52,8 +52,9 @@ def test_history_names_events_as_the_monitor_and_handlers_do():
     controller rows are the election's event names."""
     for kind in (MemberJoined, MemberRefuted, MemberSuspected, MemberDied, MemberLeft,
                  MemberUpdated, MemberReaped):  # fmt: skip
-        event = kind(VIEW, "n3") if kind in (MemberSuspected, MemberDied, MemberRefuted) \
-            else kind(VIEW)
+        event = (
+            kind(VIEW, "n3") if kind in (MemberSuspected, MemberDied, MemberRefuted) else kind(VIEW)
+        )
         row = history_row(OBS, 1, event)
         assert row is not None and row["event"] == event_fields(event)["type"]
         assert row["event"] in EVENTS

@@ -47,9 +47,11 @@ class _Wire:
 
     def on_send(self, src: int, to: Any, messages: tuple[Any, ...], channel: Any) -> None:
         for m in messages:
-            if isinstance(m, _LOG_MESSAGES) or (
-                isinstance(m, LeaseRequest | PreVote) and (m.log_epoch or m.log_index)
-            ) or _has_ids(m):
+            if (
+                isinstance(m, _LOG_MESSAGES)
+                or (isinstance(m, LeaseRequest | PreVote) and (m.log_epoch or m.log_index))
+                or _has_ids(m)
+            ):
                 self.unreadable.append(m)
 
     def on_event(self, now: float, node: int, event: Any) -> None:

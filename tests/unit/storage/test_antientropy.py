@@ -175,8 +175,9 @@ def test_a_quiet_store_syncs_less_often_and_a_write_brings_the_pace_back():
     write to whoever its push missed) and the pace back to sync_interval_s."""
     pair = Pair()
     rep = pair.a.replica
-    pair.a = pair.nodes[("a", 1)] = AntiEntropy(rep, pair.config, random.Random(1),
-                                                lambda rng, k: [("b", 1)], wall_offset_ms=WALL)
+    pair.a = pair.nodes[("a", 1)] = AntiEntropy(
+        rep, pair.config, random.Random(1), lambda rng, k: [("b", 1)], wall_offset_ms=WALL
+    )
     a, base = pair.a, pair.config.sync_interval_s
     a.start(0.0)
     starts: list[float] = []

@@ -85,7 +85,7 @@ def test_retention_removes_old_rotated_files(tmp_path):
 def test_bad_lines_are_counted_and_skipped(tmp_path):
     good = json.dumps(rows(1)[0])
     (tmp_path / "history.jsonl").write_text(
-        f"{good}\nnot json\n[1, 2]\n{{\"ts_ms\": \"soon\", \"event\": \"join\"}}\n{good}\n"
+        f'{good}\nnot json\n[1, 2]\n{{"ts_ms": "soon", "event": "join"}}\n{good}\n'
     )
     stats = ReadStats()
     assert len(list(read_history(tmp_path, stats))) == 2
