@@ -18,6 +18,7 @@ import msgspec
 
 from shoal.kernel import codec
 from shoal.kernel.codec import DecodeError, boolean, counter, name, u64
+from shoal.metalog.restore import MAX_RESTORE_BYTES
 from shoal.metalog.snapshot import SnapshotAck, SnapshotChunk
 from shoal.metalog.state import (
     MAX_TXN_OPS,
@@ -27,6 +28,7 @@ from shoal.metalog.state import (
     MetaGet,
     MetaOp,
     MetaPut,
+    MetaRestore,
     MetaTxn,
     NoOp,
     TxnApplied,
@@ -167,6 +169,8 @@ def _op(v: object) -> MetaOp:
                        tuple(_txn_op(o) for o in failure))  # fmt: skip
     if v[0] == 4 and len(v) == 5:
         return _voter_set(v[1:])
+    if v[0] == 5 and len(v) == 3:  # a backup's state: metalog/restore.py
+        return MetaRestore(_bytes(v[1], MAX_RESTORE_BYTES), _bytes(v[2], 32))
     raise DecodeError("shape", "bad metadata operation")
 
 
@@ -232,6 +236,8 @@ def _enc_op(op: MetaOp) -> list[Any]:
             ]
         case VoterSet(lineage, version, voters, ids):
             return [4, lineage, version, list(voters), list(ids)]
+        case MetaRestore(data, digest):
+            return [5, data, digest]
     return [0]
 
 

@@ -111,7 +111,16 @@ class VoterSet(msgspec.Struct, frozen=True):
     ids: tuple[bytes, ...] = ()
 
 
-MetaOp = MetaPut | MetaDelete | NoOp | MetaTxn | VoterSet
+class MetaRestore(msgspec.Struct, frozen=True):
+    """Replace every key with those of a backup (`shoal snapshot restore`):
+    `data` is a snapshot's encoded state (metalog/snapshot.py), `digest`
+    its sha256. Applied by metalog/restore.py; the dedup memory stays."""
+
+    data: bytes
+    digest: bytes
+
+
+MetaOp = MetaPut | MetaDelete | NoOp | MetaTxn | VoterSet | MetaRestore
 
 
 class KeyState(msgspec.Struct, frozen=True):
@@ -212,6 +221,10 @@ class MetaState:
                 return Applied(index)
             case MetaTxn():
                 return self._txn(index, op)
+            case MetaRestore():
+                from shoal.metalog.restore import replace_keys  # it imports this module
+
+                return replace_keys(self, index, op)
         return Applied(index)
 
     def _txn(self, index: int, txn: MetaTxn) -> TxnApplied:
