@@ -40,7 +40,7 @@ from shoal.metalog.messages import (
     ReadRequest,
     ReadResult,
 )
-from shoal.metalog.snapshot import SnapshotChunk
+from shoal.metalog.snapshot import SnapshotChunk, TakeSnapshot, view_of
 from shoal.metalog.state import KeyState, MetaOp
 from shoal.node.composition import ShoalNode
 
@@ -201,6 +201,17 @@ class MetaService:
         meta = self._node().meta
         assert meta is not None
         return meta.state.keys, meta.state.revision
+
+    def backup_view(self) -> tuple[TakeSnapshot, Any]:
+        """A copy of the state as applied here (with its revision's epoch)
+        and the voter configuration (a `VoterConfig` or None): what a
+        backup holds (daemon/api/snapshot.py)."""
+        node = self._node()
+        meta = node.meta
+        assert meta is not None
+        state = meta.state
+        epoch = meta.log.epoch_at(state.revision) or 0
+        return view_of(state, state.revision, epoch), node.election.voters
 
     def done(self, event: ProposalDone | ReadDone) -> None:
         """An outcome from the node: complete its caller's future."""

@@ -27,7 +27,8 @@ from shoal.kernel.errors import ConfigError
 
 MIN_TOKEN_CHARS = 16
 _READ_ONLY = ("GET", "HEAD")
-_TOKEN_ALWAYS = ("/v1/keys", "/v1/sd")  # the keyring; every API address of the cluster
+# the keyring; every API address of the cluster; a backup (every key)
+_TOKEN_ALWAYS = ("/v1/keys", "/v1/sd", "/v1/snapshot")
 
 
 class ApiAccess(msgspec.Struct, frozen=True):

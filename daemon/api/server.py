@@ -23,6 +23,7 @@ epoch this agent knows is overtaken is refused with 409 (docs/storage.md).
     GET  /v1/coordinates[?near=NAME], GET /v1/rtt?a=NAME[&b=NAME]   network coordinates
                                    (Vivaldi; api/coordinates.py, docs/coordinates.md)
     GET  /v1/sd/prometheus         Prometheus http_sd_configs targets (api/sd.py)
+    GET  /v1/snapshot, POST /v1/snapshot/restore[?kv=merge|replace]   backups (api/snapshot.py)
     GET  /v1/keys[?local=1]        the keys installed on every live member, with counts
     POST /v1/keys/install|use|remove  {"key": "...", "local": false}   (docs/security.md)
 
@@ -47,7 +48,7 @@ from functools import partial
 from typing import Any
 
 from shoal import __version__
-from shoal.daemon.api import coordinates, events, history, liveness, sd
+from shoal.daemon.api import coordinates, events, history, liveness, sd, snapshot
 from shoal.daemon.api.answers import Handler, HttpError, Raw, Request, Result
 from shoal.daemon.api.events import EVENT_ROUTE, QUERY_ROUTE
 from shoal.daemon.api.http import HttpServer
@@ -99,6 +100,8 @@ class ApiServer:
             ("GET", "/v1/coordinates"): partial(coordinates.coordinates_route, agent),
             ("GET", "/v1/rtt"): partial(coordinates.rtt_route, agent),
             ("GET", "/v1/sd/prometheus"): partial(sd.prometheus_route, agent),
+            ("GET", snapshot.SNAPSHOT_ROUTE): partial(snapshot.save_route, agent),
+            ("POST", snapshot.RESTORE_ROUTE): partial(snapshot.restore_route, agent),
         }
         for op in ("install", "use", "remove"):
             self._routes[("POST", f"/v1/keys/{op}")] = self.keys
@@ -131,6 +134,8 @@ class ApiServer:
             return MAX_VALUE_BYTES
         if method == "POST" and path == TXN_ROUTE:
             return TXN_BODY_BYTES
+        if method == "POST" and path == snapshot.RESTORE_ROUTE:
+            return snapshot.MAX_BACKUP_BYTES
         return MAX_BODY_BYTES
 
     def handle(self, request: Request) -> Any:

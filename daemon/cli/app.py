@@ -45,7 +45,7 @@ COMMANDS: dict[str, str | None] = {
     "demo": None, "history": "history", "churn": "history", "keys": "keys",
     "sessions": "liveness", "checks": "liveness", "event": "events", "query": "events",
     "completion": "manual", "man": "manual", "simulate": None, "features": None,
-    "meta": "meta",
+    "meta": "meta", "snapshot": "snapshot",
 }  # fmt: skip
 
 
@@ -313,6 +313,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from shoal.daemon.cli import meta
 
         meta.add_parsers(sub, _api_arg)
+    if "snapshot" in modules:
+        from shoal.daemon.cli import snapshot
+
+        snapshot.add_parsers(sub, _api_arg)
     if "manual" in modules:
         from shoal.daemon.cli import manual
 
@@ -423,6 +427,10 @@ def _run(args: argparse.Namespace) -> int:
 
         return manual.completion_command(args, _parser) if command == "completion" else \
             manual.man_command()  # fmt: skip
+    if command == "snapshot":
+        from shoal.daemon.cli.snapshot import snapshot_command
+
+        return snapshot_command(args)
     if command == "keys" and args.keys_command == "generate":
         from shoal.daemon.cli.keys import generate
 

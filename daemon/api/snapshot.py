@@ -1,0 +1,180 @@
+"""Backups and restores over the API (daemon/backup.py is the file's format).
+
+    GET  /v1/snapshot                          a backup of the cluster, a tar
+    POST /v1/snapshot/restore[?kv=merge|replace]  restore the backup in the body
+
+**Save, from any agent while the cluster serves.** A linearizable barrier
+first: a read through the controller (ReadIndex, metalog/reads.py) returns
+the revision committed when it was asked, and this agent waits until it
+has applied as far (`MetaService.read`). The state it has applied then, at
+a revision at or after the barrier, is copied (a dict copy, milliseconds at
+10^5 keys) and encoded with the kv records into the tar in a thread, as
+daemon/disk/snapshots.py encodes its snapshots: the loop keeps serving.
+The kv records are this agent's replica, read in pages between which the
+loop runs: eventually consistent, as every kv read is (docs/storage.md).
+
+**Restore into the running cluster.** The file is checked whole first
+(checksums, format, that it is this cluster's: its `cluster` name); a
+refusal is a 400 (409 for another cluster's, 413 for a state over the
+online cap) and changes nothing. Then the metadata state replaces the keys
+through the log, as one entry at a new revision (metalog/restore.py),
+whose outcome is told as a write's is: committed (200), not applied (503,
+nothing changed), unknown (504: it may yet commit; the kv records were not
+touched). Once it committed, the kv records: `merge` (the default) writes
+each as a new write, so it wins over the live one; `replace` also deletes
+the live keys the backup does not hold. Ephemeral keys are left alone
+(their sessions are this cluster's). A key fenced under a controller
+epoch is written fenced under the current one (an unfenced write to it
+would be refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+from shoal import __version__
+from shoal.daemon.api.answers import HttpError, Raw, Request, Result
+from shoal.daemon.api.port import AgentPort
+from shoal.daemon.backup import Backup, BackupError, build_backup, read_backup
+from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_NOT_APPLIED
+from shoal.metalog.restore import MAX_RESTORE_BYTES
+from shoal.metalog.snapshot import TakeSnapshot, encode_view
+from shoal.metalog.state import MetaRestore
+from shoal.storage.records import Record
+
+SNAPSHOT_ROUTE = "/v1/snapshot"
+RESTORE_ROUTE = "/v1/snapshot/restore"
+# The largest backup a restore accepts in its body: the metadata state's
+# cap and room for kv records (each up to 512 KiB).
+MAX_BACKUP_BYTES = 512 * 1024 * 1024
+_BARRIER_KEY = b"/"  # any key: the read is a barrier, its value unused
+_PAGE = 1024  # kv records read per pass of the loop
+_KV_BATCH = 512  # kv writes of a restore per group commit waited for
+
+
+def _meta(agent: AgentPort) -> Any:
+    if agent.meta is None:
+        raise HttpError(503, "the metadata log is off on this agent ([meta] enabled, "
+                        "docs/metadata.md): no backup from here")  # fmt: skip
+    return agent.meta
+
+
+async def save_route(agent: AgentPort, request: Request) -> Result:
+    """A backup taken at a revision at or after a linearizable barrier."""
+    service = _meta(agent)
+    done = await service.read(_BARRIER_KEY)
+    if done is None or not done.ok:
+        raise HttpError(503, "no backup: no controller confirmed its leadership in time "
+                        "(the barrier failed); safe to retry", outcome="not_applied")  # fmt: skip
+    view, voters = service.backup_view()
+    if view.index < done.revision:
+        raise HttpError(503, f"no backup: this agent has applied revision {view.index}, the "
+                        f"barrier is at {done.revision}; retry, or save from another agent",
+                        outcome="not_applied")  # fmt: skip
+    records = await live_records(agent)
+    manifest = {
+        "cluster": agent.config.cluster,
+        "lineage": voters.lineage.hex() if voters is not None else "",
+        "voters": list(voters.voters) if voters is not None else [],
+        "voter_ids": [i.hex() for i in voters.ids] if voters is not None else [],
+        "voters_version": voters.version if voters is not None else 0,
+        "meta_keys": len(view.keys),
+        "source_node": agent.config.node_name,
+        "taken_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "shoal_version": __version__,
+    }
+    body = await asyncio.to_thread(_build, view, manifest, records)
+    return Raw(200, "application/x-tar", body)
+
+
+def _build(view: TakeSnapshot, manifest: dict[str, Any], records: list[Record]) -> bytes:
+    """The tar (in the saving thread)."""
+    return build_backup(manifest, encode_view(view), records)
+
+
+async def live_records(agent: AgentPort, prefix: bytes = b"") -> list[Record]:
+    """This agent's live, non-ephemeral kv records, in key order, read a
+    page per pass of the loop."""
+    out: list[Record] = []
+    after = b""
+    while True:
+        page = agent.scan(prefix, after, _PAGE)
+        out.extend(r for r in page if r.value is not None and not r.owner)
+        if len(page) < _PAGE:
+            return out
+        after = page[-1].key
+        await asyncio.sleep(0)
+
+
+async def restore_route(agent: AgentPort, request: Request) -> Result:
+    """Check the backup in the body, replace the metadata state through the
+    log, then merge or replace the kv records (module docstring)."""
+    service = _meta(agent)
+    mode = request.query.get("kv", ["merge"])[0]
+    if mode not in ("merge", "replace"):
+        raise HttpError(400, f"kv must be merge or replace, not {mode[:40]!r}")
+    try:
+        backup = await asyncio.to_thread(read_backup, request.body)
+    except BackupError as exc:
+        raise HttpError(400, str(exc)) from None
+    cluster = backup.manifest.get("cluster")
+    if cluster != agent.config.cluster:
+        raise HttpError(409, f"backup: it is of cluster {cluster!r}, this agent's is "
+                        f"{agent.config.cluster!r}; nothing restored")  # fmt: skip
+    size = len(backup.snapshot.data)
+    if size > MAX_RESTORE_BYTES:
+        raise HttpError(413, f"backup: its metadata state is {size} bytes, over the "
+                        f"{MAX_RESTORE_BYTES} an online restore carries; restore it offline "
+                        "into a new cluster (shoal snapshot restore FILE --offline "
+                        "--data-dir DIR, docs/operations.md)")  # fmt: skip
+    done = await service.propose(MetaRestore(backup.snapshot.data, backup.snapshot.digest))
+    if done is None or done.outcome not in (OUTCOME_COMMITTED, OUTCOME_NOT_APPLIED):
+        raise HttpError(504, "unknown: the restore was handed to the controller and no "
+                        "answer came in time; it may yet commit (the kv records were not "
+                        "touched): read a key back, or restore again", outcome="unknown")
+    if done.outcome == OUTCOME_NOT_APPLIED:
+        raise HttpError(503, "not applied: no controller known, or it was not the controller "
+                        "any more; nothing changed, safe to retry", outcome="not_applied")
+    written, deleted, refused = await _restore_kv(agent, backup, mode == "replace")
+    return 200, {"outcome": "committed", "revision": done.revision,
+                 "meta_keys": backup.manifest.get("meta_keys"), "kv_written": written,
+                 "kv_deleted": deleted, "kv_refused": refused}  # fmt: skip
+
+
+async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[int, int, int]:
+    """Write the backup's kv records (and, with `replace`, delete the live
+    keys it does not hold); (written, deleted, refused)."""
+    live = {r.key: r for r in await live_records(agent)}
+    changes: list[tuple[bytes, bytes | None]] = [(r.key, r.value) for r in backup.records]
+    if replace:
+        held = {r.key for r in backup.records}
+        changes += [(key, None) for key in live if key not in held]
+    refused = await _write_all(agent, changes, live)
+    deleted = len(changes) - len(backup.records)
+    return len(backup.records), deleted, refused
+
+
+async def _write_all(agent: AgentPort, changes: Iterable[tuple[bytes, bytes | None]],
+                     live: dict[bytes, Record]) -> int:  # fmt: skip
+    """Write `changes` in batches, each waited for durable; the refused count."""
+    from shoal.kernel.errors import ShoalError
+
+    epoch = agent.status().node.epoch
+    refused = 0
+    pending: list[asyncio.Future[None]] = []
+    for key, value in changes:
+        held = live.get(key)
+        fence = epoch if held is not None and held.epoch and epoch else None
+        try:
+            pending.append(agent.write(key, value, fence)[1])
+        except ShoalError:
+            refused += 1
+        if len(pending) >= _KV_BATCH:
+            await asyncio.gather(*set(pending))
+            pending = []
+    if pending:
+        await asyncio.gather(*set(pending))
+    return refused
