@@ -242,10 +242,7 @@ class HttpProtocol(asyncio.Protocol):
                 self._bug(item)
                 return
             if isinstance(result, Raw):
-                head = b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n" % (
-                    result.status, REASONS.get(result.status, b""),
-                    result.content_type.encode(), len(result.body))  # fmt: skip
-                self._write(head + result.body)
+                self._write(_raw_response(result))
                 continue
             if isinstance(result, tuple):
                 self._write(json_response(result[0], result[1], keep_alive))
@@ -266,7 +263,10 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(answer, Stream):
                 await self._stream(answer)
                 return
-            self._write(json_response(answer[0], answer[1], keep_alive))
+            if isinstance(answer, Raw):  # awaited: a backup (api/snapshot.py)
+                self._write(_raw_response(answer))
+            else:
+                self._write(json_response(answer[0], answer[1], keep_alive))
         except HttpError as exc:
             self._write(json_response(exc.status, exc.body(), keep_alive))
         except asyncio.CancelledError:
@@ -383,3 +383,11 @@ class HttpServer:
             server.close()
         for conn in list(self.connections):
             conn._close()
+
+
+def _raw_response(result: Raw) -> bytes:
+    """A complete HTTP/1.1 response of a non-JSON answer."""
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n" % (
+        result.status, REASONS.get(result.status, b""),
+        result.content_type.encode(), len(result.body))  # fmt: skip
+    return head + result.body

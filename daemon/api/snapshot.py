@@ -97,12 +97,13 @@ def _build(view: TakeSnapshot, manifest: dict[str, Any], records: list[Record]) 
 
 async def live_records(agent: AgentPort, prefix: bytes = b"") -> list[Record]:
     """This agent's live, non-ephemeral kv records, in key order, read a
-    page per pass of the loop."""
+    page per pass of the loop; not the agents' own (keys from a zero byte
+    on, hidden from listings: api/kv.py)."""
     out: list[Record] = []
     after = b""
     while True:
         page = agent.scan(prefix, after, _PAGE)
-        out.extend(r for r in page if r.value is not None and not r.owner)
+        out.extend(r for r in page if r.value is not None and not r.owner and r.key[:1] != b"\0")
         if len(page) < _PAGE:
             return out
         after = page[-1].key

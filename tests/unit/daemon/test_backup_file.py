@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.daemon.api.access import ApiAccess
 from shoal.daemon.backup import (
     FORMAT_VERSION,
     KV,
@@ -180,3 +181,11 @@ def test_a_damaged_restore_entry_changes_nothing() -> None:
     oversized = MetaRestore(bytes(MAX_RESTORE_BYTES + 1), backup.digest)
     assert live.apply(4, oversized) == Conflict(0)
     assert live.keys == before
+
+
+def test_a_backup_needs_the_token_even_where_reads_are_open() -> None:
+    access = ApiAccess(token="s3cret", open_reads=True)
+    assert access.allows("GET", "/v1/meta/x", "")  # an open read
+    assert not access.allows("GET", "/v1/snapshot", "")  # every key: not open
+    assert access.allows("GET", "/v1/snapshot", "Bearer s3cret")
+    assert not access.allows("POST", "/v1/snapshot/restore", "")
