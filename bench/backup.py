@@ -127,8 +127,10 @@ def main() -> None:
             members = three(agents)
             started = time.perf_counter()
             load(members, args.meta_keys, args.kv_records, "x" * args.value_bytes)
-            print(f"loaded {args.meta_keys} metadata keys and {args.kv_records} kv records "
-                  f"of {args.value_bytes} bytes in {time.perf_counter() - started:.1f} s")
+            print(
+                f"loaded {args.meta_keys} metadata keys and {args.kv_records} kv records "
+                f"of {args.value_bytes} bytes in {time.perf_counter() - started:.1f} s"
+            )
             leader = controller_name(members[0])
             follower = next(a for a in members if a.name != leader)
             controller = next(a for a in members if a.name == leader)
@@ -142,8 +144,10 @@ def main() -> None:
             lag = Lag(controller)
             took, said = cli("snapshot", "restore", str(file), "--kv", "merge", "--api", api)
             print(f"restore  {took:6.2f} s   {said}")
-            print(f"         controller's longest gap between health answers meanwhile: "
-                  f"{lag.stop() * 1000:.0f} ms")
+            print(
+                f"         controller's longest gap between health answers meanwhile: "
+                f"{lag.stop() * 1000:.0f} ms"
+            )
             for agent in members:
                 agent.kill()
             seeded = AgentProcess("seeded", root, [], META)
@@ -153,8 +157,10 @@ def main() -> None:
             started = time.perf_counter()
             agents.agents.append(seeded.start())
             poll_until(lambda: writable(seeded), 300, interval_s=0.1)
-            print(f"serve    {time.perf_counter() - started:6.2f} s   (the seeded agent started "
-                  "until a write through it committed)")
+            print(
+                f"serve    {time.perf_counter() - started:6.2f} s   (the seeded agent started "
+                "until a write through it committed)"
+            )
         finally:
             agents.stop()
 

@@ -137,7 +137,7 @@ def _parts(data: bytes, source: str) -> dict[str, bytes]:
 def _check_header(block: bytes, source: str) -> None:
     """A file's header checksum as `build_backup` writes it (tarfile reads
     the field leniently: a flipped space or NUL in it would pass)."""
-    chksum = tarfile.calc_chksums(block)[0]
+    chksum = sum(block[:148]) + 8 * 0x20 + sum(block[156:])  # the field counted as spaces
     if block[148:156] != b"%06o\0 " % chksum:
         raise BackupError(f"{source}: damaged (a file header's checksum)")
 
@@ -162,9 +162,11 @@ def _manifest(raw: bytes, source: str) -> dict[str, Any]:
     assert isinstance(manifest, dict)
     if number > FORMAT_VERSION:
         by = manifest.get("shoal_version")
-        raise BackupError(f"{source} is backup format {number}"
-                          + (f", written by shoal {by}" if isinstance(by, str) else "")
-                          + f"; this build reads format {FORMAT_VERSION}: use a newer shoal")
+        raise BackupError(
+            f"{source} is backup format {number}"
+            + (f", written by shoal {by}" if isinstance(by, str) else "")
+            + f"; this build reads format {FORMAT_VERSION}: use a newer shoal"
+        )
     return manifest
 
 

@@ -133,12 +133,20 @@ async def restore_route(agent: AgentPort, request: Request) -> Result:
                         "--data-dir DIR, docs/operations.md)")  # fmt: skip
     done = await service.propose(MetaRestore(backup.snapshot.data, backup.snapshot.digest))
     if done is None or done.outcome not in (OUTCOME_COMMITTED, OUTCOME_NOT_APPLIED):
-        raise HttpError(504, "unknown: the restore was handed to the controller and no "
-                        "answer came in time; it may yet commit (the kv records were not "
-                        "touched): read a key back, or restore again", outcome="unknown")
+        raise HttpError(
+            504,
+            "unknown: the restore was handed to the controller and no "
+            "answer came in time; it may yet commit (the kv records were not "
+            "touched): read a key back, or restore again",
+            outcome="unknown",
+        )
     if done.outcome == OUTCOME_NOT_APPLIED:
-        raise HttpError(503, "not applied: no controller known, or it was not the controller "
-                        "any more; nothing changed, safe to retry", outcome="not_applied")
+        raise HttpError(
+            503,
+            "not applied: no controller known, or it was not the controller "
+            "any more; nothing changed, safe to retry",
+            outcome="not_applied",
+        )
     written, deleted, refused = await _restore_kv(agent, backup, mode == "replace")
     return 200, {"outcome": "committed", "revision": done.revision,
                  "meta_keys": backup.manifest.get("meta_keys"), "kv_written": written,

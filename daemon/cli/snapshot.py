@@ -47,14 +47,26 @@ def add_parsers(sub: Any, api_arg: Callable[[argparse.ArgumentParser], None]) ->
     p.add_argument("--kv", choices=("merge", "replace"), default="merge",
                    help="merge: write each backed-up kv record anew (default); replace: "
                    "also delete the live kv keys the backup does not hold")  # fmt: skip
-    p.add_argument("--offline", action="store_true",
-                   help="seed the empty --data-dir for a new one-voter cluster")
-    p.add_argument("--data-dir", dest="data_dir", metavar="DIR",
-                   help="with --offline: the new, empty data directory")
-    p.add_argument("--node-name", dest="node_name", metavar="NAME",
-                   help="with --offline: the name the seeded agent will run under")
-    p.add_argument("--cluster", metavar="NAME",
-                   help="with --offline: the cluster name (default: the backup's)")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="seed the empty --data-dir for a new one-voter cluster",
+    )
+    p.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        metavar="DIR",
+        help="with --offline: the new, empty data directory",
+    )
+    p.add_argument(
+        "--node-name",
+        dest="node_name",
+        metavar="NAME",
+        help="with --offline: the name the seeded agent will run under",
+    )
+    p.add_argument(
+        "--cluster", metavar="NAME", help="with --offline: the cluster name (default: the backup's)"
+    )
 
 
 def snapshot_command(args: argparse.Namespace) -> int:

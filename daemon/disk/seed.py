@@ -61,8 +61,10 @@ def seed_data_dir(backup: Backup, path: Path, name: str, cluster: str,
         DataDirError: it cannot be made.
     """
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise BackupError(f"{path} is not empty: an offline restore seeds a new data "
-                          "directory only; give an empty or absent one (nothing written)")
+        raise BackupError(
+            f"{path} is not empty: an offline restore seeds a new data "
+            "directory only; give an empty or absent one (nothing written)"
+        )
     depth = SyncConfig().tree_depth if tree_depth is None else tree_depth
     data_dir = DataDir(path, depth, cluster)
     try:

@@ -96,8 +96,10 @@ def rewrap(data: bytes, **manifest: Any) -> bytes:
         files = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
     files["manifest.json"] = json.dumps({**json.loads(files["manifest.json"]),
                                          **manifest}).encode()  # fmt: skip
-    files["SHA256SUMS"] = "".join(f"{hashlib.sha256(files[n]).hexdigest()}  {n}\n"
-                                  for n in ("manifest.json", "meta.snap", "kv.msgpack")).encode()
+    files["SHA256SUMS"] = "".join(
+        f"{hashlib.sha256(files[n]).hexdigest()}  {n}\n"
+        for n in ("manifest.json", "meta.snap", "kv.msgpack")
+    ).encode()
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for name in ("manifest.json", "meta.snap", "kv.msgpack", "SHA256SUMS"):
@@ -166,9 +168,7 @@ def test_a_backup_under_load_seeds_a_new_cluster_with_every_acknowledged_write(a
     }
 
 
-def test_a_restore_into_the_running_cluster_tells_watchers_and_replaces_the_state(
-    agents, tmp_path
-):
+def test_a_restore_into_the_running_cluster_tells_watchers_and_replaces_the_state(agents, tmp_path):
     started = three(agents)
     meta = client_of(started[0]).meta
     for i in range(5):
@@ -209,9 +209,7 @@ def test_a_restore_into_the_running_cluster_tells_watchers_and_replaces_the_stat
     poll_until(kv_restored, 30, interval_s=0.2)
 
 
-def test_damaged_truncated_foreign_and_newer_backups_are_refused_changing_nothing(
-    agents, tmp_path
-):
+def test_damaged_truncated_foreign_and_newer_backups_are_refused_changing_nothing(agents, tmp_path):
     started = three(agents, ["--cluster", "prod"])
     client_of(started[0]).meta.put("x/1", "one")
     api_request(started[0], "PUT", "/v1/kv/y", b"why")
@@ -264,7 +262,7 @@ def test_damaged_truncated_foreign_and_newer_backups_are_refused_changing_nothin
     assert out.returncode == 2 and "is not empty" in out.stderr.decode()
     assert tree_digest(target) == digest
     empty = tmp_path / "empty"
-    for name, content in bad.items():
+    for name in bad:
         if name == "foreign":
             continue  # offline, another cluster's backup seeds a new cluster: its purpose
         path = tmp_path / f"{name}.tar"
