@@ -9,6 +9,8 @@ import hashlib
 import io
 import json
 import random
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -189,3 +191,32 @@ def test_a_backup_needs_the_token_even_where_reads_are_open() -> None:
     assert not access.allows("GET", "/v1/snapshot", "")  # every key: not open
     assert access.allows("GET", "/v1/snapshot", "Bearer s3cret")
     assert not access.allows("POST", "/v1/snapshot/restore", "")
+
+
+def _shoal(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal.daemon.cli", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_the_cli_refuses_a_bad_file_or_usage_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    good = tmp_path / "good.tar"
+    good.write_bytes(_backup())
+    out = _shoal("snapshot", "inspect", str(good))
+    assert out.returncode == 0 and "checksums       ok" in out.stdout, out.stderr
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(_backup()[:3000])
+    for args in (
+        ("snapshot", "inspect", str(cut)),
+        ("snapshot", "inspect", str(tmp_path / "absent.tar")),
+        ("snapshot", "restore", str(good), "--data-dir", str(tmp_path / "d")),  # no --offline
+        ("snapshot", "restore", str(good), "--offline"),  # no --data-dir
+        ("snapshot", "restore", str(cut), "--offline", "--data-dir", str(tmp_path / "d"),
+         "--node-name", "n1"),
+    ):  # fmt: skip
+        out = _shoal(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "d").exists()
+    out = _shoal("snapshot", "save", str(tmp_path / "b.tar"), "--api", "127.0.0.1:9")
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "b.tar").exists()
