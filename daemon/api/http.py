@@ -197,7 +197,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
-        if self._size > DISCARD_MAX_BYTES:
+        if self._size > DISCARD_MAX_BYTES and self._size > self._limit:
             raise HttpError(413, f"request body over {self._limit} bytes")
         if self._size > self._limit:
             self._rejected = HttpError(413, f"request body over {self._limit} bytes")

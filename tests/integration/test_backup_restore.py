@@ -28,6 +28,9 @@ import pytest
 
 from shoal.client import NotApplied
 from shoal.client.errors import Compacted
+from shoal.daemon.backup import build_backup
+from shoal.metalog import snapshot as snap
+from shoal.metalog.state import MetaPut, MetaState
 from tests.conftest import poll_until
 from tests.integration.agents import AgentProcess, api_request
 from tests.integration.metaagents import META, client_of, shoal_cli, three, writable
@@ -270,3 +273,37 @@ def test_damaged_truncated_foreign_and_newer_backups_are_refused_changing_nothin
                         "--node-name", "n1")  # fmt: skip
         assert out.returncode == 2, (name, out.stderr)
         assert not empty.exists()  # nothing made
+
+
+def backup_of(keys: int, value_bytes: int, cluster: str = "shoal") -> bytes:
+    """A backup made here of a state of `keys` keys (a state as large as
+    a test cannot load through the log in seconds)."""
+    state = MetaState()
+    value = b"v" * value_bytes
+    for i in range(keys):
+        state.apply(i + 1, MetaPut(f"big/{i:06}".encode(), value))
+    return build_backup({"cluster": cluster, "meta_keys": keys}, snap.take(state, 1), [])
+
+
+def test_a_large_state_is_restored_online_and_one_over_the_cap_is_refused(agents, tmp_path):
+    """12 MB of state (over the 8 MiB the API takes in other bodies) goes
+    through the log as one entry to every agent; 50 MB (over the 48 MiB an
+    online restore carries) is refused with 413, pointing at the offline
+    restore, and changes nothing."""
+    started = three(agents)
+    client_of(started[0]).meta.put("small/1", "before")
+    file = tmp_path / "large.tar"
+    file.write_bytes(backup_of(12_000, 1000))
+    out = shoal_cli("snapshot", "restore", str(file), "--api", api(started[1]))
+    assert out.returncode == 0, out.stderr
+    for agent in started:
+        keys = listing(agent, "")
+        assert len(keys) == 12_000 and "small/1" not in keys
+        assert keys["big/011999"][0] == b"v" * 1000
+    revision = client_of(started[0]).meta.list("").revision
+    huge = tmp_path / "huge.tar"
+    huge.write_bytes(backup_of(50_000, 1000))
+    out = shoal_cli("snapshot", "restore", str(huge), "--api", api(started[1]))
+    assert out.returncode == 2 and "--offline" in out.stderr.decode(), out.stderr
+    assert "over the" in out.stderr.decode()
+    assert client_of(started[0]).meta.list("").revision == revision  # no entry
