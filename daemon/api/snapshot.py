@@ -20,9 +20,13 @@ online cap) and changes nothing. Then the metadata state replaces the keys
 through the log, as one entry at a new revision (metalog/restore.py),
 whose outcome is told as a write's is: committed (200), not applied (503,
 nothing changed), unknown (504: it may yet commit; the kv records were not
-touched). Once it committed, the kv records: `merge` (the default) writes
-each as a new write, so it wins over the live one; `replace` also deletes
-the live keys the backup does not hold. Ephemeral keys are left alone
+touched). An entry this large may take longer to commit and apply than the
+log's answer timeout: an unknown outcome is settled by looking, for up to
+a minute, for this agent's state to become exactly the backup's at one
+revision (a later write meanwhile leaves it unknown). Once it committed,
+the kv records: `merge` (the default) writes each as a new write, so it
+wins over the live one; `replace` also deletes the live keys the backup
+does not hold. Ephemeral keys are left alone
 (their sessions are this cluster's). A key fenced under a controller
 epoch is written fenced under the current one (an unfenced write to it
 would be refused).
@@ -35,16 +39,19 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
+import structlog
+
 from shoal import __version__
 from shoal.daemon.api.answers import HttpError, Raw, Request, Result
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.backup import Backup, BackupError, build_backup, read_backup
 from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_NOT_APPLIED
 from shoal.metalog.restore import MAX_RESTORE_BYTES
-from shoal.metalog.snapshot import TakeSnapshot, encode_view
+from shoal.metalog.snapshot import TakeSnapshot, encode_view, restore
 from shoal.metalog.state import MetaRestore
 from shoal.storage.records import Record
 
+log = structlog.get_logger("shoal.api")
 SNAPSHOT_ROUTE = "/v1/snapshot"
 RESTORE_ROUTE = "/v1/snapshot/restore"
 # The largest backup a restore accepts in its body: the metadata state's
@@ -53,6 +60,7 @@ MAX_BACKUP_BYTES = 512 * 1024 * 1024
 _BARRIER_KEY = b"/"  # any key: the read is a barrier, its value unused
 _PAGE = 1024  # kv records read per pass of the loop
 _KV_BATCH = 512  # kv writes of a restore per group commit waited for
+_READ_BACK_S = 60.0  # an unknown restore: how long to look for it applied here
 
 
 def _meta(agent: AgentPort) -> Any:
@@ -132,25 +140,48 @@ async def restore_route(agent: AgentPort, request: Request) -> Result:
                         "into a new cluster (shoal snapshot restore FILE --offline "
                         "--data-dir DIR, docs/operations.md)")  # fmt: skip
     done = await service.propose(MetaRestore(backup.snapshot.data, backup.snapshot.digest))
-    if done is None or done.outcome not in (OUTCOME_COMMITTED, OUTCOME_NOT_APPLIED):
-        raise HttpError(
-            504,
-            "unknown: the restore was handed to the controller and no "
-            "answer came in time; it may yet commit (the kv records were not "
-            "touched): read a key back, or restore again",
-            outcome="unknown",
-        )
-    if done.outcome == OUTCOME_NOT_APPLIED:
+    if done is not None and done.outcome == OUTCOME_NOT_APPLIED:
         raise HttpError(
             503,
             "not applied: no controller known, or it was not the controller "
             "any more; nothing changed, safe to retry",
             outcome="not_applied",
         )
+    revision = done.revision if done is not None and done.outcome == OUTCOME_COMMITTED else 0
+    if not revision:
+        revision = await _read_back(service, backup)
+        log.info("restore settled by reading it back", revision=revision)
+    if not revision:
+        raise HttpError(
+            504,
+            "unknown: the restore was handed to the controller and no "
+            "answer came in time; it may yet commit (the kv records were not "
+            "touched): list the keys, or restore again",
+            outcome="unknown",
+        )
     written, deleted, refused = await _restore_kv(agent, backup, mode == "replace")
-    return 200, {"outcome": "committed", "revision": done.revision,
+    return 200, {"outcome": "committed", "revision": revision,
                  "meta_keys": backup.manifest.get("meta_keys"), "kv_written": written,
                  "kv_deleted": deleted, "kv_refused": refused}  # fmt: skip
+
+
+async def _read_back(service: Any, backup: Backup) -> int:
+    """The revision the restore was applied at here, once this agent's
+    state is exactly the backup's at one revision (every key's create and
+    mod revision); 0 when it is not within `_READ_BACK_S` (a large entry
+    may take longer than the log's answer timeout to commit and apply)."""
+    expected = (await asyncio.to_thread(restore, backup.snapshot, True)).keys
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _READ_BACK_S
+    while loop.time() < deadline:
+        keys, _ = service.applied_keys()
+        revisions = {(held.create_revision, held.mod_revision) for held in keys.values()}
+        if keys.keys() == expected.keys() and len(revisions) == 1:
+            ((created, modified),) = revisions
+            if created == modified and all(expected[k].value == h.value for k, h in keys.items()):
+                return modified
+        await asyncio.sleep(0.2)
+    return 0
 
 
 async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[int, int, int]:

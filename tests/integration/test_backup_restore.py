@@ -289,13 +289,18 @@ def test_a_large_state_is_restored_online_and_one_over_the_cap_is_refused(agents
     """12 MB of state (over the 8 MiB the API takes in other bodies) goes
     through the log as one entry to every agent; 50 MB (over the 48 MiB an
     online restore carries) is refused with 413, pointing at the offline
-    restore, and changes nothing."""
-    started = three(agents)
-    client_of(started[0]).meta.put("small/1", "before")
+    restore, and changes nothing. The agents' answer timeout is 0.1 s, which
+    such an entry outlasts: the outcome, unknown to the log, is settled by
+    the agent reading its state back."""
+    config = tmp_path / "shoal.toml"
+    config.write_text("[meta]\nanswer_timeout_s = 0.1\n")
+    started = three(agents, ["--config", str(config)])
+    poll_until(lambda: writable(started[0], "small/1"), 30, interval_s=0.1)
     file = tmp_path / "large.tar"
     file.write_bytes(backup_of(12_000, 1000))
     out = shoal_cli("snapshot", "restore", str(file), "--api", api(started[1]))
     assert out.returncode == 0, out.stderr
+    assert "restore settled by reading it back" in started[1].log()
     for agent in started:
         keys = listing(agent, "")
         assert len(keys) == 12_000 and "small/1" not in keys
