@@ -12,7 +12,8 @@ kv records, each value --value-bytes long. Then, each timed:
   inspect   `shoal snapshot inspect FILE` (reads and checks it whole)
   restore   `shoal snapshot restore FILE --kv merge` into the running
             cluster (the state through the log as one entry; every kv
-            record written anew)
+            record written anew), first with a copy of FILE without its
+            kv records (the metadata alone), then FILE
   seed      `shoal snapshot restore FILE --offline` into a new directory
   serve     the seeded agent started until a write through it commits
 
@@ -42,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `tests`
 
+from shoal.daemon.backup import build_backup, read_backup  # noqa: E402
 from tests.conftest import poll_until  # noqa: E402
 from tests.integration.agents import AgentCluster, AgentProcess  # noqa: E402
 from tests.integration.metaagents import META, controller_name, three, writable  # noqa: E402
@@ -141,13 +143,17 @@ def main() -> None:
             print(f"size     {file.stat().st_size / 1e6:6.1f} MB")
             took, _ = cli("snapshot", "inspect", str(file))
             print(f"inspect  {took:6.2f} s")
-            lag = Lag(controller)
-            took, said = cli("snapshot", "restore", str(file), "--kv", "merge", "--api", api)
-            print(f"restore  {took:6.2f} s   {said}")
-            print(
-                f"         controller's longest gap between health answers meanwhile: "
-                f"{lag.stop() * 1000:.0f} ms"
-            )
+            meta_only = root / "meta-only.tar"
+            backup = read_backup(file.read_bytes())
+            meta_only.write_bytes(build_backup(backup.manifest, backup.snapshot, []))
+            for label, path in (("restore (metadata only)", meta_only), ("restore", file)):
+                lag = Lag(controller)
+                took, said = cli("snapshot", "restore", str(path), "--kv", "merge", "--api", api)
+                print(f"{label}  {took:6.2f} s   {said}")
+                print(
+                    f"         controller's longest gap between health answers meanwhile: "
+                    f"{lag.stop() * 1000:.0f} ms"
+                )
             for agent in members:
                 agent.kill()
             seeded = AgentProcess("seeded", root, [], META)
