@@ -45,6 +45,8 @@ from shoal import __version__
 from shoal.daemon.api.answers import HttpError, Raw, Request, Result
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.backup import Backup, BackupError, build_backup, read_backup
+from shoal.daemon.meta import MetaService
+from shoal.kernel.errors import ShoalError
 from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_NOT_APPLIED
 from shoal.metalog.restore import MAX_RESTORE_BYTES
 from shoal.metalog.snapshot import TakeSnapshot, encode_view, restore
@@ -63,7 +65,7 @@ _KV_BATCH = 512  # kv writes of a restore per group commit waited for
 _READ_BACK_S = 60.0  # an unknown restore: how long to look for it applied here
 
 
-def _meta(agent: AgentPort) -> Any:
+def _meta(agent: AgentPort) -> MetaService:
     if agent.meta is None:
         raise HttpError(503, "the metadata log is off on this agent ([meta] enabled, "
                         "docs/metadata.md): no backup from here")  # fmt: skip
@@ -165,7 +167,7 @@ async def restore_route(agent: AgentPort, request: Request) -> Result:
                  "kv_deleted": deleted, "kv_refused": refused}  # fmt: skip
 
 
-async def _read_back(service: Any, backup: Backup) -> int:
+async def _read_back(service: MetaService, backup: Backup) -> int:
     """The revision the restore was applied at here, once this agent's
     state is exactly the backup's at one revision (every key's create and
     mod revision); 0 when it is not within `_READ_BACK_S` (a large entry
@@ -175,8 +177,10 @@ async def _read_back(service: Any, backup: Backup) -> int:
     deadline = loop.time() + _READ_BACK_S
     while loop.time() < deadline:
         keys, _ = service.applied_keys()
-        revisions = {(held.create_revision, held.mod_revision) for held in keys.values()}
-        if keys.keys() == expected.keys() and len(revisions) == 1:
+        revisions: set[tuple[int, int]] = set()
+        if len(keys) == len(expected):
+            revisions = {(held.create_revision, held.mod_revision) for held in keys.values()}
+        if len(revisions) == 1 and keys.keys() == expected.keys():
             ((created, modified),) = revisions
             if created == modified and all(expected[k].value == h.value for k, h in keys.items()):
                 return modified
@@ -200,8 +204,6 @@ async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[
 async def _write_all(agent: AgentPort, changes: Iterable[tuple[bytes, bytes | None]],
                      live: dict[bytes, Record]) -> int:  # fmt: skip
     """Write `changes` in batches, each waited for durable; the refused count."""
-    from shoal.kernel.errors import ShoalError
-
     epoch = agent.status().node.epoch
     refused = 0
     pending: list[asyncio.Future[None]] = []
