@@ -127,15 +127,17 @@ def main() -> None:
         agents = AgentCluster(root)
         try:
             members = three(agents)
-            started = time.perf_counter()
-            load(members, args.meta_keys, args.kv_records, "x" * args.value_bytes)
-            print(
-                f"loaded {args.meta_keys} metadata keys and {args.kv_records} kv records "
-                f"of {args.value_bytes} bytes in {time.perf_counter() - started:.1f} s"
-            )
             leader = controller_name(members[0])
             follower = next(a for a in members if a.name != leader)
             controller = next(a for a in members if a.name == leader)
+            started = time.perf_counter()
+            lag = Lag(controller)
+            load(members, args.meta_keys, args.kv_records, "x" * args.value_bytes)
+            print(
+                f"loaded {args.meta_keys} metadata keys and {args.kv_records} kv records "
+                f"of {args.value_bytes} bytes in {time.perf_counter() - started:.1f} s "
+                f"(the controller's longest gap meanwhile: {lag.stop() * 1000:.0f} ms)"
+            )
             file = root / "backup.tar"
             api = f"{follower.ip}:7947"
             took, said = cli("snapshot", "save", str(file), "--api", api)
