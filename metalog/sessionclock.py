@@ -30,7 +30,7 @@ at the new time when it comes due, as daemon/sessions.py's table does).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.outbox import Outbox
@@ -131,9 +131,14 @@ class Renewing:
     _clock: SessionClock
     _noop_index: int
     _origin: Origin
+    _now: float
 
     def _append(self, op: MetaOp, asked: tuple[str, int] | None, now: float) -> None:
         raise NotImplementedError  # MetaLog's
+
+    # Called with each session whose end is applied here (the composing
+    # node hides the session's kv keys), and the time.
+    on_session_end: Callable[[bytes, float], None]
 
     def keepalive(self, ids: tuple[bytes, ...], now: float) -> int:
         """Renew sessions `ids` through the controller; `KeepaliveDone` follows."""
@@ -143,6 +148,13 @@ class Renewing:
         else:
             self._origin.keepalive(rid, ids, now)
         return rid
+
+    def session_remaining(self, sid: bytes) -> float | None:
+        """As leader, seconds until `sid` expires unrenewed (None: not leading)."""
+        if self.epoch is None:
+            return None
+        left = self._clock.remaining(sid, self._now)
+        return None if left is None else round(left, 3)
 
     def _on_keepalive(self, msg: Keepalive, sender: Address, now: float) -> None:
         ok, ended = self._renew(msg.ids, now)
@@ -172,6 +184,7 @@ class Renewing:
             return
         if isinstance(op, SessionEnd):
             self._clock.ended(op.id)
+            self.on_session_end(op.id, now)
             self.out.event(SessionEnded(op.id, op.reason, result.revision))
         elif self.epoch is not None:
             self._clock.opened(self.state.sessions[op.id], now)

@@ -55,6 +55,7 @@ from shoal.storage.records import Record
 from shoal.storage.store import (
     OWNER_FAILED,
     OWNER_LEFT,
+    OWNER_SESSION_ENDED,
     MemoryStore,
     RecordChange,
     RecordStore,
@@ -395,6 +396,14 @@ class ShoalNode:
             return (*election.controller.learners(), *observers)
 
         meta.learners = learners
+        # A session's end, applied: its kv keys are hidden here at once, and
+        # the controller's sweep deletes them (as a failed member's).
+        replica = self.sync.replica
+
+        def session_ended(sid: bytes, now: float) -> None:
+            replica.owner_gone(sid, self.sync.wall_ms(now), OWNER_SESSION_ENDED)
+
+        meta.on_session_end = session_ended
         self._routes.update(meta.handlers)
         return meta
 
@@ -403,6 +412,12 @@ class ShoalNode:
         `ProposalDone` event with its id follows."""
         assert self.meta is not None
         return self.meta.propose(op, now)
+
+    def meta_keepalive(self, ids: tuple[bytes, ...], now: float) -> int:
+        """Renew sessions `ids` at the controller; a `KeepaliveDone` event
+        with its id follows."""
+        assert self.meta is not None
+        return self.meta.keepalive(ids, now)
 
     def meta_read(self, key: bytes, now: float) -> int:
         """Read `key` linearizably through the controller; a `ReadDone`
@@ -532,13 +547,16 @@ class ShoalNode:
         self.swim.set_tags(tags, now)
 
     def write(self, key: bytes, value: bytes | None, now: float,
-              fence: int | None = None, ephemeral: bool = False) -> Record:  # fmt: skip
+              fence: int | None = None, ephemeral: bool = False,
+              session: bytes = b"") -> Record:  # fmt: skip
         """Put `key` (delete it, with None) and push the write to a few members.
 
         Args:
             fence: the controller epoch the write is made under; refused
                 unless it is the highest epoch this node knows.
             ephemeral: the key belongs to this member (see storage/store.py).
+            session: the key belongs to that session of the metadata log
+                instead (its end, applied, hides it; the controller deletes it).
 
         Raises:
             WriteRefused: this node's clock is further than `max_offset_ms`
@@ -558,7 +576,7 @@ class ShoalNode:
                 f"store.max_offset_ms = {limit} ms): its writes would be ordered wrongly; "
                 "fix its clock (NTP) or write through another agent"
             )
-        owner = self.swim.ident.node_id if ephemeral and value is not None else b""
+        owner = b"" if value is None else session or (self.swim.ident.node_id if ephemeral else b"")
         return self.sync.write(key, value, now, fence or 0, owner)
 
     def known_epoch(self) -> int:

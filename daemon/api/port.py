@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.liveness import Liveness
+    from shoal.daemon.logsessions import LogSessions
     from shoal.daemon.meta import MetaService
     from shoal.daemon.network.keyops import KeyService
     from shoal.daemon.network.queries import QueryService
@@ -76,6 +77,10 @@ class AgentPort(Protocol):
     @property
     def liveness(self) -> Liveness:
         """Client sessions and health checks."""
+
+    @property
+    def log_sessions(self) -> LogSessions | None:
+        """Sessions in the metadata log (None: `[meta]` is off here)."""
 
     @property
     def changes(self) -> ChangeLog:
