@@ -89,6 +89,9 @@ class LogSessions:
         op = SessionOpen(sid, round(ttl_s * 1000), name, node.name, checks)
         done = self._settled(await self._meta.propose(op),
                              "the session may have been opened; unrenewed, it expires")  # fmt: skip
+        # Applied here before the answer: the keys written next through
+        # this agent find the session open.
+        await self._meta.until_applied(done.revision)
         meta = self._node().meta
         held = None if meta is None else meta.state.sessions.get(sid)
         return self.to_json(held or SessionInfo(sid, op.ttl_ms, name, node.name, checks,
@@ -115,7 +118,8 @@ class LogSessions:
         done = await self._meta.propose(SessionEnd(sid, reason))
         if done is not None and done.outcome == OUTCOME_NO_SESSION:
             raise HttpError(404, f"no session {sid.hex()!r}: it ended already")
-        self._settled(done, "the session may have been closed")
+        ended = self._settled(done, "the session may have been closed")
+        await self._meta.until_applied(ended.revision)  # its keys are gone here too
         return held
 
     def end_bound_to(self, check: str) -> int:

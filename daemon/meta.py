@@ -174,6 +174,22 @@ class MetaService:
                 self._applying = [w for w in self._applying if w[1] is not applied]
         return done
 
+    async def until_applied(self, revision: int) -> bool:
+        """Wait (within the answer bound) until this agent has applied the
+        log up to `revision`; whether it has."""
+        meta = self._node().meta
+        assert meta is not None
+        if meta.state.revision >= revision:
+            return True
+        applied: asyncio.Future[None] = self._loop.create_future()
+        self._applying.append((revision, applied))
+        try:
+            await asyncio.wait_for(asyncio.shield(applied), self.wait_s)
+        except TimeoutError:
+            self._applying = [w for w in self._applying if w[1] is not applied]
+            return False
+        return True
+
     async def keepalive(self, ids: tuple[bytes, ...]) -> KeepaliveDone | None:
         """Renew sessions `ids` at the controller (metalog/sessionclock.py);
         None when no answer came in time."""

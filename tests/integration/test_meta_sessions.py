@@ -172,3 +172,35 @@ def test_a_paused_application_loses_its_lock_and_its_fenced_write_is_refused(age
         assert holder.proc.wait(10) == 0  # its session was lost (wait_lost returned)
     finally:
         holder.stop()
+
+
+def test_the_lock_recipe_hands_over_in_fence_order_and_refuses_a_stale_holder(agents):
+    """shoal.client.recipes: a waiter takes the lock the moment the holder's
+    session ends, with a higher fence; the old holder's guarded write is
+    refused; an election names its leader and moves on a resign."""
+    from shoal.client.recipes import Election, Lock
+
+    a, b, _ = meta_cluster(agents, 3)
+    first, second = Client(f"{a.ip}:7947", timeout=10), Client(f"{b.ip}:7947", timeout=10)
+    s1, s2 = first.session(ttl=10), second.session(ttl=10)
+    held, waiting = Lock(first, "locks/x", s1), Lock(second, "locks/x", s2)
+    fence = held.acquire()
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(waiting.acquire()), daemon=True)
+    waiter.start()
+    assert not waiting.held() and held.held()
+    s1.close()  # the holder's session ends: its lock key goes with it
+    waiter.join(10)
+    assert got and got[0] > fence and waiting.held()
+    stale = first.meta.txn([held.guard()], [TxnPut("jobs/x", "stale")])
+    assert not stale.succeeded
+    e1, e2 = (
+        Election(second, "leader", s2, "b"),
+        Election(first, "leader", first.session(ttl=10), "a"),
+    )
+    assert e1.campaign() > 0 and e2.leader() == "b"
+    campaigning = threading.Thread(target=e2.campaign, daemon=True)
+    campaigning.start()
+    e1.resign()
+    campaigning.join(10)
+    assert e2.leader() == "a" and e2.term > e1.term == 0
