@@ -204,3 +204,28 @@ def test_the_lock_recipe_hands_over_in_fence_order_and_refuses_a_stale_holder(ag
     e1.resign()
     campaigning.join(10)
     assert e2.leader() == "a" and e2.term > e1.term == 0
+
+
+def test_a_critical_check_ends_its_session_through_the_log_and_any_agent_renews(
+    agents, tmp_path
+):
+    """A session bound to a check of its agent ends, on every agent, when
+    the check turns critical; before that, any agent renews it."""
+    config = tmp_path / "checks.toml"
+    config.write_text('[[checks]]\nid = "broker"\nkind = "ttl"\nttl_s = 60\n')
+    members = agents.start(3, extra=["--meta", "--no-discovery", "--config", str(config)])
+    for m in members:
+        m.join = [o.gossip for o in members if o is not m]
+    agents.wait_all_see([a.name for a in members], "alive", members)
+    poll_until(lambda: all(writable(a) for a in members), 60, interval_s=0.2)
+    c = Client(f"{members[0].ip}:7947", timeout=10)
+    c.check_pass("broker")
+    with c.session(ttl=30, checks=["broker"]) as session:
+        session.meta_put("brokers/1", "up")
+        for other in members[1:]:  # renewed through another agent
+            assert request(other, "PUT", f"/v1/session/{session.id}/renew")[0] == 200
+        c.check_fail("broker", "not accepting connections")
+        poll_until(lambda: not any(session_open(a, session.id) for a in members), 5)
+        status, body = request(members[2], "GET", "/v1/meta/brokers/1?stale")
+        assert status == 404
+        assert session.wait_lost(15) and "ended" in session.reason
