@@ -76,6 +76,7 @@ _RETURNS = (MemberJoined, MemberRefuted, MemberUpdated)
 # How often the controller deletes the ephemeral keys of failed and left
 # members for good (every replica already hides them; see storage/store.py).
 _EPHEMERAL_SWEEP_S = 2.0
+_SESSION_SWEEP_S = 60.0  # an ended session's kv keys are swept for this long at least
 # How often the feature level is decided (controller) or read from the last
 # notice (members): it moves once per upgrade, never in a hurry.
 _LEVEL_EVERY_S = 1.0
@@ -141,6 +142,7 @@ class ShoalNode:
         self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
         self._swim_events_seen = 0  # membership events already read (_note_returns)
         self._sweep_at = -math.inf  # the controller's next ephemeral-key sweep
+        self._ended_sessions: dict[bytes, float] = {}  # session id -> when its end was applied
         self._epoch_seen = 0  # the highest controller epoch known so far (known_epoch)
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
@@ -258,6 +260,7 @@ class ShoalNode:
             if self.election.is_controller and not self.swim.leaving:
                 for owner in list(self.sync.replica.gone_now):
                     self._delete_ephemeral(owner, now)
+            self._forget_ended_sessions(now)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
@@ -402,6 +405,7 @@ class ShoalNode:
 
         def session_ended(sid: bytes, now: float) -> None:
             replica.owner_gone(sid, self.sync.wall_ms(now), OWNER_SESSION_ENDED)
+            self._ended_sessions[sid] = now
 
         meta.on_session_end = session_ended
         self._routes.update(meta.handlers)
@@ -508,6 +512,16 @@ class ShoalNode:
                 reason = OWNER_FAILED if kind is MemberDied else OWNER_LEFT
                 replica.owner_gone(event.member.node_id, self.sync.wall_ms(now), reason)
         self._swim_events_seen = len(events)
+
+    def _forget_ended_sessions(self, now: float) -> None:
+        """Stop sweeping for a session ended a minute ago whose kv keys are
+        all deleted here: each sweep costs one lookup per owner gone. (What
+        it wrote before its end stays hidden: `Replica.visible`.)"""
+        replica = self.sync.replica
+        for sid, at in list(self._ended_sessions.items()):
+            if now - at > _SESSION_SWEEP_S and not replica.owned_by(sid):
+                replica.owner_back(sid)
+                del self._ended_sessions[sid]
 
     def _delete_ephemeral(self, owner: bytes, now: float) -> None:
         """Delete `owner`'s ephemeral keys for good (`expire`)."""

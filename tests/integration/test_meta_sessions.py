@@ -206,9 +206,7 @@ def test_the_lock_recipe_hands_over_in_fence_order_and_refuses_a_stale_holder(ag
     assert e2.leader() == "a" and e2.term > e1.term == 0
 
 
-def test_a_critical_check_ends_its_session_through_the_log_and_any_agent_renews(
-    agents, tmp_path
-):
+def test_a_critical_check_ends_its_session_through_the_log_and_any_agent_renews(agents, tmp_path):
     """A session bound to a check of its agent ends, on every agent, when
     the check turns critical; before that, any agent renews it."""
     config = tmp_path / "checks.toml"
