@@ -249,8 +249,8 @@ class ApiServer:
         return {"index": changes.index, "run": changes.run}
 
     def self_info(self, request: Request) -> Result:
-        snap = self.agent.status()
-        node = snap.node
+        status = self.agent.status()
+        node = status.node
         me: dict[str, Any] = node.me.to_json()
         me["cluster"] = self.agent.config.cluster
         me["data_format"] = FORMAT_VERSION  # the data directory's, migrated at start
