@@ -22,7 +22,7 @@ def format_members(members: list[dict[str, Any]], detailed: bool = False) -> str
             m["address"],
             m["status"],
             str(m["incarnation"]),
-            *((_versions(m.get("versions")), _voter(m.get("voter"), m.get("former_node_id"))) if detailed else ()),
+            *(_detail(m) if detailed else ()),
             ",".join(f"{k}={v}" for k, v in sorted(m["tags"].items())),
         )  # fmt: skip
         for m in sorted(members, key=lambda m: m["name"])
@@ -33,6 +33,11 @@ def format_members(members: list[dict[str, Any]], detailed: bool = False) -> str
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]
     )
+
+
+def _detail(m: dict[str, Any]) -> tuple[str, str]:
+    """The Versions and Voter cells of `--detailed`."""
+    return _versions(m.get("versions")), _voter(m.get("voter"), m.get("former_node_id"))
 
 
 def _versions(v: Any) -> str:

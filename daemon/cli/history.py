@@ -98,7 +98,8 @@ def format_row(row: dict[str, Any]) -> str:
     if row.get("epoch") is not None:
         text += f" epoch {row['epoch']}"
     if event == "voter-replaced":  # `source`: the data directory's id before
-        text += f" came back with a new data directory {row.get('node_id')} (was {row.get('source')})"
+        new, old = row.get("node_id"), row.get("source")
+        text += f" came back with a new data directory {new} (was {old})"
     elif row.get("source"):
         text += f" by {row['source']}" if event in _ACCUSED else f" ({row['source']})"
     if row.get("tags"):

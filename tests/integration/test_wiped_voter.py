@@ -130,7 +130,8 @@ def test_a_wiped_voter_comes_back_as_a_new_voter_and_every_agent_says_so(agents)
         voter_at = header.index("Voter")
         column = {row.split()[0]: row[voter_at:].strip() for row in rows}  # no tags: Voter is last
         assert column == {a.name: "voter" for a in started} | {
-            wiped.name: f"voter (new data directory, was {ids[wiped.name][:8]})"}, table
+            wiped.name: f"voter (new data directory, was {ids[wiped.name][:8]})"
+        }, table
     # It caught up from nothing: the entry written before the wipe is there.
     got = client_of(wiped).meta.get("before")
     assert got.value == b"wipe" and got.mod_revision == written[0].revision
