@@ -251,7 +251,10 @@
       if (ev.versions) row.versions = ev.versions;
       row.changedMs = ev.at_ms;
       state.members.set(name, row);
-      if (ev.type === "member-joined") refreshVoters();  // a new data directory, maybe
+      // A voter back (a new data directory, maybe); other joins cannot move
+      // the Voter column, and a large cluster has many.
+      if (ev.type === "member-joined" && state.controller &&
+          state.controller.voters.includes(name)) refreshVoters();
       if (state.self && name === state.self.name) state.self.status = ev.status;
     }
     mark("members", "banners");
