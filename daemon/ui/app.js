@@ -8,7 +8,7 @@
    the index is no longer kept) re-lists. Only the counters of /v1/self are
    fetched again, every COUNTERS_MS, and the members' parts in the election
    (`voter`, `former_node_id`: back with a new data directory) after a change
-   of the voters or a member joining (refreshVoters).
+   of the voters or a voter joining (refreshVoters).
 
    The token: any 401 shows the token prompt and clears what was shown. The
    token is kept in sessionStorage only. */
