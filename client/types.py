@@ -39,6 +39,9 @@ class Member(msgspec.Struct, frozen=True, kw_only=True):
     # back with a new data directory, and the voter configuration still
     # names its old one); None where the agent does not say.
     voter: str | None = None
+    # Set when it came back with a new data directory: the id (hex) a voter
+    # configuration named it with before, as far as the agent saw.
+    former_node_id: str | None = None
 
 
 class MemberListing(msgspec.Struct, frozen=True, kw_only=True):

@@ -566,13 +566,15 @@ class Agent:
         from shoal.node.status import status
 
         c, faults = self.commits, self.net.faults
+        node = status(self.node, self._loop.time())
         return AgentStatus(
-            node=status(self.node, self._loop.time()),
+            node=node,
             counters=dict(self.counters),
             watchers=len(self.publisher.watchers),
             fault_drops=None if faults is None else faults.dropped,
             history_written=None if self.history is None else self.history.written,
             disk=None if c is None else DiskStatus(c.syncs, c.slow_syncs, c.slowest_s),
+            former_ids=self.publisher.wiped.former_ids(node.members),
         )
 
     def status_text(self) -> str:

@@ -49,6 +49,9 @@ class AgentStatus(msgspec.Struct, frozen=True):
     fault_drops: int | None  # datagrams fault injection dropped (None: it is off)
     history_written: int | None  # rows on disk (None: no history log)
     disk: DiskStatus | None  # None before the data directory is open
+    # Members back with a new data directory: name -> the id a voter
+    # configuration named before (node/wiped.py).
+    former_ids: dict[str, bytes] = {}
 
 
 class AgentPort(Protocol):
