@@ -26,6 +26,8 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
+import msgspec
+
 from shoal.daemon.disk.datadir import DataDir
 from shoal.kernel.contract import Address
 from shoal.kernel.errors import ConfigError
@@ -55,13 +57,17 @@ def read_survivor(data_dir: Path, depth: int, cluster: str, name: str) -> Surviv
         snapshot = store.load_snapshot()
     finally:
         store.close()
-    config = election[1]
+    found = summarize(name, node_id, election, entries, snapshot)
+    config = found.config
     if config is not None and node_id in config.ids:
-        name = config.voters[config.ids.index(node_id)]
+        named = config.voters[config.ids.index(node_id)]
+        if name not in ("-", named):
+            raise ConfigError(f"--node-name: this data directory is {named}'s, not {name}'s")
+        name = named
     if not name or name == "-":
-        raise ConfigError("this data directory is no voter's: give its node's name "
-                          "with --node-name")  # fmt: skip
-    return summarize(name, node_id, election, entries, snapshot)
+        raise ConfigError("the data directory does not say which node it is: give its "
+                          "node's name with --node-name (or node_name in --config)")  # fmt: skip
+    return msgspec.structs.replace(found, name=name)
 
 
 def write_recovery(data_dir: Path, depth: int, cluster: str, me: Survivor,

@@ -88,8 +88,16 @@ class Decision(msgspec.Struct, frozen=True):
 
 def summarize(name: str, node_id: bytes, election: tuple[int, VoterConfig | None],
               entries: Sequence[Entry], snapshot: Snapshot | None) -> Survivor:  # fmt: skip
-    """A survivor's summary from what its disk holds."""
+    """A survivor's summary from what its disk holds. Its configuration is
+    the newest of the one its election wrote and the last its log holds (a
+    `VoterSet` entry: a voter may have written only an older one)."""
     granted, config = election
+    logged = [e.op for e in entries if isinstance(e.op, VoterSet)]
+    if logged:
+        v = logged[-1]
+        last = VoterConfig(v.lineage, v.version, v.voters, v.ids, v.recovery)
+        if config is None or (last.lineage == config.lineage and last.supersedes(config)):
+            config = last
     after = [e for e in entries if snapshot is None or e.index > snapshot.index]
     if after:
         last_epoch, last_index = after[-1].epoch, after[-1].index

@@ -65,10 +65,11 @@ def recover_command(args: argparse.Namespace) -> int:
              "node_name": args.node_name or "-", "cluster": args.cluster}  # fmt: skip
     cfg = config_mod.load({k: v for k, v in flags.items() if v is not None})
     depth = cfg.store.tree_depth
+    _probe_addresses(args, cfg)  # before the data directory is opened
     me = io.read_survivor(cfg.data_dir, depth, cfg.cluster, cfg.node_name)
     if me.name not in survivors:
         raise ConfigError(f"--survivors: this node, {me.name}, is not on the list")
-    _probe(args, cfg, me, survivors)
+    _probe_discovery(args, cfg, me, survivors)
     try:
         words = [w.strip() for w in args.summaries.split(",") if w.strip()]
         summaries = [recovery.from_token(w) for w in words]
@@ -88,8 +89,8 @@ def recover_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _probe(args: argparse.Namespace, cfg: Any, me: Any, survivors: list[str]) -> None:
-    """Refuse while a voter left off the list answers (daemon/recover.py)."""
+def _probe_addresses(args: argparse.Namespace, cfg: Any) -> None:
+    """Refuse while an agent answers at a `--probe` address (daemon/recover.py)."""
     from shoal.daemon import recover as io
 
     port = cfg.bind[1]
@@ -97,6 +98,12 @@ def _probe(args: argparse.Namespace, cfg: Any, me: Any, survivors: list[str]) ->
     if answered:
         raise ConfigError(f"recover: an agent answers at {', '.join(answered)}: a voter left "
                           "off the list still runs; stop it, or list it as a survivor")  # fmt: skip
+
+
+def _probe_discovery(args: argparse.Namespace, cfg: Any, me: Any, survivors: list[str]) -> None:
+    """Refuse while multicast DNS finds a voter left off the list."""
+    from shoal.daemon import recover as io
+
     left_off = set(me.config.voters if me.config is not None else ()) - set(survivors)
     if cfg.discovery and not args.no_discovery and left_off:
         host = (cfg.advertise or cfg.bind)[0]
