@@ -132,10 +132,12 @@ def advertised(interfaces: list[str] | None, cluster: str, service: str,
     return asyncio.run(_browse(interfaces, cluster, service, wait_s))
 
 
-async def _browse(interfaces: list[str] | None, cluster: str, service: str, wait_s: float) -> set[str]:
+async def _browse(interfaces: list[str] | None, cluster: str, service: str,
+                  wait_s: float) -> set[str]:  # fmt: skip
     """Browse (never advertise) for `wait_s`; every advertisement of
     `cluster` resolved names a running agent, whatever its encryption."""
-    from shoal.daemon.network import mdns  # noqa: F401 - zeroconf, imported without ldconfig
+    # mdns first: it imports zeroconf without running ldconfig.
+    from shoal.daemon.network import mdns  # noqa: F401, I001
     from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange
     from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 

@@ -187,7 +187,8 @@ def describe(decision: Decision, summaries: Sequence[Survivor]) -> list[str]:
     for s in sorted(summaries, key=lambda s: s.name):
         mark = "  <- base" if s.name == decision.base else ""
         lines.append(f"{s.name}: last entry epoch {s.last_epoch} index {s.last_index}, "
-                     f"snapshot {s.snapshot_index}, granted epoch {s.granted_epoch}{mark}")  # fmt: skip
+                     f"snapshot {s.snapshot_index}, granted epoch "
+                     f"{s.granted_epoch}{mark}")  # fmt: skip
     c = decision.config
     lines.append(f"base: {decision.base} (its log is kept whole; the others' differing "
                  "entries are replaced from it)")  # fmt: skip

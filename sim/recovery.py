@@ -22,6 +22,7 @@ non-voters. The meta swarm's checks (sim/meta.py) and the election's
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.election.config import LeaseConfig
@@ -106,9 +107,8 @@ def lost_majority_run(seed: int, old_data: bool = False, duration_s: float = 50.
     cluster.at(_LOSS_AT, lambda: _lose(cluster, out, old_data, safety))
     cluster.at(_LOSS_AT + 1.0, cluster.net.heal)
     cluster.at(_RECOVER_AT, lambda: _recover(cluster, out, rng, duration_s))
-    for k, i in enumerate(lost):
-        cluster.at(_BACK_AT + 2.0 * k + rng.uniform(0.0, 1.0),
-                   lambda i=i: cluster._boot(i, survivors))  # noqa: SLF001 # fmt: skip
+    for k, i in enumerate(lost):  # one by one
+        cluster.at(_BACK_AT + 2.0 * k + rng.uniform(0.0, 1.0), _back(cluster, i, survivors))
     cluster.run_until(duration_s, lambda: _watch(cluster, out, safety))
     for call in run.calls:  # still in flight at the end: unknown
         if call.outcome == "pending":
@@ -120,6 +120,11 @@ def lost_majority_run(seed: int, old_data: bool = False, duration_s: float = 50.
     run.faults.append(f"survivors {survivors} (lagger {out.lagger}), lost {lost}"
                       + (" (old data kept)" if old_data else " (disks wiped)"))  # fmt: skip
     return out
+
+
+def _back(cluster: SimCluster, i: int, survivors: list[int]) -> Callable[[], None]:
+    """Host `i` starts again (with its disk as the loss left it), joining the survivors."""
+    return lambda: cluster._boot(i, survivors)  # noqa: SLF001
 
 
 def _lose(cluster: SimCluster, out: Recovered, old_data: bool, safety: LeaseSafety) -> None:

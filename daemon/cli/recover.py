@@ -38,18 +38,25 @@ def add_parsers(sub: Any) -> None:
                           "on each)")  # fmt: skip
         verb.add_argument("--config", help="TOML config file (or $SHOAL_CONFIG)")
         verb.add_argument("--data-dir", dest="data_dir", help="this node's state directory")
-        verb.add_argument("--node-name", dest="node_name", help="this node's name (default: "
-                          "the name its voter configuration gives this data directory)")  # fmt: skip
+        verb.add_argument("--node-name", dest="node_name",
+                          help="this node's name (default: the name its voter configuration "
+                          "gives this data directory)")  # fmt: skip
         verb.add_argument("--cluster", help="the cluster's name (default: the config's)")
         verb.add_argument("--probe", action="append", default=[], metavar="HOST[:PORT]",
                           help="a voter left off the list: refuse if it answers there "
                           "(its gossip address; repeat for each)")  # fmt: skip
         verb.add_argument("--no-discovery", dest="no_discovery", action="store_true",
                           help="do not look for the voters left off by multicast DNS")  # fmt: skip
-    plan.add_argument("--summaries", default="",
-                      help="every survivor's summary, comma-separated: print the decision too")
-    apply.add_argument("--summaries", required=True,
-                       help="every survivor's summary, comma-separated, as plan printed them")
+    plan.add_argument(
+        "--summaries",
+        default="",
+        help="every survivor's summary, comma-separated: print the decision too",
+    )
+    apply.add_argument(
+        "--summaries",
+        required=True,
+        help="every survivor's summary, comma-separated, as plan printed them",
+    )
 
 
 def recover_command(args: argparse.Namespace) -> int:
@@ -110,8 +117,9 @@ def _probe_discovery(args: argparse.Namespace, cfg: Any, me: Any, survivors: lis
         interfaces = list(cfg.discovery_interfaces) or ([host] if host != "0.0.0.0" else None)
         running = sorted(io.advertised(interfaces, cfg.cluster, cfg.discovery_service) & left_off)
         if running:
-            raise ConfigError(f"recover: {', '.join(running)} still runs (multicast DNS): a "
-                              "voter left off the list; stop it, or list it as a survivor")  # fmt: skip
+            raise ConfigError(f"recover: {', '.join(running)} still runs (multicast DNS): "
+                              "a voter left off the list; stop it, or list it as a "
+                              "survivor")  # fmt: skip
 
 
 def _print_plan(me: Any, survivors: list[str], summaries: list[Any], decision: Any) -> int:

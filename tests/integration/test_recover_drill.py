@@ -118,8 +118,9 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
                interval_s=0.1)  # fmt: skip
     elected_s = time.monotonic() - started
     after = controller_info(s1)
-    assert after["epoch"] > before["epoch"] and sorted(after["voters"]) == sorted([s1.name,
-                                                                                  s2.name])
+    assert after["epoch"] > before["epoch"] and sorted(after["voters"]) == sorted(
+        [s1.name, s2.name]
+    )
     # Every write committed before the loss is there, at its revision.
     fresh = client_of(s1)
     poll_until(lambda: served(s1, "k0"), CONTROLLER_BOUND_S, interval_s=0.1)

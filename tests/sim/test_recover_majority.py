@@ -32,7 +32,8 @@ def test_a_lost_majority_is_recovered_without_losing_a_committed_write(seed, old
     # The base is the survivor that holds every committed entry, not the lagger.
     lagger = cluster.idents[r.lagger].name
     assert r.decision.base != lagger and r.decision.base in {
-        cluster.idents[i].name for i in r.survivors}
+        cluster.idents[i].name for i in r.survivors
+    }
     # A controller soon, above every epoch before the loss, under the recovered configuration.
     assert r.first_controller_s is not None and r.first_controller_s <= CONTROLLER_BOUND_S
     first = min(r.leaders_after, key=lambda t: t[1])
