@@ -12,6 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
+from shoal.daemon.disk.datadir import DataDir
 from tests.conftest import poll_until
 from tests.integration.metaagents import client_of, controller_name, meta_cluster, shoal_cli
 
@@ -28,6 +29,26 @@ def controller_info(agent) -> dict:
     except Exception:
         return {}
     return info
+
+
+def voters_with_ids(agent) -> list[str]:
+    """The voters `agent` names, once each has its data directory's id."""
+    info = controller_info(agent)
+    ids = info.get("voter_ids", [])
+    if len(ids) != len(info.get("voters", ())) or not all(ids):
+        return []
+    return sorted(info["voters"])
+
+
+def stored(directory: Path) -> tuple:
+    """What a data directory holds (its agent stopped): identity, election
+    state, metadata log and snapshot."""
+    data = DataDir(directory, 4, "shoal")
+    try:
+        return (data.load_identity(), data.load_election(), data.load_log(),
+                data.load_snapshot())  # fmt: skip
+    finally:
+        data.close()
 
 
 def applied(agent, key: str) -> bytes | None:
@@ -57,17 +78,17 @@ def digest(directory: Path) -> str:
 
 def recover(verb: str, agent, survivors: str, *extra: str):
     return shoal_cli("recover", verb, "--survivors", survivors, "--data-dir", str(agent.data_dir),
-                     "--no-discovery", *extra)  # fmt: skip
+                     "--node-name", agent.name, "--no-discovery", *extra)  # fmt: skip
 
 
 def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
     members = meta_cluster(agents, 5)
     names = sorted(a.name for a in members)
-    poll_until(lambda: sorted(controller_info(members[0]).get("voters", [])) == names
-               and all(controller_info(members[0])["voter_ids"]), 60, interval_s=0.2)  # fmt: skip
+    poll_until(lambda: voters_with_ids(members[0]) == names, 60, interval_s=0.2)
     client = client_of(members[-1])
     written = {f"k{i}": client.meta.put(f"k{i}", f"v{i}").revision for i in range(WRITES)}
     before = controller_info(members[0])
+    old_ids = {a.name: a.api.get("/v1/self")["node_id"] for a in members}
     ctl = controller_name(members[0])
     # The controller and two others are lost; the two left survive.
     lost = [a for a in members if a.name == ctl][:1]
@@ -132,7 +153,6 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
 
     # The three lost machines, started again empty: new members, promoted
     # one change at a time (one version per voter added).
-    old_ids = dict(zip(before["voters"], before["voter_ids"], strict=True))
     for a in lost:
         a.join = [s1.gossip, s2.gossip]
         a.start()
@@ -143,8 +163,86 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
     assert final["voters_version"] == after["voters_version"] + 3
     ids = dict(zip(final["voters"], final["voter_ids"], strict=True))
     assert all(ids[a.name] != old_ids[a.name] for a in lost)
-    assert client_of(lost[0]).meta.get("k0").mod_revision == written["k0"]
+    # Caught up from nothing: the earlier writes are in its own state.
+    poll_until(lambda: applied(lost[0], f"k{WRITES - 1}") == f"v{WRITES - 1}".encode(), 30,
+               interval_s=0.1)  # fmt: skip
     print(f"\ndrill: loss to start of survivors {started - lost_at:.1f} s (two plans, two "
           f"applies); controller {elected_s:.1f} s after the start; every earlier write read "
           f"back by {writable_s:.1f} s; all five voters again by {promoted_s:.1f} s; "
           f"epoch {before['epoch']} -> {after['epoch']}")  # fmt: skip
+
+
+def test_recovery_is_refused_while_multicast_dns_finds_a_voter_left_off(agents):
+    """Agents with discovery on (the default): the voters left off the list
+    that still run answer multicast DNS, and `plan` refuses, naming them,
+    with no --probe given."""
+    started = list(agents.start(3, extra=["--meta"]))
+    agents.wait_all_see([a.name for a in started], "alive", started)
+    poll_until(lambda: served(started[-1], "none") or writable_meta(started[-1]), 60,
+               interval_s=0.2)  # fmt: skip
+    lone = started[0]
+    lone.kill()
+    unchanged = stored(lone.data_dir)  # (the database is opened to read it: compared by content)
+    out = shoal_cli("recover", "plan", "--survivors", lone.name, "--data-dir", str(lone.data_dir),
+                    "--node-name", lone.name)  # fmt: skip
+    assert out.returncode == 2, out
+    err = out.stderr.decode().strip()
+    assert len(err.splitlines()) == 1 and "still runs (multicast DNS)" in err, err
+    assert all(a.name in err for a in started[1:]) and stored(lone.data_dir) == unchanged
+
+
+def writable_meta(agent) -> bool:
+    try:
+        client_of(agent).meta.put("ready", "1")
+    except Exception:
+        return False
+    return True
+
+
+def test_voters_back_with_their_old_data_after_a_recovery_are_fenced(agents):
+    """Three voters stop with their disks intact and are recovered around;
+    started again with their old configuration (five voters, no recovery)
+    and old epochs, they adopt the recovered one: none leads, the survivors'
+    controller stays, every write is there, and they become voters again
+    only through the controller, one change at a time."""
+    members = meta_cluster(agents, 5)
+    names = sorted(a.name for a in members)
+    poll_until(lambda: voters_with_ids(members[0]) == names, 60, interval_s=0.2)
+    client = client_of(members[-1])
+    written = {f"k{i}": client.meta.put(f"k{i}", f"v{i}").revision for i in range(20)}
+    ctl = controller_name(members[0])
+    lost = [a for a in members if a.name == ctl][:1]
+    lost += [a for a in members if a.name != ctl][: 3 - len(lost)]
+    s1, s2 = [a for a in members if a not in lost]
+    for s in (s1, s2):
+        poll_until(lambda: applied(s, "k19") == b"v19", 30, interval_s=0.1)
+    for a in (*lost, s1, s2):
+        a.kill()  # the lost three keep their data directories
+    survivors = f"{s1.name},{s2.name}"
+    probes = [x for a in lost for x in ("--probe", a.gossip)]
+    words = [re.findall(r"^summary: (\S+)$", recover("plan", s, survivors, *probes).stdout
+                        .decode(), re.M)[0] for s in (s1, s2)]  # fmt: skip
+    mark = {a.name: len(a.log()) for a in members}  # each log from the restart on
+    for s in (s1, s2):
+        assert recover("apply", s, survivors, "--summaries", ",".join(words)).returncode == 0
+        s.join = [o.gossip for o in (s1, s2) if o is not s]
+        s.start()
+    poll_until(lambda: served(s1, "k0"), 30, interval_s=0.1)
+    recovered = controller_info(s1)
+    base = recovered["controller"]
+    assert base in (s1.name, s2.name)
+    leader = s1 if base == s1.name else s2
+    assert "controller-elected" in leader.log()[mark[base] :]
+    for a in lost:  # all three at once: a majority of their old configuration
+        a.join = [s1.gossip, s2.gossip]
+        a.start()
+    poll_until(lambda: sorted(controller_info(s1).get("voters", [])) == names, 120,
+               interval_s=0.2)  # fmt: skip
+    for a in lost:
+        seen = controller_info(a)
+        assert seen["controller"] == base and seen["epoch"] == recovered["epoch"], seen
+        assert "controller-elected" not in a.log()[mark[a.name] :]
+    assert controller_info(s1)["voters_version"] == recovered["voters_version"] + 3
+    poll_until(lambda: served(lost[0], "k0"), 30, interval_s=0.1)
+    for key, revision in written.items():
+        assert client_of(lost[0]).meta.get(key).mod_revision == revision
