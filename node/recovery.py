@@ -175,10 +175,25 @@ def from_token(token: str) -> Survivor:
     """
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        return msgspec.msgpack.decode(raw, type=Survivor)
-    except (ValueError, binascii.Error, msgspec.DecodeError):
+        # (A configuration's own check, one id per voter, is an assert.)
+        survivor = msgspec.msgpack.decode(raw, type=Survivor)
+    except (ValueError, AssertionError, binascii.Error, msgspec.DecodeError):
+        survivor = None
+    if survivor is None or not _sound(survivor):
         short = token if len(token) <= 20 else token[:17] + "..."
-        raise RecoveryRefused(f"{short!r} is not a summary `shoal recover plan` printed") from None
+        raise RecoveryRefused(f"{short!r} is not a summary `shoal recover plan` printed")
+    return survivor
+
+
+def _sound(s: Survivor) -> bool:
+    """Whether a decoded summary has the shape `summarize` gives one."""
+    numbers = (s.granted_epoch, s.last_epoch, s.last_index, s.snapshot_index)
+    if not s.name or len(s.node_id) != 16 or min(numbers) < 0:
+        return False
+    c = s.config
+    return c is None or (len(c.lineage) == 8 and c.version >= 0 and c.recovery >= 0
+                         and list(c.voters) == sorted(set(c.voters)) and len(c.voters) > 0
+                         and all(len(i) in (0, 16) for i in c.ids))  # fmt: skip
 
 
 def describe(decision: Decision, summaries: Sequence[Survivor]) -> list[str]:

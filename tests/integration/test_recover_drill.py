@@ -246,3 +246,31 @@ def test_voters_back_with_their_old_data_after_a_recovery_are_fenced(agents):
     poll_until(lambda: served(lost[0], "k0"), 30, interval_s=0.1)
     for key, revision in written.items():
         assert client_of(lost[0]).meta.get(key).mod_revision == revision
+
+
+def test_bad_input_to_recover_is_one_line_and_exit_2(tmp_path):
+    """A list, a directory, a summary or a probe that cannot be used: one
+    line, exit 2, nothing printed to stdout, the directory as it was."""
+    directory = tmp_path / "d"
+    DataDir(directory, 4, "shoal").close()  # a data directory no cluster ever formed in
+    d = ["--data-dir", str(directory), "--node-name", "a", "--no-discovery"]
+    plain = shoal_cli("recover", "plan", "--survivors", "a", *d)
+    assert plain.returncode == 0, plain
+    (word,) = re.findall(r"^summary: (\S+)$", plain.stdout.decode(), re.M)
+    before = stored(directory)
+    cases = [
+        (["plan", "--survivors", ",", *d], "expected distinct node names"),
+        (["plan", "--survivors", "a,a", *d], "expected distinct node names"),
+        (["plan", "--survivors", "a", "--data-dir", str(tmp_path / "none")], "no shoal data"),
+        (["plan", "--survivors", "b", *d], "is not on the list"),
+        (["plan", "--survivors", "a", *d, "--probe", "no such host:1"], "--probe"),
+        (["apply", "--survivors", "a", *d, "--summaries", "garbage"], "is not a summary"),
+        (["apply", "--survivors", "a", *d, "--summaries", word], "no voter configuration"),
+        (["apply", "--survivors", "a,b", *d, "--summaries", word], "one summary for each"),
+    ]
+    for args, why in cases:
+        out = shoal_cli("recover", *args)
+        err = out.stderr.decode().strip()
+        assert out.returncode == 2 and out.stdout == b"", (args, out)
+        assert len(err.splitlines()) == 1 and why in err, (args, err)
+    assert stored(directory) == before

@@ -1,7 +1,10 @@
 """`shoal recover`'s decision (node/recovery.py) and the recovery count in
 the voter configurations' order, on the wire and on disk (issue 39)."""
 
+import base64
+
 import cbor2
+import msgspec
 import pytest
 
 from shoal.daemon.disk.datadir import DataDir
@@ -137,6 +140,13 @@ def test_a_summary_travels_as_one_word():
     word = to_token(s)
     assert word.isprintable() and " " not in word and "," not in word
     assert from_token(word) == s
-    for bad in ("", "not-a-summary", word[:-6]):
+    one_id_short = msgspec.msgpack.encode({
+        "name": "a", "node_id": IDS["a"], "granted_epoch": 1, "last_epoch": 1, "last_index": 1,
+        "snapshot_index": 0,
+        "config": {"lineage": LINEAGE, "version": 1, "voters": ["a", "b"], "ids": [IDS["a"]]},
+    })  # fmt: skip
+    negative = msgspec.msgpack.encode(msgspec.structs.replace(s, last_index=-1))
+    forged = [base64.urlsafe_b64encode(raw).decode() for raw in (one_id_short, negative)]
+    for bad in ("", "not-a-summary", word[:-6], *forged):
         with pytest.raises(RecoveryRefused, match="is not a summary"):
             from_token(bad)
