@@ -29,7 +29,14 @@ from shoal.election.config import LeaseConfig
 from shoal.membership.profiles import PROFILES
 from shoal.metalog.core import MetaConfig
 from shoal.metalog.log import PersistLog
-from shoal.node.recovery import Decision, audit_entry, election_state, plan, summarize
+from shoal.node.recovery import (
+    Decision,
+    Survivor,
+    audit_entry,
+    election_state,
+    plan,
+    summarize,
+)
 from shoal.sim.cluster import SimCluster
 from shoal.sim.elections import LeaseSafety
 from shoal.sim.meta import MetaRun, _Applied, _Clients
@@ -40,9 +47,10 @@ from shoal.sim.wipe import wipe_host
 _CUT_AT, _CLIENTS_UNTIL, _LOSS_AT, _RECOVER_AT, _BACK_AT = 8.0, 11.0, 13.0, 16.0, 28.0
 
 
-def recover_hosts(cluster: SimCluster, survivors: list[int]) -> Decision:
+def recover_hosts(cluster: SimCluster, survivors: list[int]) -> tuple[Decision, list[Survivor]]:
     """Stop `survivors`, write `shoal recover`'s decision on their disks,
-    start them again (each joining the others)."""
+    start them again (each joining the others); the decision, and the
+    summaries it was made from."""
     for i in survivors:
         if cluster.nodes[i] is not None:
             cluster._halt(i)  # noqa: SLF001 - the agent stopped for the recovery
@@ -62,7 +70,7 @@ def recover_hosts(cluster: SimCluster, survivors: list[int]) -> Decision:
         disk.sync_done()
     for i in survivors:
         cluster._boot(i, [j for j in survivors if j != i])  # noqa: SLF001
-    return decision
+    return decision, summaries
 
 
 @dataclass
@@ -74,6 +82,7 @@ class Recovered:
     lost: list[int]
     lagger: int  # the survivor cut off before the loss
     decision: Decision | None = None
+    summaries: list[Survivor] = field(default_factory=list)  # the survivors', as read
     epochs_before: int = 0  # the highest controller epoch before the loss
     safety: list[str] = field(default_factory=list)  # LeaseSafety's violations
     # Each (host, epoch, its configuration's recovery count) controller after the recovery.
@@ -137,7 +146,7 @@ def _lose(cluster: SimCluster, out: Recovered, old_data: bool, safety: LeaseSafe
 
 
 def _recover(cluster: SimCluster, out: Recovered, rng: random.Random, duration_s: float) -> None:
-    out.decision = recover_hosts(cluster, out.survivors)
+    out.decision, out.summaries = recover_hosts(cluster, out.survivors)
     # A second round of clients (those homed on the lost hosts wait for them).
     _Clients(cluster, rng, 6, 3, out.run, duration_s - 4.0)
 
