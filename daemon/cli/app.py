@@ -195,8 +195,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         "--detailed",
         action="store_true",
         help="add each member's protocol versions (min-max), feature level "
-        "and part in the election (voter, or replaced: back with a new "
-        "data directory)",
+        "and part in the election (voter, or replaced), noting a member "
+        "back with a new data directory and its old id",
     )
 
     tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")

@@ -17,6 +17,7 @@ import pytest
 
 from shoal.client import AsyncClient, Client, Conflict, KvEvent, NotFound, Unauthorized
 from tests.conftest import poll_until
+from tests.integration.metaagents import writable
 
 
 class Relay:
@@ -284,11 +285,13 @@ def test_every_example_in_docs_client_md_runs(agents, tmp_path):
     """The documentation's programs run as written against a real agent."""
     config = tmp_path / "checks.toml"  # the TTL check the session example reports to
     config.write_text('[[checks]]\nid = "broker"\nkind = "ttl"\nttl_s = 30\n')
-    a, _ = started(agents, 2, extra=("--config", str(config)))  # a peer's joining: an event
+    # With the metadata log: its sessions, and the recipes on them.
+    a, _ = started(agents, 2, extra=("--meta", "--config", str(config)))  # a peer joins: an event
     client_of(a).wait_controller(timeout=30)  # the fenced-write example expects one
+    poll_until(lambda: writable(a), 30, interval_s=0.2)
     text = (Path(__file__).parents[2] / "docs" / "client.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(examples) >= 8
+    assert len(examples) >= 11
     env = {**os.environ, "SHOAL_API_ADDR": f"{a.ip}:7947", "SHOAL_API_TOKEN": ""}
     env.pop("SHOAL_API_TOKEN_FILE", None)
     for example in examples:
