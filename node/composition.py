@@ -368,11 +368,12 @@ class ShoalNode:
                 meta.drop_change()
                 return False
             return meta.propose_voters(VoterSet(change.lineage, change.version, change.voters,
-                                                change.ids), now)  # fmt: skip
+                                                change.ids, change.recovery), now)  # fmt: skip
 
         def decided(change: VoterSet, now: float) -> None:
             election.controller.decide(VoterConfig(change.lineage, change.version,
-                                                   change.voters, change.ids), now)  # fmt: skip
+                                                   change.voters, change.ids,
+                                                   change.recovery), now)  # fmt: skip
             election.wake(now)
 
         election.propose_voters = propose_voters

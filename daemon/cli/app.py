@@ -45,7 +45,7 @@ COMMANDS: dict[str, str | None] = {
     "demo": None, "history": "history", "churn": "history", "keys": "keys",
     "sessions": "liveness", "checks": "liveness", "event": "events", "query": "events",
     "completion": "manual", "man": "manual", "simulate": None, "features": None,
-    "meta": "meta",
+    "meta": "meta", "recover": "recover",
 }  # fmt: skip
 
 
@@ -317,6 +317,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from shoal.daemon.cli import manual
 
         manual.add_parsers(sub)
+    if "recover" in modules:
+        from shoal.daemon.cli import recover
+
+        recover.add_parsers(sub)
 
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
     sim.add_argument("--nodes", type=int, default=200)
@@ -414,6 +418,10 @@ def _run(args: argparse.Namespace) -> int:
             if command == "history"
             else history_cli.churn_command(args)
         )
+    if command == "recover":
+        from shoal.daemon.cli.recover import recover_command
+
+        return recover_command(args)
     if command == "simulate":
         from shoal.sim.report import simulate_command
 
