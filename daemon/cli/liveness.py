@@ -37,7 +37,8 @@ def sessions_command(client: Client, args: argparse.Namespace) -> int:
     rows = [(s.id, s.name or "-", f"{s.ttl_s:g}s",
              "-" if s.expires_in_s is None else f"{s.expires_in_s:.1f}s",
              "-" if s.replicated else str(s.renewals), ",".join(s.checks) or "-",
-             s.node or "-", ",".join((*s.meta_keys, *s.keys)) or "-") for s in sessions]  # fmt: skip
+             s.node or "-", ",".join((*s.meta_keys, *s.keys)) or "-")
+            for s in sessions]  # fmt: skip
     print(table(("ID", "Name", "TTL", "Expires in", "Renewals", "Checks", "Opened on", "Keys"),
                 rows))  # fmt: skip
     return 0
