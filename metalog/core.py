@@ -76,11 +76,14 @@ from shoal.metalog.messages import (
     MAX_ENTRIES_PER_APPEND,
     OUTCOME_COMMITTED,
     OUTCOME_CONFLICT,
+    OUTCOME_NO_SESSION,
     OUTCOME_NOT_APPLIED,
     OUTCOME_UNKNOWN,
     Append,
     AppendAck,
     Entry,
+    Keepalive,
+    KeepaliveResult,
     Propose,
     ProposeResult,
     ReadRequest,
@@ -88,8 +91,19 @@ from shoal.metalog.messages import (
 )
 from shoal.metalog.origin import Origin
 from shoal.metalog.reads import ReadIndex, Reading
+from shoal.metalog.sessionclock import Renewing, SessionClock
 from shoal.metalog.snapshot import PersistSnapshot, Snapshot, SnapshotAck, SnapshotChunk
-from shoal.metalog.state import Applied, Duplicate, MetaOp, NoOp, TxnApplied, VoterSet
+from shoal.metalog.state import (
+    Applied,
+    Duplicate,
+    MetaOp,
+    NoOp,
+    NoSession,
+    SessionEnd,
+    SessionOpen,
+    TxnApplied,
+    VoterSet,
+)
 from shoal.metalog.voting import VoterSets
 
 __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
@@ -103,9 +117,10 @@ __all__ = ["MetaConfig", "MetaCounters", "MetaLog", "ProposalDone", "ReadDone"]
 _LEARNER_BEAT_EVERY = 5
 
 
-class MetaLog(Following, Reading):
+class MetaLog(Following, Reading, Renewing):
     """One node's metadata log (see the module docstring; the follower's
-    handlers are in following.py, the leader's reads in reads.py)."""
+    handlers are in following.py, the leader's reads in reads.py, its
+    sessions' deadlines in sessionclock.py)."""
 
     # A deliberate bug, set only by the test that shows the swarm's checker
     # catches it (tests/sim/test_meta.py): "commit_alone" (acknowledge once
@@ -169,6 +184,8 @@ class MetaLog(Following, Reading):
         self._noop_index = 0
         self._pending: dict[int, tuple[str, int]] = {}  # index -> (origin, pid)
         self._reads = ReadIndex()
+        self._clock = SessionClock()
+        self.on_session_end: Callable[[bytes, float], None] = lambda sid, now: None
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._beats = 0  # heartbeat rounds while leading
@@ -180,7 +197,8 @@ class MetaLog(Following, Reading):
             Append: self._on_append, AppendAck: self._on_ack, Propose: self._on_propose,
             ProposeResult: self._origin.on_result, ReadRequest: self._on_read,
             ReadResult: self._origin.on_read_result, SnapshotChunk: self._on_chunk,
-            SnapshotAck: self._on_chunk_ack,
+            SnapshotAck: self._on_chunk_ack, Keepalive: self._on_keepalive,
+            KeepaliveResult: self._origin.on_keepalive_result,
         }  # fmt: skip
 
     # -- the core contract -----------------------------------------------------
@@ -196,6 +214,7 @@ class MetaLog(Following, Reading):
         self.leadership(now)
         if self.epoch is not None and now >= self._heartbeat_at:
             self._replicate(now, heartbeat=True)
+        self._expire_sessions(now)
         self._origin.expire(now)
 
     def next_deadline(self) -> float | None:
@@ -203,6 +222,9 @@ class MetaLog(Following, Reading):
         times = self._origin.deadlines()
         if self.epoch is not None:
             times.append(self._heartbeat_at)
+            expiry = self._clock.next_deadline()
+            if expiry is not None:
+                times.append(expiry)
         return min(times) if times else None
 
     def drain(self) -> Output:
@@ -277,6 +299,7 @@ class MetaLog(Following, Reading):
         self._match = {}
         self._reads.reset()
         self._sender.reset()
+        self._clock.lead(self.state.sessions.values(), now)
         self._append(NoOp(), None, now)
         self._noop_index = self.log.last_index
 
@@ -288,6 +311,7 @@ class MetaLog(Following, Reading):
             self._answer_read(origin, rid, None)
         self._pending = {}
         self._votes.deciding = None
+        self._clock.stop()
         self.epoch = None
         self._heartbeat_at = float("inf")
 
@@ -416,6 +440,8 @@ class MetaLog(Following, Reading):
             if MetaLog.mutation == "snapshot_short" and self._snapshot_due(index):
                 self._take_snapshot(index)  # the bug: the state before the entry
             result = state.apply(index, entry.op, entry.origin, entry.pid)
+            if type(entry.op) is SessionOpen or type(entry.op) is SessionEnd:
+                self._session_applied(entry.op, result, now)
             if self.on_apply is not None:
                 self.on_apply(entry)
             deciding = self._votes.deciding
@@ -427,6 +453,8 @@ class MetaLog(Following, Reading):
                 if isinstance(result, Applied | TxnApplied):
                     txn = result if isinstance(result, TxnApplied) else None
                     self._answer(*asked, OUTCOME_COMMITTED, result.revision, txn)
+                elif isinstance(result, NoSession):
+                    self._answer(*asked, OUTCOME_NO_SESSION, 0)
                 else:
                     self._answer(*asked, OUTCOME_CONFLICT, result.current)
         if self._snapshot_due(state.revision):

@@ -36,6 +36,8 @@ class MetaCounters(Counters):
     snapshot_chunks_refused: int = 0  # damaged (checksum), sent again
     snapshot_chunks_too_large: int = 0  # of a snapshot over max_snapshot_bytes: dropped
     snapshot_chunks_inconsistent: int = 0  # at odds with the size or digest declared: dropped
+    sessions_expired: int = 0  # ends appended by this node as leader, for a silent session
+    keepalives_served: int = 0  # renewal requests answered as leader
 
 
 class ProposalDone(msgspec.Struct, frozen=True):
@@ -56,4 +58,23 @@ class ReadDone(msgspec.Struct, frozen=True):
     ok: bool
     value: bytes | None
     mod_revision: int
+    revision: int
+
+
+class KeepaliveDone(msgspec.Struct, frozen=True):
+    """The answer to this node's renewal `rid` (`ok` False: not served, no
+    controller answered: try again; else every session renewed but
+    `ended`)."""
+
+    rid: int
+    ok: bool
+    ended: tuple[bytes, ...] = ()
+
+
+class SessionEnded(msgspec.Struct, frozen=True):
+    """Session `id` ended at `revision` (applied here): its metadata keys
+    went with it; the agent hides its kv keys (`reason`: state.END_*)."""
+
+    id: bytes
+    reason: int
     revision: int

@@ -5,7 +5,8 @@ term; a proposal forwarded to the controller and its outcome; a
 linearizable read asked of the controller (ReadIndex, Ongaro's thesis
 section 6.4) and its answer; a snapshot sent in chunks to a follower the
 log no longer has the entries for, and its progress (76-77,
-metalog/snapshot.py). Sent only while the cluster's feature level
+metalog/snapshot.py); sessions' renewals forwarded to the controller and
+its answer (78-79, metalog/sessionclock.py). Sent only while the cluster's feature level
 includes the metadata log (node/features.py), so an agent that predates it
 never receives one.
 """
@@ -31,6 +32,8 @@ from shoal.metalog.state import (
     MetaRestore,
     MetaTxn,
     NoOp,
+    SessionEnd,
+    SessionOpen,
     TxnApplied,
     TxnOp,
     VoterSet,
@@ -41,6 +44,11 @@ MAX_VALUE_BYTES = 512 * 1024
 MAX_ENTRIES_PER_APPEND = 1024
 MAX_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_VOTERS = 64  # as election/messages.py
+SESSION_ID_BYTES = 16
+MAX_SESSION_TTL_MS = 3_600_000  # an hour, as daemon/sessions.py
+MAX_SESSION_NAME = 256
+MAX_SESSION_CHECKS = 64
+MAX_KEEPALIVE_IDS = 1024  # sessions renewed in one message
 
 
 class Entry(msgspec.Struct, frozen=True, gc=False):
@@ -96,6 +104,7 @@ OUTCOME_COMMITTED = 0  # applied: `revision`
 OUTCOME_CONFLICT = 1  # refused by its cas: `revision` is the key's current mod revision
 OUTCOME_NOT_APPLIED = 2  # not appended (not the controller): safe to retry
 OUTCOME_UNKNOWN = 3  # appended, then leadership was lost: may or may not commit
+OUTCOME_NO_SESSION = 4  # refused: the session it names is not open (`revision` 0)
 
 
 class ProposeResult(msgspec.Struct, frozen=True):
@@ -128,8 +137,27 @@ class ReadResult(msgspec.Struct, frozen=True):
     revision: int
 
 
+class Keepalive(msgspec.Struct, frozen=True):
+    """Renew sessions `ids` (request `rid` of `origin`), asked of the
+    controller: it holds renewals in memory (metalog/sessionclock.py)."""
+
+    origin: str
+    rid: int
+    ids: tuple[bytes, ...]
+
+
+class KeepaliveResult(msgspec.Struct, frozen=True):
+    """The controller's answer: `ok` False: not served (not the
+    controller); else every id renewed but `ended` (not open, or being
+    ended: its end is decided)."""
+
+    rid: int
+    ok: bool
+    ended: tuple[bytes, ...] = ()
+
+
 MetaMessage = (Append | AppendAck | Propose | ProposeResult | ReadRequest | ReadResult
-               | SnapshotChunk | SnapshotAck)  # fmt: skip
+               | SnapshotChunk | SnapshotAck | Keepalive | KeepaliveResult)  # fmt: skip
 
 
 # -- codec -----------------------------------------------------------------
@@ -157,8 +185,9 @@ def _op(v: object) -> MetaOp:
         raise DecodeError("shape", "bad metadata operation")
     if v[0] == 0 and len(v) == 1:
         return NoOp()
-    if v[0] == 1 and len(v) == 4:
-        return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES), _cas(v[3]))
+    if v[0] == 1 and len(v) in (4, 5):
+        owner = _session_id(v[4]) if len(v) == 5 else b""
+        return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES), _cas(v[3]), owner)
     if v[0] == 2 and len(v) == 3:
         return MetaDelete(_key(v[1]), _cas(v[2]))
     if v[0] == 3 and len(v) == 4:
@@ -167,16 +196,49 @@ def _op(v: object) -> MetaOp:
             raise DecodeError("shape", "too many transaction operations")
         return MetaTxn(tuple(_compare(c) for c in compares), tuple(_txn_op(o) for o in success),
                        tuple(_txn_op(o) for o in failure))  # fmt: skip
-    if v[0] == 4 and len(v) == 5:
+    if v[0] == 4 and len(v) in (5, 6):
         return _voter_set(v[1:])
-    if v[0] == 5 and len(v) == 3:  # a backup's state: metalog/restore.py
+    if v[0] == 5 and len(v) == 6:
+        return _session_open(v[1:])
+    if v[0] == 6 and len(v) == 3 and type(v[2]) is int and 0 <= v[2] <= 2:
+        return SessionEnd(_session_id(v[1]), v[2])
+    if v[0] == 7 and len(v) == 3:  # a backup's state: metalog/restore.py
         return MetaRestore(_bytes(v[1], MAX_RESTORE_BYTES), _bytes(v[2], 32))
     raise DecodeError("shape", "bad metadata operation")
 
 
+def _session_id(v: object) -> bytes:
+    if type(v) is not bytes or len(v) != SESSION_ID_BYTES:
+        raise DecodeError("shape", "bad session id")
+    return v
+
+
+def _session_open(v: list[Any]) -> SessionOpen:
+    """[id, ttl_ms, name, node ("" or a member's name), [check, ...]]."""
+    sid, ttl_ms, label, node, checks = v
+    if type(ttl_ms) is not int or not 0 < ttl_ms <= MAX_SESSION_TTL_MS:
+        raise DecodeError("shape", "bad session ttl")
+    if type(label) is not str or len(label) > MAX_SESSION_NAME:
+        raise DecodeError("shape", "bad session name")
+    if type(checks) is not list or len(checks) > MAX_SESSION_CHECKS:
+        raise DecodeError("shape", "bad session checks")
+    if any(type(c) is not str or len(c) > MAX_SESSION_NAME for c in checks):
+        raise DecodeError("shape", "bad session check")
+    return SessionOpen(_session_id(sid), ttl_ms, label, node if node == "" else name(node),
+                       tuple(checks))  # fmt: skip
+
+
+def _session_ids(v: object) -> tuple[bytes, ...]:
+    if type(v) is not list or len(v) > MAX_KEEPALIVE_IDS:
+        raise DecodeError("shape", "bad session ids")
+    return tuple(_session_id(i) for i in v)
+
+
 def _voter_set(v: list[Any]) -> VoterSet:
-    """A `VoterSet` entry: [lineage (8 bytes), version, names, ids ([] or one per name)]."""
-    lineage, version, voters, ids = v
+    """A `VoterSet` entry: [lineage (8 bytes), version, names, ids ([] or one
+    per name)], then its recovery when above 0 (issue 39)."""
+    lineage, version, voters, ids = v[:4]
+    recovery = counter(v[4]) if len(v) == 5 else 0
     if type(lineage) is not bytes or len(lineage) != 8:
         raise DecodeError("shape", "bad lineage")
     if type(voters) is not list or not 0 < len(voters) <= MAX_VOTERS:
@@ -186,7 +248,8 @@ def _voter_set(v: list[Any]) -> VoterSet:
     names = tuple(name(n) for n in voters)
     if list(names) != sorted(set(names)):
         raise DecodeError("shape", "voters not sorted or repeated")
-    return VoterSet(lineage, counter(version), names, tuple(_bytes(i, 16) for i in ids))
+    return VoterSet(lineage, counter(version), names, tuple(_bytes(i, 16) for i in ids),
+                    recovery)  # fmt: skip
 
 
 def _list(v: object) -> list[Any]:
@@ -207,15 +270,16 @@ def _txn_op(v: object) -> TxnOp:
         raise DecodeError("shape", "bad transaction operation")
     if len(v) == 2 and v[0] in (2, 3):
         return MetaDelete(_key(v[1])) if v[0] == 2 else MetaGet(_key(v[1]))
-    if len(v) == 3 and v[0] == 1:
-        return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES))
+    if len(v) in (3, 4) and v[0] == 1:
+        owner = _session_id(v[3]) if len(v) == 4 else b""
+        return MetaPut(_key(v[1]), _bytes(v[2], MAX_VALUE_BYTES), None, owner)
     raise DecodeError("shape", "bad transaction operation")
 
 
 def _enc_txn_op(op: TxnOp) -> list[Any]:
     match op:
-        case MetaPut(key, value):
-            return [1, key, value]
+        case MetaPut(key, value, _, session):
+            return [1, key, value, session] if session else [1, key, value]
         case MetaDelete(key):
             return [2, key]
     return [3, op.key]
@@ -223,8 +287,8 @@ def _enc_txn_op(op: TxnOp) -> list[Any]:
 
 def _enc_op(op: MetaOp) -> list[Any]:
     match op:
-        case MetaPut(key, value, cas):
-            return [1, key, value, cas]
+        case MetaPut(key, value, cas, session):
+            return [1, key, value, cas, session] if session else [1, key, value, cas]
         case MetaDelete(key, cas):
             return [2, key, cas]
         case MetaTxn(compares, success, failure):
@@ -234,10 +298,16 @@ def _enc_op(op: MetaOp) -> list[Any]:
                 [_enc_txn_op(o) for o in success],
                 [_enc_txn_op(o) for o in failure],
             ]
-        case VoterSet(lineage, version, voters, ids):
+        case VoterSet(lineage, version, voters, ids, 0):
             return [4, lineage, version, list(voters), list(ids)]
+        case VoterSet(lineage, version, voters, ids, recovery):
+            return [4, lineage, version, list(voters), list(ids), recovery]
+        case SessionOpen(sid, ttl_ms, name, node, checks):
+            return [5, sid, ttl_ms, name, node, list(checks)]
+        case SessionEnd(sid, reason):
+            return [6, sid, reason]
         case MetaRestore(data, digest):
-            return [5, data, digest]
+            return [7, data, digest]
     return [0]
 
 
@@ -292,7 +362,7 @@ def entry_from_wire(v: object) -> Entry:
 
 
 def _outcome(v: object) -> int:
-    if type(v) is not int or not OUTCOME_COMMITTED <= v <= OUTCOME_UNKNOWN:
+    if type(v) is not int or not OUTCOME_COMMITTED <= v <= OUTCOME_NO_SESSION:
         raise DecodeError("shape", "bad outcome")
     return v
 
@@ -324,6 +394,10 @@ def _encode(msg: Any) -> list[Any] | None:
             return [76, epoch, leader, index, snap_epoch, size, offset, data, crc, digest]
         case SnapshotAck(epoch, follower, index, received):
             return [77, epoch, follower, index, received]
+        case Keepalive(origin, rid, ids):
+            return [78, origin, rid, list(ids)]
+        case KeepaliveResult(rid, ok, ended):
+            return [79, rid, ok, list(ended)]
     return None  # fmt: skip
 
 
@@ -358,4 +432,7 @@ def _chunk(f: list[Any]) -> SnapshotChunk:
 
 codec.register(76, 10, _chunk, _encode)
 codec.register(77, 5, lambda f: SnapshotAck(counter(f[1]), name(f[2]), u64(f[3]), u64(f[4])),
+               _encode)  # fmt: skip
+codec.register(78, 4, lambda f: Keepalive(name(f[1]), u64(f[2]), _session_ids(f[3])), _encode)
+codec.register(79, 4, lambda f: KeepaliveResult(u64(f[1]), boolean(f[2]), _session_ids(f[3])),
                _encode)  # fmt: skip

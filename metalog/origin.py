@@ -22,10 +22,12 @@ from collections.abc import Callable
 
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.outbox import Outbox
-from shoal.metalog.events import MetaConfig, MetaCounters, ProposalDone, ReadDone
+from shoal.metalog.events import KeepaliveDone, MetaConfig, MetaCounters, ProposalDone, ReadDone
 from shoal.metalog.messages import (
     OUTCOME_NOT_APPLIED,
     OUTCOME_UNKNOWN,
+    Keepalive,
+    KeepaliveResult,
     Propose,
     ProposeResult,
     ReadRequest,
@@ -47,6 +49,7 @@ class Origin:
         self._next_id = rng.getrandbits(48)
         self._asked: dict[int, float] = {}  # pid -> deadline
         self._reading: dict[int, float] = {}  # rid -> deadline
+        self._renewing: dict[int, float] = {}  # rid -> deadline (session keepalives)
 
     def next_id(self) -> int:
         """A new proposal or read id."""
@@ -79,6 +82,20 @@ class Origin:
         self._reading[rid] = now + self.config.answer_timeout_s
         self.out.send(Send(to[0], (ReadRequest(self.name, rid, key),)))
 
+    def keepalive(self, rid: int, ids: tuple[bytes, ...], now: float) -> None:
+        """Ask the controller to renew sessions `ids` (not served: none known)."""
+        to = self._controller_addr()
+        if to is None:
+            self.out.event(KeepaliveDone(rid, False))
+            return
+        self._renewing[rid] = now + self.config.answer_timeout_s
+        self.out.send(Send(to[0], (Keepalive(self.name, rid, ids),)))
+
+    def on_keepalive_result(self, msg: KeepaliveResult, sender: Address, now: float) -> None:
+        """The controller's answer to one of our renewals."""
+        if self._renewing.pop(msg.rid, None) is not None:
+            self.out.event(KeepaliveDone(msg.rid, msg.ok, msg.ended))
+
     def expire(self, now: float) -> None:
         """Answer what timed out: a write unknown, a read not served."""
         for pid, deadline in list(self._asked.items()):
@@ -90,10 +107,14 @@ class Origin:
             if now >= deadline:
                 del self._reading[rid]
                 self.out.event(ReadDone(rid, False, None, 0, 0))
+        for rid, deadline in list(self._renewing.items()):
+            if now >= deadline:
+                del self._renewing[rid]
+                self.out.event(KeepaliveDone(rid, False))
 
     def deadlines(self) -> list[float]:
         """When each answer times out."""
-        return [*self._asked.values(), *self._reading.values()]
+        return [*self._asked.values(), *self._reading.values(), *self._renewing.values()]
 
     def answer(self, origin: str, result: ProposeResult | ReadResult) -> None:
         """The leader's answer to `origin`'s proposal or read: an event

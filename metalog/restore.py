@@ -9,6 +9,12 @@ encodes it (metalog/snapshot.py: its bytes are opaque here, decoded only by
   create and mod revision the entry's index and its version 1 (a change at
   this revision, as etcd counts them: the backup's own revisions belong to
   another history, and a `cas` on one of them must not match by accident);
+- sessions (ZooKeeper's ephemeral nodes): the open sessions stay open, and
+  the keys they own now stay as they are (a restore does not take a lock
+  from its live holder); the backup's session-owned keys are not restored
+  (their sessions are of the past: their holders write them again, as
+  after any session's end). A live session's key wins over the backup's
+  key of the same name;
 - the dedup memory of proposals stays (it is about this log's proposals);
 - the watches are told to resync: `changes` set back to None, as when a
   snapshot is installed (daemon/metawatch.py ends every stream and answers
@@ -39,21 +45,27 @@ from shoal.metalog.state import Applied, Conflict, KeyState, MetaRestore, MetaSt
 MAX_RESTORE_BYTES = 48 * 1024 * 1024
 
 
-def restored_keys(op: MetaRestore, index: int) -> dict[bytes, KeyState] | None:
-    """The keys `op` sets at `index`, or None when its state is damaged."""
+def restored_keys(op: MetaRestore, index: int,
+                  live: dict[bytes, KeyState]) -> dict[bytes, KeyState] | None:  # fmt: skip
+    """The keys after `op` at `index` over the `live` ones, or None when
+    its state is damaged (module docstring)."""
     if len(op.data) > MAX_RESTORE_BYTES:
         return None
     try:
         backup = restore(Snapshot(index, 0, op.data, op.digest))
     except ValueError:
         return None
-    return {key: KeyState(held.value, index, index, 1) for key, held in backup.keys.items()}
+    keys = {key: KeyState(held.value, index, index, 1)
+            for key, held in backup.keys.items() if not held.session}  # fmt: skip
+    keys.update((key, held) for key, held in live.items() if held.session)
+    return keys
 
 
 def replace_keys(state: MetaState, index: int, op: MetaRestore) -> Applied | Conflict:
     """Apply `op` at `index` (its revision is set already): the keys replaced
-    and the watches told to resync (module docstring)."""
-    keys = restored_keys(op, index)
+    and the watches told to resync (module docstring). The sessions and the
+    keys they own are unchanged, so `owned` still holds."""
+    keys = restored_keys(op, index, state.keys)
     if keys is None:
         return Conflict(0)
     state.keys = keys

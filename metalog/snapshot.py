@@ -52,7 +52,7 @@ from typing import Any
 
 import msgspec
 
-from shoal.metalog.state import KeyState, MetaState
+from shoal.metalog.state import KeyState, MetaState, SessionInfo
 
 # The default of `max_snapshot_bytes`: the largest snapshot a follower takes.
 MAX_SNAPSHOT_BYTES = 512 * 1024 * 1024
@@ -83,6 +83,7 @@ class TakeSnapshot(msgspec.Struct, frozen=True):
     epoch: int
     keys: dict[bytes, KeyState]
     seen: tuple[tuple[str, tuple[int, ...]], ...]
+    sessions: tuple[SessionInfo, ...] = ()
 
 
 class PersistSnapshot(msgspec.Struct, frozen=True):
@@ -148,7 +149,8 @@ def view_of(state: MetaState, index: int, epoch: int) -> TakeSnapshot:
     # The dedup memory, oldest first per origin (its order decides what is
     # forgotten next, so it is part of the state).
     seen = tuple((origin, tuple(pids)) for origin, pids in sorted(state._seen.items()))
-    return TakeSnapshot(index, epoch, dict(state.keys), seen)
+    sessions = tuple(state.sessions[sid] for sid in sorted(state.sessions))
+    return TakeSnapshot(index, epoch, dict(state.keys), seen, sessions)
 
 
 def _array_header(n: int) -> bytes:
@@ -172,20 +174,25 @@ def _sorted_keys(keys: dict[bytes, KeyState]) -> list[bytes]:
 
 def encode_pieces(view: TakeSnapshot) -> Iterator[bytes]:
     """The bytes of `view`'s snapshot, in pieces whose concatenation is
-    msgpack of `[1, keys, seen]`: `keys` the rows [key, value, create, mod,
-    version] in key order, `seen` [origin, [pid, ...]] by origin. The same
-    state gives the same bytes, whatever order its keys came in."""
+    msgpack of `[2, keys, seen, sessions]`: `keys` the rows [key, value,
+    create, mod, version, session] in key order, `seen` [origin, [pid, ...]]
+    by origin, `sessions` [id, ttl_ms, name, node, [check, ...], revision]
+    by id. The same state gives the same bytes, whatever order its keys came
+    in. (Format 1, before sessions, had no `sessions` and 5-field rows: it
+    is still read.)"""
     keys = view.keys
     order = _sorted_keys(keys)
     encode = msgspec.msgpack.encode
-    yield b"\x93\x01" + _array_header(len(order))
+    yield b"\x94\x02" + _array_header(len(order))
     for at in range(0, len(order), _ROWS_PER_PIECE):
         rows = []
         for k in order[at : at + _ROWS_PER_PIECE]:
             s = keys[k]
-            rows.append([k, s.value, s.create_revision, s.mod_revision, s.version])
+            rows.append([k, s.value, s.create_revision, s.mod_revision, s.version, s.session])
         yield encode(rows)[len(_array_header(len(rows))) :]
     yield encode([[origin, list(pids)] for origin, pids in view.seen])
+    yield encode([[i.id, i.ttl_ms, i.name, i.node, list(i.checks), i.revision]
+                  for i in view.sessions])  # fmt: skip
 
 
 def encode_view(view: TakeSnapshot) -> Snapshot:
@@ -221,14 +228,24 @@ def restore(snapshot: Snapshot, checked: bool = False) -> MetaState:
     if not checked and digest(snapshot.data) != snapshot.digest:
         raise ValueError("snapshot checksum mismatch")
     try:
-        version, keys, seen = msgspec.msgpack.decode(snapshot.data)
-        if version != 1:
+        decoded = msgspec.msgpack.decode(snapshot.data)
+        version = decoded[0]
+        if version not in (1, 2) or len(decoded) != version + 2:
             raise ValueError(f"snapshot format {version}")
+        keys, seen = decoded[1], decoded[2]
         state = MetaState()
-        for key, value, create, mod, ver in keys:
-            state.keys[bytes(key)] = KeyState(bytes(value), create, mod, ver)
+        for row in keys:
+            key, value, create, mod, ver = row[:5]
+            owner = bytes(row[5]) if version == 2 else b""
+            state.keys[bytes(key)] = KeyState(bytes(value), create, mod, ver, owner)
+            if owner:
+                state.owned.setdefault(owner, set()).add(bytes(key))
         state._seen = {str(o): dict.fromkeys(int(p) for p in pids) for o, pids in seen}
-    except (TypeError, msgspec.DecodeError) as exc:
+        for sid, ttl_ms, name, node, checks, revision in decoded[3] if version == 2 else ():
+            state.sessions[bytes(sid)] = SessionInfo(bytes(sid), int(ttl_ms), str(name),
+                                                     str(node), tuple(map(str, checks)),
+                                                     int(revision))  # fmt: skip
+    except (TypeError, IndexError, msgspec.DecodeError) as exc:
         raise ValueError(f"snapshot damaged: {exc}") from None
     state.revision = snapshot.index
     return state

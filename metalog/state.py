@@ -17,6 +17,15 @@ run in order, each seeing the ones before it, every write at the entry's
 revision. Its result (`TxnApplied`) says which branch ran and holds one
 item per operation of that branch.
 
+**Sessions** (ZooKeeper's sessions, etcd's leases; docs/metadata.md
+"Sessions") are state too: `SessionOpen` opens one (its id chosen by the
+proposer), `SessionEnd` ends it and deletes, at that one revision, every
+key written under it (`MetaPut(session=...)`: the key's `session` names its
+owner until a write without one). A write under a session that is not
+open changes nothing: its result is `NoSession`. When a session ends is
+the controller's decision (metalog/sessionclock.py); that it ended is this
+state's, so every node agrees on it.
+
 Every node applies the same committed entries in the same order, so every
 node's state at a revision is the same. Pure: a dict, no IO (the agent
 keeps it in RocksDB through the same interface, later).
@@ -28,11 +37,13 @@ import msgspec
 
 
 class MetaPut(msgspec.Struct, frozen=True):
-    """Set `key` to `value`; with `cas`, only if its mod revision is `cas`."""
+    """Set `key` to `value`; with `cas`, only if its mod revision is `cas`;
+    with `session`, owned by that session (deleted when it ends)."""
 
     key: bytes
     value: bytes
     cas: int | None = None
+    session: bytes = b""
 
 
 class MetaDelete(msgspec.Struct, frozen=True):
@@ -103,12 +114,18 @@ class VoterSet(msgspec.Struct, frozen=True):
     names, their data directories' ids or none) the controller moves to
     once this entry is committed. It changes no key; like a `NoOp` it takes
     a revision. The fields are the election's `VoterConfig`'s, spelled out
-    here because the cores import one another only through the kernel."""
+    here because the cores import one another only through the kernel.
+
+    `recovery` (issue 39) is the configuration's recovery count: every
+    change after a `shoal recover` carries it on. The first entry with a new
+    count is the recovery's audit record, written by `shoal recover` into
+    the log of the survivor whose log became the base (node/recovery.py)."""
 
     lineage: bytes
     version: int
     voters: tuple[str, ...]
     ids: tuple[bytes, ...] = ()
+    recovery: int = 0
 
 
 class MetaRestore(msgspec.Struct, frozen=True):
@@ -120,16 +137,53 @@ class MetaRestore(msgspec.Struct, frozen=True):
     digest: bytes
 
 
-MetaOp = MetaPut | MetaDelete | NoOp | MetaTxn | VoterSet | MetaRestore
+# Why a session ended (`SessionEnd.reason`).
+END_CLOSED, END_EXPIRED, END_CHECK = 0, 1, 2
+END_REASONS = ("closed", "expired", "check critical")
+
+
+class SessionOpen(msgspec.Struct, frozen=True):
+    """Open session `id` (16 bytes, chosen by the proposer) with a TTL of
+    `ttl_ms`; `node` is the agent it was opened on, `checks` that agent's
+    health checks whose going critical ends it."""
+
+    id: bytes
+    ttl_ms: int
+    name: str = ""
+    node: str = ""
+    checks: tuple[str, ...] = ()
+
+
+class SessionEnd(msgspec.Struct, frozen=True):
+    """End session `id` and delete its keys (`reason`: END_*)."""
+
+    id: bytes
+    reason: int = END_CLOSED
+
+
+MetaOp = (MetaPut | MetaDelete | NoOp | MetaTxn | VoterSet | SessionOpen | SessionEnd
+          | MetaRestore)  # fmt: skip
 
 
 class KeyState(msgspec.Struct, frozen=True):
-    """One key as the state machine holds it."""
+    """One key as the state machine holds it (`session`: its owner, if any)."""
 
     value: bytes
     create_revision: int
     mod_revision: int
     version: int
+    session: bytes = b""
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """An open session as the state holds it: what opened it, at `revision`."""
+
+    id: bytes
+    ttl_ms: int
+    name: str
+    node: str
+    checks: tuple[str, ...]
+    revision: int
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -149,6 +203,13 @@ class Duplicate(msgspec.Struct, frozen=True):
     """A copy of a proposal applied before: skipped, nothing changed."""
 
 
+class NoSession(msgspec.Struct, frozen=True):
+    """A write under (or the end of) a session that is not open: nothing
+    changed."""
+
+    session: bytes
+
+
 class TxnApplied(msgspec.Struct, frozen=True):
     """A transaction applied at `revision`: `succeeded` (its compares all
     held: the success branch ran) and one item per operation of the branch
@@ -160,7 +221,7 @@ class TxnApplied(msgspec.Struct, frozen=True):
     results: tuple[KeyState | None, ...]
 
 
-Result = Applied | Conflict | Duplicate | TxnApplied
+Result = Applied | Conflict | Duplicate | TxnApplied | NoSession
 Change = tuple[int, bytes, KeyState | None]
 """A key changed at a revision: (revision, key, its state after; None: deleted)."""
 
@@ -180,6 +241,9 @@ class MetaState:
     def __init__(self) -> None:
         self.keys: dict[bytes, KeyState] = {}
         self.revision = 0
+        self.sessions: dict[bytes, SessionInfo] = {}
+        # session id -> the keys it owns now (derived from `keys`).
+        self.owned: dict[bytes, set[bytes]] = {}
         # origin -> its proposals applied lately, oldest first (insertion order).
         self._seen: dict[str, dict[int, None]] = {}
         # What watches follow (daemon/metawatch.py): None (off: the simulator,
@@ -201,23 +265,20 @@ class MetaState:
         if origin and self._seen_before(origin, pid):
             return Duplicate()
         match op:
-            case MetaPut(key, value, cas):
+            case MetaPut(key, value, cas, session):
+                if session and session not in self.sessions:
+                    return NoSession(session)
                 current = self.keys.get(key)
                 if cas is not None and cas != (0 if current is None else current.mod_revision):
                     return Conflict(0 if current is None else current.mod_revision)
-                if current is None:
-                    self.keys[key] = KeyState(value, index, index, 1)
-                else:
-                    self.keys[key] = KeyState(value, current.create_revision, index,
-                                              current.version + 1)  # fmt: skip
-                self._changed(index, key, self.keys[key])
+                self._put(index, key, value, session, current)
                 return Applied(index)
             case MetaDelete(key, cas):
                 current = self.keys.get(key)
                 if cas is not None and cas != (0 if current is None else current.mod_revision):
                     return Conflict(0 if current is None else current.mod_revision)
-                if self.keys.pop(key, None) is not None:
-                    self._changed(index, key, None)
+                if current is not None:
+                    self._delete(index, key, current)
                 return Applied(index)
             case MetaTxn():
                 return self._txn(index, op)
@@ -225,31 +286,74 @@ class MetaState:
                 from shoal.metalog.restore import replace_keys  # it imports this module
 
                 return replace_keys(self, index, op)
+            case SessionOpen(sid, ttl_ms, name, node, checks):
+                if sid not in self.sessions:
+                    self.sessions[sid] = SessionInfo(sid, ttl_ms, name, node, checks, index)
+                return Applied(index)
+            case SessionEnd(sid):
+                return self._end(index, sid)
         return Applied(index)
 
-    def _txn(self, index: int, txn: MetaTxn) -> TxnApplied:
+    def _put(self, index: int, key: bytes, value: bytes, session: bytes,
+             current: KeyState | None) -> None:  # fmt: skip
+        """Set `key` at revision `index`, owned by `session` (b"": none)."""
+        if current is None:
+            now = KeyState(value, index, index, 1, session)
+        else:
+            now = KeyState(value, current.create_revision, index, current.version + 1, session)
+            if current.session and current.session != session:
+                self._disown(current.session, key)
+        if session:
+            self.owned.setdefault(session, set()).add(key)
+        self.keys[key] = now
+        self._changed(index, key, now)
+
+    def _delete(self, index: int, key: bytes, current: KeyState) -> None:
+        del self.keys[key]
+        if current.session:
+            self._disown(current.session, key)
+        self._changed(index, key, None)
+
+    def _disown(self, session: bytes, key: bytes) -> None:
+        keys = self.owned.get(session)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.owned[session]
+
+    def _end(self, index: int, sid: bytes) -> Applied | NoSession:
+        """End session `sid`: its keys deleted at this revision, in key order."""
+        if self.sessions.pop(sid, None) is None:
+            return NoSession(sid)
+        for key in sorted(self.owned.pop(sid, ())):
+            current = self.keys.pop(key)
+            self._changed(index, key, None)
+            assert current.session == sid
+        return Applied(index)
+
+    def _txn(self, index: int, txn: MetaTxn) -> TxnApplied | NoSession:
         keys = self.keys
         held = all(compare_holds(keys.get(c.key), c) for c in txn.compares)
         if MetaState.mutation == "txn_ignores_compares":
             held = True
+        branch = txn.success if held else txn.failure
+        for op in branch:  # a put under a session that is not open: nothing runs
+            if type(op) is MetaPut and op.session and op.session not in self.sessions:
+                return NoSession(op.session)
         results: list[KeyState | None] = []
-        for op in txn.success if held else txn.failure:
+        for op in branch:
             current = keys.get(op.key)
             match op:
                 case MetaGet():
                     results.append(current)
-                case MetaPut(key, value):
-                    keys[key] = (KeyState(value, index, index, 1) if current is None else
-                                 KeyState(value, current.create_revision, index,
-                                          current.version + 1))  # fmt: skip
-                    self._changed(index, key, keys[key])
+                case MetaPut(key, value, _, session):
+                    self._put(index, key, value, session, current)
                     results.append(None)
                 case MetaDelete(key):
                     if current is not None:
-                        del keys[key]
-                        self._changed(index, key, None)
+                        self._delete(index, key, current)
                         current = KeyState(b"", current.create_revision, current.mod_revision,
-                                           current.version)  # fmt: skip
+                                           current.version, current.session)  # fmt: skip
                     results.append(current)
         return TxnApplied(index, held, tuple(results))
 

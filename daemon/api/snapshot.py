@@ -176,19 +176,19 @@ async def restore_route(agent: AgentPort, request: Request) -> Result:
 async def _read_back(service: MetaService, backup: Backup) -> int:
     """The revision the restore was applied at here, once this agent's
     state is exactly the backup's at one revision (every key's create and
-    mod revision); 0 when it is not within `_READ_BACK_S` (a large entry
-    may take longer than the log's answer timeout to commit and apply)."""
-    expected = (await asyncio.to_thread(restore, backup.snapshot, True)).keys
+    mod revision; the keys sessions own aside: metalog/restore.py); 0 when
+    it is not within `_READ_BACK_S` (a large entry may take longer than the
+    log's answer timeout to commit and apply)."""
+    state = await asyncio.to_thread(restore, backup.snapshot, True)
+    expected = {key: held.value for key, held in state.keys.items() if not held.session}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _READ_BACK_S
     while loop.time() < deadline:
-        keys, _ = service.applied_keys()
-        revisions: set[tuple[int, int]] = set()
-        if len(keys) == len(expected):
-            revisions = {(held.create_revision, held.mod_revision) for held in keys.values()}
+        keys = {k: h for k, h in service.applied_keys()[0].items() if not h.session}
+        revisions = {(held.create_revision, held.mod_revision) for held in keys.values()}
         if len(revisions) == 1 and keys.keys() == expected.keys():
             ((created, modified),) = revisions
-            if created == modified and all(expected[k].value == h.value for k, h in keys.items()):
+            if created == modified and all(expected[k] == h.value for k, h in keys.items()):
                 return modified
         await asyncio.sleep(0.2)
     return 0

@@ -33,7 +33,15 @@ from shoal.daemon.disk.seed import seed_data_dir
 from shoal.metalog import snapshot as snap
 from shoal.metalog.messages import Entry, entry_from_wire, entry_to_wire
 from shoal.metalog.restore import MAX_RESTORE_BYTES
-from shoal.metalog.state import Applied, Conflict, MetaPut, MetaRestore, MetaState
+from shoal.metalog.state import (
+    Applied,
+    Conflict,
+    MetaPut,
+    MetaRestore,
+    MetaState,
+    SessionEnd,
+    SessionOpen,
+)
 from shoal.storage.records import Record
 
 WRITER = bytes(range(16))
@@ -220,3 +228,26 @@ def test_the_cli_refuses_a_bad_file_or_usage_with_one_line_and_exit_2(tmp_path: 
     out = _shoal("snapshot", "save", str(tmp_path / "b.tar"), "--api", "127.0.0.1:9")
     assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert not (tmp_path / "b.tar").exists()
+
+
+def test_a_restore_keeps_the_open_sessions_and_their_keys() -> None:
+    """A live session's key stays as it is (a restore takes no lock from its
+    holder); the backup's session-owned keys are not restored."""
+    then = MetaState()
+    then.apply(1, SessionOpen(b"s" * 16, 10_000))
+    then.apply(2, MetaPut(b"lock/old", b"then", session=b"s" * 16))
+    then.apply(3, MetaPut(b"plain", b"then"))
+    then.apply(4, MetaPut(b"lock/live", b"then"))
+    backup = snap.take(then, 1)
+    live = MetaState()
+    live.apply(1, SessionOpen(b"t" * 16, 10_000))
+    live.apply(2, MetaPut(b"lock/live", b"held", session=b"t" * 16))
+    live.apply(3, MetaPut(b"other", b"x"))
+    held = live.keys[b"lock/live"]
+    assert live.apply(9, MetaRestore(backup.data, backup.digest)) == Applied(9)
+    assert sorted(live.keys) == [b"lock/live", b"plain"]
+    assert live.keys[b"lock/live"] == held
+    assert live.owned == {b"t" * 16: {b"lock/live"}}
+    assert list(live.sessions) == [b"t" * 16]
+    live.apply(10, SessionEnd(b"t" * 16))  # its end still deletes its key
+    assert sorted(live.keys) == [b"plain"]

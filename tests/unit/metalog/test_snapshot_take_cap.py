@@ -33,10 +33,12 @@ LEADER = ("10.0.0.1", 7946)
 
 def _one_call(state: MetaState) -> bytes:
     """The snapshot format as one msgpack call makes it (the reference)."""
-    keys = [[k, s.value, s.create_revision, s.mod_revision, s.version]
+    keys = [[k, s.value, s.create_revision, s.mod_revision, s.version, s.session]
             for k, s in sorted(state.keys.items())]  # fmt: skip
     seen = [[o, list(p)] for o, p in sorted(state._seen.items())]
-    return msgspec.msgpack.encode([1, keys, seen])
+    sessions = [[i.id, i.ttl_ms, i.name, i.node, list(i.checks), i.revision]
+                for _, i in sorted(state.sessions.items())]  # fmt: skip
+    return msgspec.msgpack.encode([2, keys, seen, sessions])
 
 
 def _state(n: int, seed: int = 1) -> MetaState:
