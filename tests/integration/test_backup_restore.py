@@ -178,6 +178,8 @@ def test_a_restore_into_the_running_cluster_tells_watchers_and_replaces_the_stat
         meta.put(f"a/{i}", f"good {i}")
     for key in ("k1", "k2"):
         assert api_request(started[0], "PUT", f"/v1/kv/{key}", b"kept")[0] == 200
+    epoch = client_of(started[0]).controller().epoch
+    assert api_request(started[0], "PUT", f"/v1/kv/f?fence={epoch}", b"fenced")[0] == 200
     file = tmp_path / "good.tar"
     assert shoal_cli("snapshot", "save", str(file), "--api", api(started[2])).returncode == 0
     meta.delete("a/1")  # the mistakes
@@ -185,6 +187,7 @@ def test_a_restore_into_the_running_cluster_tells_watchers_and_replaces_the_stat
     meta.put("a/9", "new")
     api_request(started[0], "DELETE", "/v1/kv/k1")
     api_request(started[0], "PUT", "/v1/kv/k3", b"added later")
+    api_request(started[0], "PUT", f"/v1/kv/f?fence={epoch}", b"fenced, wrong")
 
     watched = started[1]
     seen = meta.put("a/3", "seen by the watch").revision
@@ -207,7 +210,8 @@ def test_a_restore_into_the_running_cluster_tells_watchers_and_replaces_the_stat
         assert next(iter(after)).key == "a/7"
 
     def kv_restored() -> bool:
-        return all(kv_of(a) == {"k1": "kept", "k2": "kept"} for a in started)
+        want = {"k1": "kept", "k2": "kept", "f": "fenced"}  # a fenced key too
+        return all(kv_of(a) == want for a in started)
 
     poll_until(kv_restored, 30, interval_s=0.2)
 
