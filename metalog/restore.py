@@ -71,3 +71,6 @@ def replace_keys(state: MetaState, index: int, op: MetaRestore) -> Applied | Con
     state.keys = keys
     state.changes = None
     return Applied(index)
+
+
+MetaState.restorer = replace_keys  # how state.py applies a `MetaRestore` (`MetaState.restorer`)

@@ -33,6 +33,9 @@ keeps it in RocksDB through the same interface, later).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 import msgspec
 
 
@@ -237,6 +240,11 @@ class MetaState:
     # catches it (tests/sim/test_meta_mutations.py): "txn_ignores_compares"
     # (a transaction runs its success branch whatever its compares say).
     mutation: str | None = None
+    # How a `MetaRestore` applies: metalog/restore.py's `replace_keys`, set
+    # when that module loads (it decodes a snapshot, and snapshot.py imports
+    # this module, so this one cannot import it; the package's __init__
+    # loads it, through metalog/messages.py).
+    restorer: ClassVar[Callable[[MetaState, int, MetaRestore], Result] | None] = None
 
     def __init__(self) -> None:
         self.keys: dict[bytes, KeyState] = {}
@@ -283,9 +291,8 @@ class MetaState:
             case MetaTxn():
                 return self._txn(index, op)
             case MetaRestore():
-                from shoal.metalog.restore import replace_keys  # it imports this module
-
-                return replace_keys(self, index, op)
+                assert MetaState.restorer is not None, "shoal.metalog.restore is not loaded"
+                return MetaState.restorer(self, index, op)
             case SessionOpen(sid, ttl_ms, name, node, checks):
                 if sid not in self.sessions:
                     self.sessions[sid] = SessionInfo(sid, ttl_ms, name, node, checks, index)
