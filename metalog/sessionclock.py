@@ -52,6 +52,13 @@ from shoal.metalog.state import (
 class SessionClock:
     """The leader's deadlines for the open sessions (module docstring)."""
 
+    # A deliberate bug, set only by the test that shows the swarm's checker
+    # catches it (tests/sim/test_meta_mutations.py): "no_grace" (a new
+    # controller counts each session's TTL from long ago, not from its own
+    # start: the sessions not renewed to it since expire at once) or
+    # "renewal_ignored" (a renewal is answered but moves no deadline).
+    mutation: str | None = None
+
     def __init__(self) -> None:
         self._deadline: dict[bytes, float] = {}
         self._ttl: dict[bytes, float] = {}
@@ -62,7 +69,7 @@ class SessionClock:
         """Start leading: every open session gets a full TTL from `now`."""
         self.stop()
         for info in sessions:
-            self.opened(info, now)
+            self.opened(info, now - info.ttl_ms / 1000 if self.mutation == "no_grace" else now)
 
     def stop(self) -> None:
         """Leadership lost: forget every deadline."""
@@ -87,7 +94,8 @@ class SessionClock:
         ttl = self._ttl.get(sid)
         if ttl is None or sid in self.ending:
             return False
-        self._deadline[sid] = max(self._deadline[sid], now + ttl)
+        if self.mutation != "renewal_ignored":
+            self._deadline[sid] = max(self._deadline[sid], now + ttl)
         return True
 
     def due(self, now: float) -> list[bytes]:
