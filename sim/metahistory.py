@@ -80,6 +80,7 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
                 kept[index] = op
             continue
         if isinstance(op.input, End):
+            whole.update(op.input.keys)
             kept[index] = op
             continue
         assert isinstance(op.input, Get | Put | Delete), op.input

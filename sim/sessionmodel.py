@@ -81,13 +81,19 @@ class SessionModel(MetaModel):
     def __init__(self, groups: dict[str, str] | None = None,
                  sessioned: frozenset[str] = frozenset()) -> None:  # fmt: skip
         super().__init__(groups)
-        self.sessioned = sessioned  # the keys some put wrote under a session
+        self.sessioned = sessioned  # the keys some put wrote under a session, or an end names
 
     @classmethod
     def for_history(cls, history: Sequence[Operation]) -> SessionModel:
         """The model with transactions' keys joined and sessioned keys marked."""
         sessioned = frozenset(
-            op.input.key for op in history if isinstance(op.input, Put) and op.input.session
+            key
+            for op in history
+            for key in (
+                op.input.keys if isinstance(op.input, End)
+                else (op.input.key,) if isinstance(op.input, Put) and op.input.session
+                else ()
+            )
         )
         groups = MetaModel.for_history(history).groups
         assert not sessioned & groups.keys(), "a sessioned key in a transaction"
