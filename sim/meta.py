@@ -49,8 +49,8 @@ ones never vote as their old selves.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec

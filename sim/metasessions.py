@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from shoal.metalog.core import ProposalDone, ReadDone
@@ -128,12 +129,20 @@ class SessionSwarm:
             roll = rng.random()
             if roll < 0.25:
                 at = rng.uniform(now + 3.0, until - 3.0)
-                self.cluster.at(at, lambda c=c: setattr(c, "crashed", True))
+                self._later(c, at - now, self._crash)
                 self.run.faults.append(f"{at:.1f} session client {c.number} crashes")
             elif roll < 0.5:
                 at, for_s = rng.uniform(now + 3.0, until - 8.0), c.ttl * rng.uniform(1.5, 4.0)
-                self.cluster.at(at, lambda c=c, u=at + for_s: setattr(c, "paused_until", u))
+                self._later(c, at - now, partial(self._pause, until=at + for_s))
                 self.run.faults.append(f"{at:.1f} session client {c.number} paused {for_s:.1f} s")
+
+    @staticmethod
+    def _crash(c: SessionClient) -> None:
+        c.crashed = True
+
+    @staticmethod
+    def _pause(c: SessionClient, until: float) -> None:
+        c.paused_until = until
 
     def _later(self, c: SessionClient, after: float,
                action: Callable[[SessionClient], None]) -> None:  # fmt: skip
@@ -315,8 +324,8 @@ class SessionSwarm:
             if call.kind == "open" and isinstance(call.op, SessionOpen):
                 c.held = Held(call.op.id, False)
             self._next(c)
-        for slot in [s for s in self.renewing if s[0] == i]:
-            del self.renewing[slot]
+        for renewal in [s for s in self.renewing if s[0] == i]:
+            del self.renewing[renewal]
             self.stats.not_served += 1
 
     # -- what the checker needs -------------------------------------------------

@@ -45,6 +45,7 @@ from shoal.metalog.state import (
     END_CLOSED,
     END_EXPIRED,
     MetaDelete,
+    MetaGet,
     MetaOp,
     MetaPut,
     MetaTxn,
@@ -96,12 +97,12 @@ class SessionChecker:
         if last is not None and last[0] == entry.index - 1:  # not across a snapshot
             for key, sid in last[1].items():
                 if owned.get(key) != sid and not explains(entry.op, key, sid):
-                    self._violation("vanished", f"{meta.name}: {key!r} of session "
-                                    f"{sid.hex()[:8]} went at {entry.index} by {entry.op}")  # fmt: skip
+                    text = f"{key!r} of session {sid.hex()[:8]} went at {entry.index}"
+                    self._violation("vanished", f"{meta.name}: {text} by {entry.op}")
         for key, sid in owned.items():
             if sid not in state.sessions:
-                self._violation("outlived", f"{meta.name} holds {key!r} of session "
-                                f"{sid.hex()[:8]} at revision {entry.index}, after its end")  # fmt: skip
+                text = f"{key!r} of session {sid.hex()[:8]} at revision {entry.index}"
+                self._violation("outlived", f"{meta.name} holds {text}, after its end")
         self._owned[meta] = (entry.index, owned)
 
     def _violation(self, kind: str, text: str) -> None:
@@ -127,11 +128,11 @@ class SessionChecker:
                 self._expiry(sid, end, ttl, ttl * (1 - 1 / (1 + drift)) + _SLACK_S,
                              opened_at.get(sid), renewals.get(sid, []))  # fmt: skip
         for sid, revision, returned in reads:
-            end = ends.get(sid)
-            if end is not None and end.index <= revision:
+            ended = ends.get(sid)
+            if ended is not None and ended.index <= revision:
                 self._violation("read", f"a read served at revision {revision} (returned "
                                 f"{returned:.3f}) saw a key of session {sid.hex()[:8]}, "
-                                f"ended at {end.index}")  # fmt: skip
+                                f"ended at {ended.index}")  # fmt: skip
         reasons = [e.op.reason for e in ends.values() if isinstance(e.op, SessionEnd)]
         return {"opened": len(ttls), "expired": reasons.count(END_EXPIRED),
                 "closed": reasons.count(END_CLOSED)}  # fmt: skip
@@ -150,9 +151,9 @@ class SessionChecker:
             floors.append((f"epoch {end.epoch}'s controller started at {start:.3f}", start))
         for what, t in floors:
             if t + ttl > at + tolerance:
-                self._violation("expiry", f"session {sid.hex()[:8]} (ttl {ttl:g} s) "
-                                f"expired at {at:.3f} by epoch {end.epoch}'s controller, "
-                                f"before its TTL from its {what} (tolerance {tolerance:.3f})")  # fmt: skip
+                when = f"expired at {at:.3f} by epoch {end.epoch}'s controller"
+                why = f"before its TTL from its {what} (tolerance {tolerance:.3f})"
+                self._violation("expiry", f"session {sid.hex()[:8]} (ttl {ttl:g} s) {when}, {why}")
                 return
 
 
@@ -168,7 +169,7 @@ def first_ends(entries: dict[int, Entry]) -> dict[bytes, Entry]:
     return ends
 
 
-def explains(op: MetaOp, key: bytes, sid: bytes) -> bool:
+def explains(op: MetaOp | MetaGet, key: bytes, sid: bytes) -> bool:
     """Whether entry `op` may take `key` from session `sid`: its end, a
     delete of the key, or a write of it without that session."""
     if type(op) is SessionEnd:

@@ -90,8 +90,10 @@ class SessionModel(MetaModel):
             key
             for op in history
             for key in (
-                op.input.keys if isinstance(op.input, End)
-                else (op.input.key,) if isinstance(op.input, Put) and op.input.session
+                op.input.keys
+                if isinstance(op.input, End)
+                else (op.input.key,)
+                if isinstance(op.input, Put) and op.input.session
                 else ()
             )
         )
