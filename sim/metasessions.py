@@ -16,7 +16,9 @@ session exists.
 Some clients fail: one in four crashes (it stops, its session is never
 renewed again and must expire), one in four is paused (SIGSTOP) for 1.5 to
 4 TTLs and then runs on with the session it held, which has expired
-meanwhile: its renewals are answered "ended", its writes refused.
+meanwhile: its first call a put under it (`woken`), which must be refused
+(issue 38: "a write it makes after SIGCONT under the old fence is
+refused"), then a renewal, answered "ended".
 
 What must hold is sim/sessioncheck.py's (expiries against renewals, keys
 against ends on every node) and sim/sessionmodel.py's (the histories, with
@@ -78,6 +80,8 @@ class SessionClient:
     busy: bool = False  # a call in flight
     crashed: bool = False
     paused_until: float = 0.0
+    woke_with: bytes = b""  # the session held when paused: on waking, a put under it first
+    retrying: bool = False  # a renewal not served: one more soon, through the next agent
     via: int = 0  # renewals go through the `via`-th live agent from home
     seen: dict[bytes, int] = field(default_factory=dict)  # key -> the mod revision last seen
     writes: int = 0
@@ -111,6 +115,7 @@ class SessionSwarm:
         self.opened_at: dict[bytes, float] = {}  # session -> its open's call
         self.renewals: dict[bytes, list[tuple[float, float]]] = {}  # acknowledged: sent, answered
         self.stats = SessionStats()
+        self.woken: list[Call] = []  # the first write of each client woken from a pause
         self.until = 0.0
         self._entries: dict[int, Entry] = {}  # the committed entries, once checked
         self.checker = SessionChecker(cluster, run.violations)
@@ -143,6 +148,7 @@ class SessionSwarm:
     @staticmethod
     def _pause(c: SessionClient, until: float) -> None:
         c.paused_until = until
+        c.woke_with = c.held.sid if c.held is not None and c.held.confirmed else b""
 
     def _later(self, c: SessionClient, after: float,
                action: Callable[[SessionClient], None]) -> None:  # fmt: skip
@@ -183,6 +189,10 @@ class SessionSwarm:
         key, roll = rng.choice(EPHEMERAL_KEYS), rng.random()
         c.writes += 1
         value = b"s%d-%d" % (c.number, c.writes)
+        if c.woke_with:  # after SIGCONT, under the session that expired meanwhile
+            old, c.woke_with = c.woke_with, b""
+            self.woken.append(call := Call(c.number, "put", key, value, None, now, session=old))
+            return call
         if roll < 0.3:
             return Call(c.number, "get", key, None, None, now)
         if roll < 0.38:
@@ -224,8 +234,8 @@ class SessionSwarm:
         if c.crashed or now >= self.until:
             return
         if now < c.paused_until:
-            if again:
-                self._later(c, c.paused_until - now, self._renew)
+            if again:  # on waking, a write first (`_pick`), then this
+                self._later(c, c.paused_until - now + 0.01, self._renew)
             return
         node_i = self._agent(c, c.via)
         if c.held is not None and node_i is not None:
@@ -238,6 +248,10 @@ class SessionSwarm:
         if again:
             self._later(c, c.ttl / 3, self._renew)
 
+    def _retry(self, c: SessionClient) -> None:
+        c.retrying = False
+        self._renew(c, again=False)
+
     def _renewed(self, node: int, event: KeepaliveDone, now: float) -> None:
         found = self.renewing.pop((node, event.rid), None)
         if found is None:
@@ -247,7 +261,9 @@ class SessionSwarm:
         if not event.ok:
             self.stats.not_served += 1
             c.via += 1  # through the next agent, soon
-            self._later(c, 0.2, lambda c: self._renew(c, again=False))
+            if not c.retrying:
+                c.retrying = True
+                self._later(c, 0.2, self._retry)
         elif sid in event.ended:
             self.stats.told_ended += 1
             if held is not None:
