@@ -348,8 +348,9 @@ class SessionSwarm:
 
     def ends(self) -> list[Operation]:
         """Each committed end as the model's operation on the keys its
-        session wrote (sim/sessionmodel.py): from when its controller first
-        sent it to when a node first applied it."""
+        session wrote (sim/sessionmodel.py): from when its controller had
+        appended it (`SessionChecker.decided_by`) to when a node first
+        applied it."""
         wrote: dict[bytes, set[str]] = {}
         for call in self.run.calls:
             if call.session:
@@ -358,7 +359,7 @@ class SessionSwarm:
         for sid, entry in first_ends(self._entries).items():
             if wrote.get(sid):
                 keys, index = tuple(sorted(wrote[sid])), entry.index
-                sent = checker.sent_at.get((entry.epoch, index), 0.0)
+                sent = checker.decided_by(entry)
                 ops.append(Operation("log", sent, checker.applied_at[index],
                                      End(sid.hex(), index, keys), Written(index)))  # fmt: skip
         return ops

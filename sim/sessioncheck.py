@@ -15,8 +15,9 @@ operation that deletes its session's keys):
   without the session**: per node, the keys owned before an entry and not
   owned by the same session after it are explained by that entry.
 - **None is deleted while its session is alive and renewed in time**: an
-  `END_EXPIRED` of session S appended by the controller of epoch E at true
-  time T (the first time that controller sent it) is a violation if any of
+  `END_EXPIRED` of session S appended by the controller of epoch E by true
+  time T (the first time that controller sent it, or a node applied it,
+  whichever came first) is a violation if any of
   these is later than T + tolerance, with `ttl` S's TTL:
     - t + ttl, for an acknowledged renewal of S sent (by its client) at t;
     - t + ttl, for the call of S's open at t (its TTL runs from its open);
@@ -105,6 +106,13 @@ class SessionChecker:
                 self._violation("outlived", f"{meta.name} holds {text}, after its end")
         self._owned[meta] = (entry.index, owned)
 
+    def decided_by(self, end: Entry) -> float:
+        """A time by which the controller had appended `end`: when it first
+        sent it, or when a node first applied it if sooner (a controller
+        that is the only voter commits before it sends)."""
+        applied = self.applied_at[end.index]
+        return min(self.sent_at.get((end.epoch, end.index), applied), applied)
+
     def _violation(self, kind: str, text: str) -> None:
         seen = self._reported.get(kind, 0)
         self._reported[kind] = seen + 1
@@ -140,9 +148,7 @@ class SessionChecker:
     def _expiry(self, sid: bytes, end: Entry, ttl: float, tolerance: float,
                 opened: float | None, renewals: list[tuple[float, float]]) -> None:  # fmt: skip
         """An expiry appended no sooner than its session's TTL allows."""
-        at = self.sent_at.get((end.epoch, end.index))
-        if at is None:
-            return  # never seen sent: cannot be (a committed entry was sent)
+        at = self.decided_by(end)
         floors = [(f"renewal sent at {sent:.3f}", sent) for sent, _ in renewals]
         if opened is not None:
             floors.append((f"open called at {opened:.3f}", opened))
