@@ -44,6 +44,13 @@ disks (sim/wipe.py): voters that held committed entries come back with
 empty data directories while the voters that lack those entries return
 from a cut; a voter is its name and its data directory's id, so the wiped
 ones never vote as their old selves.
+
+With `meta_run(..., sessions=N)`, N more clients hold sessions (issue 38,
+sim/metasessions.py): they open, renew, close, crash and pause, and write
+ephemeral keys under their sessions; each committed end is in the history
+as an operation deleting its session's keys (sim/sessionmodel.py), and
+sim/sessioncheck.py checks the keys on every node against the ends and
+the expiries against the renewals.
 """
 
 from __future__ import annotations
