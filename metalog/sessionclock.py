@@ -30,7 +30,7 @@ at the new time when it comes due, as daemon/sessions.py's table does).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from shoal.kernel.contract import Address, Send
 from shoal.kernel.outbox import Outbox
@@ -133,6 +133,7 @@ class Renewing:
 
     epoch: int | None
     commit: int
+    lease_end: Callable[[], float]
     state: MetaState
     out: Outbox
     counters: MetaCounters
@@ -159,8 +160,11 @@ class Renewing:
     def _renew(self, ids: tuple[bytes, ...], now: float) -> tuple[bool, tuple[bytes, ...]]:
         """Renew `ids` as leader: (served, the ids ended). Not served before
         an entry of our epoch is committed: until then the applied state may
-        lack a session the last controller opened."""
-        if self.epoch is None or self.commit < self._noop_index:
+        lack a session the last controller opened; nor once our lease has
+        ended, though the election has not said so yet: a successor may
+        lead, which counts no renewal of ours (the swarm found a controller
+        woken from a pause answering renewals queued while it slept)."""
+        if self.epoch is None or self.commit < self._noop_index or now >= self.lease_end():
             return False, ()
         self.counters.keepalives_served += 1
         renew = self._clock.renew

@@ -395,6 +395,7 @@ class ShoalNode:
             return (*election.controller.learners(), *observers)
 
         meta.learners = learners
+        meta.lease_end = lambda: election.lease_end_at  # no renewal served past it
         self._routes.update(meta.handlers)
         return meta
 

@@ -87,6 +87,16 @@ class SessionClient:
     writes: int = 0
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """A renewal acknowledged: sent and answered (true time), and the epoch
+    of the controller that served it (None: not seen)."""
+
+    sent: float
+    answered: float
+    epoch: int | None
+
+
 @dataclass
 class SessionStats:
     """What the session clients did, and what the log decided."""
@@ -111,9 +121,11 @@ class SessionSwarm:
         self.clients = [SessionClient(FIRST_CLIENT + c, c % cluster.n, rng.choice(TTLS_S))
                         for c in range(count)]  # fmt: skip
         self.waiting: dict[tuple[int, str, int], tuple[SessionClient, Call]] = {}
-        self.renewing: dict[tuple[int, int], tuple[SessionClient, bytes, float]] = {}
+        # (agent, rid) -> the client, its session, when sent, the agent's
+        # epoch if it leads (then it serves the renewal itself).
+        self.renewing: dict[tuple[int, int], tuple[SessionClient, bytes, float, int | None]] = {}
         self.opened_at: dict[bytes, float] = {}  # session -> its open's call
-        self.renewals: dict[bytes, list[tuple[float, float]]] = {}  # acknowledged: sent, answered
+        self.renewals: dict[bytes, list[Renewal]] = {}  # acknowledged
         self.stats = SessionStats()
         self.woken: list[Call] = []  # the first write of each client woken from a pause
         self.until = 0.0
@@ -241,8 +253,9 @@ class SessionSwarm:
         if c.held is not None and node_i is not None:
             meta = self.cluster.nodes[node_i].meta  # type: ignore[union-attr]
             assert meta is not None
+            leading = meta.epoch
             rid = meta.keepalive((c.held.sid,), self.cluster._local(node_i))  # noqa: SLF001
-            self.renewing[(node_i, rid)] = (c, c.held.sid, now)
+            self.renewing[(node_i, rid)] = (c, c.held.sid, now, leading)
             self.stats.renewals += 1
             self.cluster._flush(node_i)  # noqa: SLF001
         if again:
@@ -256,7 +269,7 @@ class SessionSwarm:
         found = self.renewing.pop((node, event.rid), None)
         if found is None:
             return
-        c, sid, sent = found
+        c, sid, sent, leading = found
         held = c.held if c.held is not None and c.held.sid == sid else None
         if not event.ok:
             self.stats.not_served += 1
@@ -270,7 +283,13 @@ class SessionSwarm:
                 c.held = None
         else:
             self.stats.renewed += 1
-            self.renewals.setdefault(sid, []).append((sent, now))
+            if leading is not None:  # served by the client's own agent
+                self.checker.served(node)
+                epoch: int | None = leading
+            else:
+                to = self.cluster.idents[node].addr
+                epoch = self.checker.served_by.pop((to, event.rid), None)
+            self.renewals.setdefault(sid, []).append(Renewal(sent, now, epoch))
             c.via = 0
             if held is not None:
                 held.confirmed = True

@@ -31,17 +31,26 @@ operation that deletes its session's keys):
   true time), and a millisecond. No answer timeout is added: a renewal is
   counted from when its client sent it, which is before the controller
   received it and moved the deadline, however long the answer took.
+  These rules hold only while clocks keep the drift bound the leases are
+  built on: where the run draws rates far outside it (one run in four,
+  sim/meta.py), a controller whose clock runs slow may still believe in
+  its lease, and serve renewals, after its successor has started. There
+  only the renewals served by the expiring controller itself count (and
+  the grace and the open, as everywhere).
+- **A renewal is served only by a controller whose lease holds** on its
+  own clock (`served`): one woken from a pause past its lease, before its
+  timers have told it so, must not answer for a successor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal.election.events import ControllerChanged
 from shoal.kernel.contract import Address, Channel
 from shoal.metalog.core import MetaLog
-from shoal.metalog.messages import Append, Entry
+from shoal.metalog.messages import Append, Entry, KeepaliveResult
 from shoal.metalog.state import (
     END_CLOSED,
     END_EXPIRED,
@@ -54,6 +63,9 @@ from shoal.metalog.state import (
     SessionOpen,
 )
 from shoal.sim.cluster import SimCluster
+
+if TYPE_CHECKING:
+    from shoal.sim.metasessions import Renewal
 
 # Floating point and the simulator's rounding of deadlines to true time.
 _SLACK_S = 0.001
@@ -69,6 +81,8 @@ class SessionChecker:
         self.applied_at: dict[int, float] = {}  # index -> first applied anywhere
         self.sent_at: dict[tuple[int, int], float] = {}  # an end's (epoch, index) -> first sent
         self.epoch_start: dict[int, float] = {}  # epoch -> its controller's start, at the latest
+        # A renewal answered by a controller (to, rid) -> that controller's epoch.
+        self.served_by: dict[tuple[Address, int], int] = {}
         self._owned: dict[MetaLog, tuple[int, dict[bytes, bytes]]] = {}
         self._reported: dict[str, int] = {}
         cluster.send_hooks.append(self.on_send)
@@ -80,14 +94,29 @@ class SessionChecker:
             self.epoch_start.setdefault(event.epoch, now)
 
     def on_send(self, src: int, to: Address, messages: tuple[Any, ...], channel: Channel) -> None:
-        """A controller's appends: when its epoch started, when it sent each end."""
+        """A controller's appends: when its epoch started, when it sent each
+        end; its renewals: served under a lease."""
         now = self.cluster.now
         for msg in messages:
-            if type(msg) is Append:
+            if type(msg) is KeepaliveResult and msg.ok:
+                self.served(src, (to, msg.rid))
+            elif type(msg) is Append:
                 self.epoch_start.setdefault(msg.epoch, now)
                 for entry in msg.entries:
                     if type(entry.op) is SessionEnd:
                         self.sent_at.setdefault((entry.epoch, entry.index), now)
+
+    def served(self, i: int, renewal: tuple[Address, int] | None = None) -> None:
+        """Host `i` served a renewal (`renewal`: to whom, which; None: its
+        own client's): its lease must hold on its clock; its epoch noted."""
+        node = self.cluster.nodes[i]
+        assert node is not None and node.meta is not None
+        lease = node.election
+        if lease.lease_epoch is None or self.cluster._local(i) >= lease.lease_end_at:  # noqa: SLF001
+            self._violation("lease", f"{node.name} served a renewal at {self.cluster.now:.3f} "
+                            f"after its lease ended (epoch {node.meta.epoch})")  # fmt: skip
+        if renewal is not None and node.meta.epoch is not None:
+            self.served_by[renewal] = node.meta.epoch
 
     def on_apply(self, meta: MetaLog, entry: Entry) -> None:
         """After `meta` applied `entry`: its owned keys, checked."""
@@ -120,7 +149,7 @@ class SessionChecker:
             self.violations.append(text)
 
     def check(self, entries: dict[int, Entry], opened_at: dict[bytes, float],
-              renewals: dict[bytes, list[tuple[float, float]]],
+              renewals: dict[bytes, list[Renewal]],
               reads: Iterable[tuple[bytes, int, float]]) -> dict[str, int]:  # fmt: skip
         """At the end of the run: expiries against renewals, reads against
         ends (`reads`: the session a value read was written under, the
@@ -129,12 +158,15 @@ class SessionChecker:
         ttls = {e.op.id: e.op.ttl_ms / 1000 for e in entries.values() if type(e.op) is SessionOpen}
         ends = first_ends(entries)
         drift = max(0.0, *(c.drift for c in self.cluster.clocks))
+        bound = self.cluster.lease_config.drift_ratio_max
+        wild = max(abs(c.drift) for c in self.cluster.clocks) > bound
         for sid, end in sorted(ends.items(), key=lambda item: item[1].index):
             assert isinstance(end.op, SessionEnd)
             if end.op.reason == END_EXPIRED and sid in ttls:
                 ttl = ttls[sid]
+                served = [r for r in renewals.get(sid, []) if not wild or r.epoch == end.epoch]
                 self._expiry(sid, end, ttl, ttl * (1 - 1 / (1 + drift)) + _SLACK_S,
-                             opened_at.get(sid), renewals.get(sid, []))  # fmt: skip
+                             opened_at.get(sid), served)  # fmt: skip
         for sid, revision, returned in reads:
             ended = ends.get(sid)
             if ended is not None and ended.index <= revision:
@@ -146,10 +178,10 @@ class SessionChecker:
                 "closed": reasons.count(END_CLOSED)}  # fmt: skip
 
     def _expiry(self, sid: bytes, end: Entry, ttl: float, tolerance: float,
-                opened: float | None, renewals: list[tuple[float, float]]) -> None:  # fmt: skip
+                opened: float | None, renewals: list[Renewal]) -> None:  # fmt: skip
         """An expiry appended no sooner than its session's TTL allows."""
         at = self.decided_by(end)
-        floors = [(f"renewal sent at {sent:.3f}", sent) for sent, _ in renewals]
+        floors = [(f"renewal sent at {r.sent:.3f} (epoch {r.epoch})", r.sent) for r in renewals]
         if opened is not None:
             floors.append((f"open called at {opened:.3f}", opened))
         start = self.epoch_start.get(end.epoch)
