@@ -55,8 +55,9 @@ class SessionClock:
     # A deliberate bug, set only by the test that shows the swarm's checker
     # catches it (tests/sim/test_meta_mutations.py): "no_grace" (a new
     # controller counts each session's TTL from long ago, not from its own
-    # start: the sessions not renewed to it since expire at once) or
-    # "renewal_ignored" (a renewal is answered but moves no deadline).
+    # start: the sessions not renewed to it since expire at once),
+    # "renewal_ignored" (a renewal is answered but moves no deadline) or
+    # "serve_past_lease" (renewals are served after the lease has ended).
     mutation: str | None = None
 
     def __init__(self) -> None:
@@ -164,7 +165,8 @@ class Renewing:
         ended, though the election has not said so yet: a successor may
         lead, which counts no renewal of ours (the swarm found a controller
         woken from a pause answering renewals queued while it slept)."""
-        if self.epoch is None or self.commit < self._noop_index or now >= self.lease_end():
+        past_lease = now >= self.lease_end() and SessionClock.mutation != "serve_past_lease"
+        if self.epoch is None or self.commit < self._noop_index or past_lease:
             return False, ()
         self.counters.keepalives_served += 1
         renew = self._clock.renew
