@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 from shoal.client import calls
 from shoal.client.errors import NotFound, ShoalError
 from shoal.client.session import Keepalive
-from shoal.client.types import SessionInfo, Written
+from shoal.client.types import MetaWritten, SessionInfo, Written
 
 T = TypeVar("T")
 
@@ -73,6 +73,14 @@ class AsyncSession:
             return await self._client.send(calls.kv_put(key, value, session=self.id))
         except NotFound as exc:
             self._lose(f"the agent no longer holds the session: {exc.message}")
+            raise
+
+    async def meta_put(self, key: str, value: bytes | str, cas: int | None = None) -> MetaWritten:
+        """See `Session.meta_put`."""
+        try:
+            return await self._client.send(calls.meta_put(key, value, cas, session=self.id))
+        except NotFound as exc:
+            self._lose(f"the session has ended: {exc.message}")
             raise
 
     async def info(self) -> SessionInfo:

@@ -94,7 +94,8 @@ def answer(call: Call[T], status: int, reason: str, body: bytes) -> T:
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = None
-        if call.needs and status in (404, 405):
+        refused = isinstance(parsed, dict) and parsed.get("outcome") == "no_session"
+        if call.needs and status in (404, 405) and not refused:
             raise IncompatibleAgent(f"the agent has no {call.needs} (it runs an older shoal; "
                                     "upgrade it)", status)  # fmt: skip
         raise error_for(status, parsed, reason)
@@ -428,10 +429,14 @@ def meta_get(key: str, stale: bool = False) -> Call[MetaValue]:
     return Call("GET", _meta_path(key, {"stale": 1} if stale else {}), typed(MetaValue))
 
 
-def meta_put(key: str, value: bytes | str, cas: int | None = None) -> Call[MetaWritten]:
-    """`PUT /v1/meta/<key>[?cas=R]`."""
+def meta_put(key: str, value: bytes | str, cas: int | None = None,
+             session: str | None = None) -> Call[MetaWritten]:  # fmt: skip
+    """`PUT /v1/meta/<key>[?cas=R][&session=ID]`."""
     data = value.encode() if isinstance(value, str) else bytes(value)
-    return Call("PUT", _meta_path(key, _cas(cas)), typed(MetaWritten), data, needs="/v1/meta",
+    query = _cas(cas)
+    if session is not None:
+        query["session"] = session
+    return Call("PUT", _meta_path(key, query), typed(MetaWritten), data, needs="/v1/meta",
                 unknown_unanswered=True)  # fmt: skip
 
 

@@ -42,18 +42,22 @@ class MetaApi:
         """
         return self._client.run(calls.one(calls.meta_get(key, stale)))
 
-    def put(self, key: str, value: bytes | str, cas: int | None = None) -> MetaWritten:
+    def put(self, key: str, value: bytes | str, cas: int | None = None,
+            session: str | None = None) -> MetaWritten:  # fmt: skip
         """Write `value` (text as UTF-8); returns once committed.
 
         Args:
             cas: write only if the key's mod revision is `cas` (0: only if
                 the key is absent).
+            session: the id of a session (`Client.session()`): the key is
+                deleted when the session ends (docs/client.md, "Sessions").
 
         Raises:
             Conflict: `cas` did not match (`.current`). NotApplied: not
                 appended, retry. Unknown: may have been committed.
+                NotFound: `session` has ended; nothing was written.
         """
-        return self._client.run(calls.one(calls.meta_put(key, value, cas)))
+        return self._client.run(calls.one(calls.meta_put(key, value, cas, session)))
 
     def delete(self, key: str, cas: int | None = None) -> MetaWritten:
         """Delete the key (committed as `put` is); `cas` as for `put`."""
@@ -105,9 +109,10 @@ class AsyncMetaApi:
         """See `MetaApi.get`."""
         return await self._client.run(calls.one(calls.meta_get(key, stale)))
 
-    async def put(self, key: str, value: bytes | str, cas: int | None = None) -> MetaWritten:
+    async def put(self, key: str, value: bytes | str, cas: int | None = None,
+                  session: str | None = None) -> MetaWritten:  # fmt: skip
         """See `MetaApi.put`."""
-        return await self._client.run(calls.one(calls.meta_put(key, value, cas)))
+        return await self._client.run(calls.one(calls.meta_put(key, value, cas, session)))
 
     async def delete(self, key: str, cas: int | None = None) -> MetaWritten:
         """See `MetaApi.delete`."""

@@ -66,10 +66,12 @@ class Compare:
 
 @dataclass(frozen=True, slots=True)
 class TxnPut:
-    """Set `key` to `value` (text as UTF-8)."""
+    """Set `key` to `value` (text as UTF-8); with `session` (an id), owned by
+    that session: deleted when it ends."""
 
     key: str
     value: bytes | str
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,8 @@ def _op_json(op: TxnOp) -> dict[str, Any]:
     doc: dict[str, Any] = {"op": kind, "key": op.key}
     if isinstance(op, TxnPut):
         _text(doc, "value", op.value)
+        if op.session is not None:
+            doc["session"] = op.session
     return doc
 
 

@@ -38,7 +38,7 @@ from typing import Protocol, TypeVar
 from shoal.client import calls
 from shoal.client.endpoint import Endpoint, headers
 from shoal.client.errors import NotFound, ShoalError
-from shoal.client.types import SessionInfo, Written
+from shoal.client.types import MetaWritten, SessionInfo, Written
 
 T = TypeVar("T")
 
@@ -147,6 +147,19 @@ class Session:
             return self._client.send(calls.kv_put(key, value, session=self.id))
         except NotFound as exc:
             self._lose(f"the agent no longer holds the session: {exc.message}")
+            raise
+
+    def meta_put(self, key: str, value: bytes | str, cas: int | None = None) -> MetaWritten:
+        """Write metadata key `key` under this session (`cas` as for
+        `client.meta.put`): deleted, at one revision, when the session ends.
+
+        Raises:
+            NotFound: the session has ended (it is then `lost`).
+        """
+        try:
+            return self._client.send(calls.meta_put(key, value, cas, session=self.id))
+        except NotFound as exc:
+            self._lose(f"the session has ended: {exc.message}")
             raise
 
     def info(self) -> SessionInfo:

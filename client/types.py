@@ -39,6 +39,9 @@ class Member(msgspec.Struct, frozen=True, kw_only=True):
     # back with a new data directory, and the voter configuration still
     # names its old one); None where the agent does not say.
     voter: str | None = None
+    # Set when it came back with a new data directory: the id (hex) a voter
+    # configuration named it with before, as far as the agent saw.
+    former_node_id: str | None = None
 
 
 class MemberListing(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,6 +204,7 @@ class MetaValue(msgspec.Struct, frozen=True, kw_only=True):
     mod_revision: int = 0
     version: int = 0
     stale: bool = False
+    session: str = ""  # the session that owns the key ("": none)
 
 
 class MetaWritten(msgspec.Struct, frozen=True, kw_only=True):
@@ -261,18 +265,24 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One session as the agent holds it (`GET /v1/session/ID`, `/v1/sessions`).
 
     Attributes:
-        expires_in_s: how long it lives without another renewal.
+        expires_in_s: how long it lives without another renewal (None: not
+            known to the agent asked; the controller alone knows it for a
+            session in the metadata log).
         checks: the health checks it is bound to: it ends when one turns critical.
         keys: the keys written under it (deleted when it ends).
     """
 
     id: str
     ttl_s: float
-    expires_in_s: float = 0.0
+    expires_in_s: float | None = None
     name: str = ""
     checks: tuple[str, ...] = ()
     renewals: int = 0
     keys: tuple[str, ...] = ()
+    node: str = ""  # the agent it was opened on (sessions in the metadata log)
+    meta_keys: tuple[str, ...] = ()  # its metadata keys (deleted at its end)
+    revision: int = 0  # the log revision that opened it
+    replicated: bool = False  # in the metadata log: it outlives its agent
 
 
 class SessionListing(msgspec.Struct, frozen=True, kw_only=True):

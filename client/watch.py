@@ -223,7 +223,7 @@ class WatchCursor:
             if seen is None or _sans_health(seen.member) != _sans_health(member):
                 kind = _STATUS_EVENT.get(member.status, "member-updated")
                 fields = msgspec.structs.asdict(member)
-                del fields["voter"]  # the listing's, not an event's (Member.voter)
+                del fields["voter"], fields["former_node_id"]  # the listing's, not an event's
                 events.append(MemberEvent(index=index, type=kind, resync=True, **fields))
         for name in sorted(self.members.keys() - now.keys()):
             gone = self.members[name]
@@ -253,4 +253,4 @@ class WatchCursor:
 
 
 def _sans_health(member: Member) -> Member:
-    return msgspec.structs.replace(member, health=None, voter=None)
+    return msgspec.structs.replace(member, health=None, voter=None, former_node_id=None)

@@ -43,8 +43,9 @@ from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
 from shoal.daemon.disk.snapshots import SnapshotTaker
-from shoal.daemon.health import HEALTH_TAG
+from shoal.daemon.health import CRITICAL, HEALTH_TAG
 from shoal.daemon.liveness import Liveness, tags_with_health
+from shoal.daemon.logsessions import LogSessions, parse_id
 from shoal.daemon.meta import LocalDelivery, MetaService, reply_to
 from shoal.daemon.network.addresses import choose_advertise
 from shoal.daemon.network.discovery import DiscoveryJoins, JoinWaiters
@@ -54,6 +55,7 @@ from shoal.daemon.network.queries import QueryService
 from shoal.daemon.network.sockets import Network, open_wire
 from shoal.daemon.network.wire import Wire
 from shoal.daemon.publisher import Publisher
+from shoal.daemon.sessions import SessionError
 from shoal.daemon.systemd import Notifier
 from shoal.daemon.userevents import UserEvents
 from shoal.kernel.contract import Address, Output, Send, Tags
@@ -63,6 +65,8 @@ from shoal.kernel.versions import NEXT_RELEASE_STANDIN, THIS_BUILD, TWO_AHEAD_ST
 from shoal.membership.events import JoinCompleted
 from shoal.membership.member import MemberState, MemberView, NodeIdentity, make_tags
 from shoal.metalog.core import ProposalDone, ReadDone
+from shoal.metalog.events import KeepaliveDone, SessionEnded
+from shoal.metalog.state import END_REASONS
 from shoal.node import nextrelease
 from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelUnsupported
@@ -83,7 +87,8 @@ if TYPE_CHECKING:
     from shoal.metalog.snapshot import Snapshot
 
 SLOW_FLUSH_S = 0.05
-_META_EVENTS = (ProposalDone, ReadDone)  # answers for the API (daemon/meta.py), not news
+# answers for the API (daemon/meta.py), not news
+_META_EVENTS = (ProposalDone, ReadDone, KeepaliveDone)
 _AGENT_COUNTERS = ("datagrams_in", "datagrams_out", "bytes_in", "bytes_out", "streams_in",
                    "streams_out", "stream_errors", "key_commands", "slow_flushes",
                    "election_sends_dropped")  # fmt: skip
@@ -134,6 +139,7 @@ class Agent:
         # The metadata log's roles, with `[meta] enabled` (daemon/meta.py).
         self.meta: MetaService | None = None
         self.local: LocalDelivery | None = None
+        self.log_sessions: LogSessions | None = None  # sessions in the log (logsessions.py)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -268,6 +274,7 @@ class Agent:
         self.meta = MetaService(self._loop, lambda: self.node, self.flush,
                                 settings.answer_timeout_s,
                                 self.commits.hand_over_now)  # fmt: skip
+        self.log_sessions = LogSessions(self.meta, lambda: self.node)
         return {
             "meta": MetaConfig(
                 settings.heartbeat_s,
@@ -463,12 +470,15 @@ class Agent:
         `fence` and `ephemeral`: see `ShoalNode.write`; a key written under
         `session` is ephemeral and deleted when the session ends
         (daemon/sessions.py; SessionError 404 for an unknown session)."""
+        in_log = b""
         if session is not None:
-            self.liveness.sessions.get(session)
+            in_log = self._log_session(session)
+            if not in_log:
+                self.liveness.sessions.get(session)
             ephemeral = True
         self.node.set_wall_offset(self._wall_offset_ms())
-        record = self.node.write(key, value, self._loop.time(), fence, ephemeral)
-        if session is not None and value is not None:
+        record = self.node.write(key, value, self._loop.time(), fence, ephemeral, in_log)
+        if session is not None and value is not None and not in_log:
             self.liveness.sessions.attach(session, key, record.hlc)
         if not self._flush_due:
             # One flush (the pushes to peers, the change log, the timer) for
@@ -480,6 +490,18 @@ class Agent:
             self._loop.call_soon(self._flush_writes)
         assert self.commits is not None
         return record, self.commits.waiter()
+
+    def _log_session(self, session: str) -> bytes:
+        """The id of `session` when it is a session of the metadata log (b"":
+        one of this agent's table). SessionError 404 for a log session that
+        is not open here."""
+        sid = parse_id(session)
+        if sid is None or self.log_sessions is None:
+            return b""
+        if not self.log_sessions.holds(sid):
+            raise SessionError(404, f"no session {session!r} (it ended, or never was): "
+                               "open a new one")  # fmt: skip
+        return sid
 
     def _flush_writes(self) -> None:
         self._flush_due = False
@@ -544,13 +566,15 @@ class Agent:
         from shoal.node.status import status
 
         c, faults = self.commits, self.net.faults
+        node = status(self.node, self._loop.time())
         return AgentStatus(
-            node=status(self.node, self._loop.time()),
+            node=node,
             counters=dict(self.counters),
             watchers=len(self.publisher.watchers),
             fault_drops=None if faults is None else faults.dropped,
             history_written=None if self.history is None else self.history.written,
             disk=None if c is None else DiskStatus(c.syncs, c.slow_syncs, c.slowest_s),
+            former_ids=self.publisher.wiped.former_ids(node.members),
         )
 
     def status_text(self) -> str:
@@ -645,10 +669,20 @@ class Agent:
                 self.meta.done(event)
             elif type(event) is UserEventReceived:  # run its handlers (daemon/userevents.py)
                 self.user_events.deliver(event.record)
+            elif type(event) is SessionEnded:
+                log.info("session ended", session=event.id.hex(), revision=event.revision,
+                         reason=END_REASONS[event.reason])  # fmt: skip
             elif type(event) is CheckChanged:  # out of this flush: it may change the node
-                self._loop.call_soon(self.liveness.check_changed, event)
+                self._loop.call_soon(self._check_changed, event)
             else:
                 publish(event)
+
+    def _check_changed(self, event: CheckChanged) -> None:
+        """A check's status changed: the agent's sessions bound to it end if
+        it is critical, and those of the log opened here, through the log."""
+        self.liveness.check_changed(event)
+        if event.new == CRITICAL and self.log_sessions is not None:
+            self.log_sessions.end_bound_to(event.check)
 
     def _join_completed(self, event: JoinCompleted) -> None:
         """A join attempt finished (published): answer its waiters."""

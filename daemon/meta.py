@@ -32,9 +32,11 @@ from shoal.daemon.metawatch import MetaWatches
 from shoal.kernel import codec
 from shoal.kernel.contract import Address, Channel, Send
 from shoal.metalog.core import ProposalDone, ReadDone
+from shoal.metalog.events import KeepaliveDone
 from shoal.metalog.messages import (
     Append,
     AppendAck,
+    Keepalive,
     Propose,
     ProposeResult,
     ReadRequest,
@@ -72,6 +74,7 @@ class MetaService:
         self._writes: dict[int, tuple[asyncio.Future[ProposalDone | None],
                                       asyncio.TimerHandle]] = {}  # fmt: skip
         self._reads: dict[int, asyncio.Future[ReadDone]] = {}
+        self._renewals: dict[int, asyncio.Future[KeepaliveDone]] = {}
         # Readers waiting for this agent to apply up to a revision.
         self._applying: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_due = False  # a flush is scheduled for this pass's end
@@ -171,6 +174,36 @@ class MetaService:
                 self._applying = [w for w in self._applying if w[1] is not applied]
         return done
 
+    async def until_applied(self, revision: int) -> bool:
+        """Wait (within the answer bound) until this agent has applied the
+        log up to `revision`; whether it has."""
+        meta = self._node().meta
+        assert meta is not None
+        if meta.state.revision >= revision:
+            return True
+        applied: asyncio.Future[None] = self._loop.create_future()
+        self._applying.append((revision, applied))
+        try:
+            await asyncio.wait_for(asyncio.shield(applied), self.wait_s)
+        except TimeoutError:
+            self._applying = [w for w in self._applying if w[1] is not applied]
+            return False
+        return True
+
+    async def keepalive(self, ids: tuple[bytes, ...]) -> KeepaliveDone | None:
+        """Renew sessions `ids` at the controller (metalog/sessionclock.py);
+        None when no answer came in time."""
+        fut: asyncio.Future[KeepaliveDone] = self._loop.create_future()
+        rid = self._node().meta_keepalive(ids, self._loop.time())
+        self._renewals[rid] = fut
+        self.flush_soon()
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._renewals.pop(rid, None)
+
     def note_applied(self) -> None:
         """After a flush: feed the watches; wake the readers this agent has
         applied far enough for."""
@@ -202,14 +235,16 @@ class MetaService:
         assert meta is not None
         return meta.state.keys, meta.state.revision
 
-    def done(self, event: ProposalDone | ReadDone) -> None:
+    def done(self, event: ProposalDone | ReadDone | KeepaliveDone) -> None:
         """An outcome from the node: complete its caller's future."""
-        if isinstance(event, ProposalDone):
+        if isinstance(event, KeepaliveDone):
+            fut: Any = self._renewals.get(event.rid)
+        elif isinstance(event, ProposalDone):
             write = self._writes.pop(event.pid, None)
             if write is None:
                 return
             write[1].cancel()
-            fut: Any = write[0]
+            fut = write[0]
         else:
             fut = self._reads.get(event.rid)
         if fut is not None and not fut.done():
@@ -335,7 +370,7 @@ def reply_to(node: ShoalNode, messages: list[Any], sender: Address) -> Address:
     kind = type(first)
     if kind is Append or kind is SnapshotChunk:
         name = first.leader  # type: ignore[union-attr]
-    elif kind is Propose or kind is ReadRequest:
+    elif kind is Propose or kind is ReadRequest or kind is Keepalive:
         name = first.origin  # type: ignore[union-attr]
     else:
         return sender

@@ -40,6 +40,7 @@ from shoal.node.composition import ShoalNode
 from shoal.node.features import FeatureLevelChanged, FeatureLevelUnsupported, feature_fields
 from shoal.node.history import Observer, history_row
 from shoal.node.status import summary
+from shoal.node.wiped import WipedVoters
 from shoal.storage.history import HistoryWriter
 from shoal.storage.records import Record
 from shoal.storage.store import RecordChange
@@ -76,6 +77,9 @@ class Publisher:
         # Told of a feature level above this build's (the agent stops).
         self.on_feature_unsupported: Callable[[FeatureLevelUnsupported], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Members back with a new data directory (`GET /v1/members`).
+        self.wiped = WipedVoters()
+        self.wiped.saw(node.election.voters)
 
     def publish(self, event: Any) -> None:
         """Publish one event (see the module docstring)."""
@@ -88,6 +92,8 @@ class Publisher:
         if isinstance(event, ELECTION_EVENTS):
             record = election_fields(event)
             self.controller_watch.changed(event)
+            if isinstance(event, VotersChanged):
+                self.wiped.saw(event.config)
         else:
             record = event_fields(event)
         cfg = self._config()
@@ -97,7 +103,8 @@ class Publisher:
         if row is not None:
             self.history.write(row)
         kind = str(record.pop("type"))
-        log.info(kind, **record)
+        # A voter's disk was replaced: an operator should look (docs/operations.md).
+        (log.warning if isinstance(event, VoterReplaced) else log.info)(kind, **record)
         record["type"] = kind
         self._run_event_handlers(cfg, kind, record)
         self.update_status()

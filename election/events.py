@@ -77,6 +77,12 @@ class ElectionCounters(Counters):
     voters_replaced: int = 0  # old identities removed (a voter's disk was wiped)
 
 
+# What the controller does about a voter back with a new data directory, as
+# `voter-replaced` says it (the log line, `/v1/events`, the status page).
+REPLACED_ACTION = ("its old id leaves the voter set; it rejoins as a non-voter, a voter "
+                   "again once it has caught up")  # fmt: skip
+
+
 def election_fields(event: object) -> dict[str, object]:
     """An election event as a flat JSON object with a `type`."""
     match event:
@@ -92,6 +98,6 @@ def election_fields(event: object) -> dict[str, object]:
                     "voter_ids": [i.hex() for i in config.ids]}  # fmt: skip
         case VoterReplaced(name, old_id, new_id):
             return {"type": "voter-replaced", "node": name, "old_id": old_id.hex(),
-                    "new_id": new_id.hex(),
-                    "reason": "came back with a new data directory"}  # fmt: skip
+                    "new_id": new_id.hex(), "reason": "came back with a new data directory",
+                    "action": REPLACED_ACTION}  # fmt: skip
     raise TypeError(f"not an election event: {event!r}")

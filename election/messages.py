@@ -139,15 +139,19 @@ def _name(v: object, empty: bool = False) -> str:
 
 
 def _config(v: object) -> VoterConfig:
-    if type(v) is not list or len(v) not in (3, 4):
+    """[lineage, version, names], then the ids ([] or one per name; issue
+    37), then the recovery (issue 39; only when above 0)."""
+    if type(v) is not list or len(v) not in (3, 4, 5):
         raise DecodeError("shape", "bad voter config")
     lineage, version, voters = v[:3]
     if type(lineage) is not bytes or len(lineage) != 8:
         raise DecodeError("shape", "bad lineage")
     if type(voters) is not list or not 0 < len(voters) <= MAX_VOTERS:
         raise DecodeError("shape", "bad voter list")
-    if len(v) == 3:
-        return VoterConfig(lineage, counter(version), tuple(sorted({_name(n) for n in voters})))
+    recovery = counter(v[4]) if len(v) == 5 else 0
+    if len(v) == 3 or (len(v) == 5 and v[3] == []):
+        names = tuple(sorted({_name(n) for n in voters}))
+        return VoterConfig(lineage, counter(version), names, (), recovery)
     ids = v[3]
     if type(ids) is not list or len(ids) != len(voters):
         raise DecodeError("shape", "bad voter ids")
@@ -155,7 +159,7 @@ def _config(v: object) -> VoterConfig:
     if len(pairs) != len(voters) or not any(pairs.values()):
         raise DecodeError("shape", "bad voter ids")
     names = tuple(sorted(pairs))
-    return VoterConfig(lineage, counter(version), names, tuple(pairs[n] for n in names))
+    return VoterConfig(lineage, counter(version), names, tuple(pairs[n] for n in names), recovery)
 
 
 def _node_id(v: object, empty: bool = False) -> bytes:
@@ -171,6 +175,8 @@ def _opt_config(v: object) -> VoterConfig | None:
 def _enc_config(c: VoterConfig | None) -> list[Any] | None:
     if c is None:
         return None
+    if c.recovery:  # a build before recoveries never sees one (level 2 only)
+        return [c.lineage, c.version, list(c.voters), list(c.ids), c.recovery]
     if c.ids:
         return [c.lineage, c.version, list(c.voters), list(c.ids)]
     return [c.lineage, c.version, list(c.voters)]

@@ -28,6 +28,20 @@ formed at bootstrap, or before the cluster's feature level 2): that voter
 is taken by name alone until the controller fills its id in from the view
 (`with_ids`). `ids` is empty, and the configuration has its 0.2.0 shape on
 the wire and on disk, until then.
+
+**Recovery** (issue 39; `shoal recover`, election/recovery.py). When most
+voters are lost for good no configuration can change through the
+controller: the survivors are made the voters of a new configuration
+offline, which must replace the old one everywhere, though it has fewer
+voters and a removed voter may hold a higher version (a change it saw and
+the survivors did not). `recovery` counts the recoveries behind a
+configuration, and it comes first in the order: a configuration of a later
+recovery supersedes every one of an earlier, whatever its lineage, size or
+version. So a removed voter that comes back with its old data adopts the
+recovered configuration on sight (a notice, a refusal) and is no voter of
+it: it cannot lead and its grants count for nothing. Every change after a
+recovery carries its `recovery` on. It is 0 (and absent on the wire and on
+disk) until the first recovery.
 """
 
 from __future__ import annotations
@@ -47,6 +61,7 @@ class VoterConfig(msgspec.Struct, frozen=True):
     version: int
     voters: tuple[str, ...]  # sorted names
     ids: tuple[bytes, ...] = ()  # each voter's node_id, in `voters` order (b"": not known)
+    recovery: int = 0  # the recoveries behind this configuration (module docstring)
 
     # False only in the test that shows the simulator's checker catches a
     # wiped voter voting as its old self (tests/sim/test_wiped_voters.py).
@@ -68,6 +83,8 @@ class VoterConfig(msgspec.Struct, frozen=True):
         """Whether this configuration should replace `other` on a node."""
         if other is None:
             return True
+        if self.recovery != other.recovery:  # "Recovery" (module docstring)
+            return self.recovery > other.recovery
         if self.lineage == other.lineage:
             return self.version > other.version
         return (len(self.voters), self.version, self.lineage) > (
@@ -114,7 +131,7 @@ class VoterConfig(msgspec.Struct, frozen=True):
         """The next configuration, the same voters without their ids (the
         cluster's feature level was lowered below 2: a build before voter
         ids reads only configurations without them)."""
-        return VoterConfig(self.lineage, self.version + 1, self.voters)
+        return VoterConfig(self.lineage, self.version + 1, self.voters, (), self.recovery)
 
     def _pairs(self) -> list[tuple[str, bytes]]:
         return list(zip(self.voters, self.ids or (b"",) * len(self.voters), strict=True))
@@ -122,4 +139,5 @@ class VoterConfig(msgspec.Struct, frozen=True):
     def _next(self, pairs: Mapping[str, bytes]) -> VoterConfig:
         names = tuple(sorted(pairs))
         ids = tuple(pairs[n] for n in names)
-        return VoterConfig(self.lineage, self.version + 1, names, ids if any(ids) else ())
+        return VoterConfig(self.lineage, self.version + 1, names, ids if any(ids) else (),
+                           self.recovery)  # fmt: skip

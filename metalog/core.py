@@ -191,6 +191,7 @@ class MetaLog(Following, Reading, Renewing):
         self._pending: dict[int, tuple[str, int]] = {}  # index -> (origin, pid)
         self._reads = ReadIndex()
         self._clock = SessionClock()
+        self.on_session_end: Callable[[bytes, float], None] = lambda sid, now: None
         self._heartbeat_at = float("inf")
         self._send_due = False  # entries appended since the last replication
         self._beats = 0  # heartbeat rounds while leading

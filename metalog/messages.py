@@ -194,7 +194,7 @@ def _op(v: object) -> MetaOp:
             raise DecodeError("shape", "too many transaction operations")
         return MetaTxn(tuple(_compare(c) for c in compares), tuple(_txn_op(o) for o in success),
                        tuple(_txn_op(o) for o in failure))  # fmt: skip
-    if v[0] == 4 and len(v) == 5:
+    if v[0] == 4 and len(v) in (5, 6):
         return _voter_set(v[1:])
     if v[0] == 5 and len(v) == 6:
         return _session_open(v[1:])
@@ -231,8 +231,10 @@ def _session_ids(v: object) -> tuple[bytes, ...]:
 
 
 def _voter_set(v: list[Any]) -> VoterSet:
-    """A `VoterSet` entry: [lineage (8 bytes), version, names, ids ([] or one per name)]."""
-    lineage, version, voters, ids = v
+    """A `VoterSet` entry: [lineage (8 bytes), version, names, ids ([] or one
+    per name)], then its recovery when above 0 (issue 39)."""
+    lineage, version, voters, ids = v[:4]
+    recovery = counter(v[4]) if len(v) == 5 else 0
     if type(lineage) is not bytes or len(lineage) != 8:
         raise DecodeError("shape", "bad lineage")
     if type(voters) is not list or not 0 < len(voters) <= MAX_VOTERS:
@@ -242,7 +244,8 @@ def _voter_set(v: list[Any]) -> VoterSet:
     names = tuple(name(n) for n in voters)
     if list(names) != sorted(set(names)):
         raise DecodeError("shape", "voters not sorted or repeated")
-    return VoterSet(lineage, counter(version), names, tuple(_bytes(i, 16) for i in ids))
+    return VoterSet(lineage, counter(version), names, tuple(_bytes(i, 16) for i in ids),
+                    recovery)  # fmt: skip
 
 
 def _list(v: object) -> list[Any]:
@@ -291,8 +294,10 @@ def _enc_op(op: MetaOp) -> list[Any]:
                 [_enc_txn_op(o) for o in success],
                 [_enc_txn_op(o) for o in failure],
             ]
-        case VoterSet(lineage, version, voters, ids):
+        case VoterSet(lineage, version, voters, ids, 0):
             return [4, lineage, version, list(voters), list(ids)]
+        case VoterSet(lineage, version, voters, ids, recovery):
+            return [4, lineage, version, list(voters), list(ids), recovery]
         case SessionOpen(sid, ttl_ms, name, node, checks):
             return [5, sid, ttl_ms, name, node, list(checks)]
         case SessionEnd(sid, reason):

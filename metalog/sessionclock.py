@@ -141,9 +141,14 @@ class Renewing:
     _clock: SessionClock
     _noop_index: int
     _origin: Origin
+    _now: float
 
     def _append(self, op: MetaOp, asked: tuple[str, int] | None, now: float) -> None:
         raise NotImplementedError  # MetaLog's
+
+    # Called with each session whose end is applied here (the composing
+    # node hides the session's kv keys), and the time.
+    on_session_end: Callable[[bytes, float], None]
 
     def keepalive(self, ids: tuple[bytes, ...], now: float) -> int:
         """Renew sessions `ids` through the controller; `KeepaliveDone` follows."""
@@ -153,6 +158,13 @@ class Renewing:
         else:
             self._origin.keepalive(rid, ids, now)
         return rid
+
+    def session_remaining(self, sid: bytes) -> float | None:
+        """As leader, seconds until `sid` expires unrenewed (None: not leading)."""
+        if self.epoch is None:
+            return None
+        left = self._clock.remaining(sid, self._now)
+        return None if left is None else round(left, 3)
 
     def _on_keepalive(self, msg: Keepalive, sender: Address, now: float) -> None:
         ok, ended = self._renew(msg.ids, now)
@@ -186,6 +198,7 @@ class Renewing:
             return
         if isinstance(op, SessionEnd):
             self._clock.ended(op.id)
+            self.on_session_end(op.id, now)
             self.out.event(SessionEnded(op.id, op.reason, result.revision))
         elif self.epoch is not None:
             self._clock.opened(self.state.sessions[op.id], now)

@@ -114,12 +114,18 @@ class VoterSet(msgspec.Struct, frozen=True):
     names, their data directories' ids or none) the controller moves to
     once this entry is committed. It changes no key; like a `NoOp` it takes
     a revision. The fields are the election's `VoterConfig`'s, spelled out
-    here because the cores import one another only through the kernel."""
+    here because the cores import one another only through the kernel.
+
+    `recovery` (issue 39) is the configuration's recovery count: every
+    change after a `shoal recover` carries it on. The first entry with a new
+    count is the recovery's audit record, written by `shoal recover` into
+    the log of the survivor whose log became the base (node/recovery.py)."""
 
     lineage: bytes
     version: int
     voters: tuple[str, ...]
     ids: tuple[bytes, ...] = ()
+    recovery: int = 0
 
 
 # Why a session ended (`SessionEnd.reason`).

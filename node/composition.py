@@ -55,6 +55,7 @@ from shoal.storage.records import Record
 from shoal.storage.store import (
     OWNER_FAILED,
     OWNER_LEFT,
+    OWNER_SESSION_ENDED,
     MemoryStore,
     RecordChange,
     RecordStore,
@@ -75,6 +76,7 @@ _RETURNS = (MemberJoined, MemberRefuted, MemberUpdated)
 # How often the controller deletes the ephemeral keys of failed and left
 # members for good (every replica already hides them; see storage/store.py).
 _EPHEMERAL_SWEEP_S = 2.0
+_SESSION_SWEEP_S = 60.0  # an ended session's kv keys are swept for this long at least
 # How often the feature level is decided (controller) or read from the last
 # notice (members): it moves once per upgrade, never in a hurry.
 _LEVEL_EVERY_S = 1.0
@@ -140,6 +142,7 @@ class ShoalNode:
         self._offset_at = -math.inf  # when the sync core next gets the measured clock offset
         self._swim_events_seen = 0  # membership events already read (_note_returns)
         self._sweep_at = -math.inf  # the controller's next ephemeral-key sweep
+        self._ended_sessions: dict[bytes, float] = {}  # session id -> when its end was applied
         self._epoch_seen = 0  # the highest controller epoch known so far (known_epoch)
         # Message type -> the handler of the core it belongs to: one lookup
         # per message on the hottest path, in the agent and the simulator.
@@ -257,6 +260,7 @@ class ShoalNode:
             if self.election.is_controller and not self.swim.leaving:
                 for owner in list(self.sync.replica.gone_now):
                     self._delete_ephemeral(owner, now)
+            self._forget_ended_sessions(now)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of all cores."""
@@ -364,11 +368,12 @@ class ShoalNode:
                 meta.drop_change()
                 return False
             return meta.propose_voters(VoterSet(change.lineage, change.version, change.voters,
-                                                change.ids), now)  # fmt: skip
+                                                change.ids, change.recovery), now)  # fmt: skip
 
         def decided(change: VoterSet, now: float) -> None:
             election.controller.decide(VoterConfig(change.lineage, change.version,
-                                                   change.voters, change.ids), now)  # fmt: skip
+                                                   change.voters, change.ids,
+                                                   change.recovery), now)  # fmt: skip
             election.wake(now)
 
         election.propose_voters = propose_voters
@@ -396,6 +401,15 @@ class ShoalNode:
 
         meta.learners = learners
         meta.lease_end = lambda: election.lease_end_at  # no renewal served past it
+        # A session's end, applied: its kv keys are hidden here at once, and
+        # the controller's sweep deletes them (as a failed member's).
+        replica = self.sync.replica
+
+        def session_ended(sid: bytes, now: float) -> None:
+            replica.owner_gone(sid, self.sync.wall_ms(now), OWNER_SESSION_ENDED)
+            self._ended_sessions[sid] = now
+
+        meta.on_session_end = session_ended
         self._routes.update(meta.handlers)
         return meta
 
@@ -404,6 +418,12 @@ class ShoalNode:
         `ProposalDone` event with its id follows."""
         assert self.meta is not None
         return self.meta.propose(op, now)
+
+    def meta_keepalive(self, ids: tuple[bytes, ...], now: float) -> int:
+        """Renew sessions `ids` at the controller; a `KeepaliveDone` event
+        with its id follows."""
+        assert self.meta is not None
+        return self.meta.keepalive(ids, now)
 
     def meta_read(self, key: bytes, now: float) -> int:
         """Read `key` linearizably through the controller; a `ReadDone`
@@ -495,6 +515,16 @@ class ShoalNode:
                 replica.owner_gone(event.member.node_id, self.sync.wall_ms(now), reason)
         self._swim_events_seen = len(events)
 
+    def _forget_ended_sessions(self, now: float) -> None:
+        """Stop sweeping for a session ended a minute ago whose kv keys are
+        all deleted here: each sweep costs one lookup per owner gone. (What
+        it wrote before its end stays hidden: `Replica.visible`.)"""
+        replica = self.sync.replica
+        for sid, at in list(self._ended_sessions.items()):
+            if now - at > _SESSION_SWEEP_S and not replica.owned_by(sid):
+                replica.owner_back(sid)
+                del self._ended_sessions[sid]
+
     def _delete_ephemeral(self, owner: bytes, now: float) -> None:
         """Delete `owner`'s ephemeral keys for good (`expire`)."""
         for rec in self.sync.replica.owned_by(owner):
@@ -533,13 +563,16 @@ class ShoalNode:
         self.swim.set_tags(tags, now)
 
     def write(self, key: bytes, value: bytes | None, now: float,
-              fence: int | None = None, ephemeral: bool = False) -> Record:  # fmt: skip
+              fence: int | None = None, ephemeral: bool = False,
+              session: bytes = b"") -> Record:  # fmt: skip
         """Put `key` (delete it, with None) and push the write to a few members.
 
         Args:
             fence: the controller epoch the write is made under; refused
                 unless it is the highest epoch this node knows.
             ephemeral: the key belongs to this member (see storage/store.py).
+            session: the key belongs to that session of the metadata log
+                instead (its end, applied, hides it; the controller deletes it).
 
         Raises:
             WriteRefused: this node's clock is further than `max_offset_ms`
@@ -559,7 +592,7 @@ class ShoalNode:
                 f"store.max_offset_ms = {limit} ms): its writes would be ordered wrongly; "
                 "fix its clock (NTP) or write through another agent"
             )
-        owner = self.swim.ident.node_id if ephemeral and value is not None else b""
+        owner = b"" if value is None else session or (self.swim.ident.node_id if ephemeral else b"")
         return self.sync.write(key, value, now, fence or 0, owner)
 
     def known_epoch(self) -> int:

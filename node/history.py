@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from shoal.election.events import ControllerElected, ControllerLost
+from shoal.election.events import ControllerElected, ControllerLost, VoterReplaced
 from shoal.membership.events import (
     MemberDied,
     MemberJoined,
@@ -67,7 +67,9 @@ def member_row(observer: Observer, ts_ms: int, event: str, member: MemberView,
 
 def history_row(observer: Observer, ts_ms: int, event: object) -> dict[str, Any] | None:
     """The row for a core event, or None for events the history does not keep
-    (join attempts, name conflicts, voter changes, sync sessions)."""
+    (join attempts, name conflicts, voter changes, sync sessions). A voter
+    back with a new data directory is kept: `node`, its new `node_id`, and
+    in `source` the id the voter configuration named (the old directory's)."""
     kind = _MEMBER_EVENTS.get(type(event))
     if kind is not None:
         return member_row(observer, ts_ms, kind, event.member,  # type: ignore[attr-defined]
@@ -76,4 +78,7 @@ def history_row(observer: Observer, ts_ms: int, event: object) -> dict[str, Any]
         kind = "controller-elected" if isinstance(event, ControllerElected) else "controller-lost"
         return _row(observer, ts_ms, kind, node=observer.name, node_id=observer.node_id,
                     epoch=event.epoch, source=getattr(event, "reason", None))  # fmt: skip
+    if isinstance(event, VoterReplaced):  # seen by the controller: node, new id, old id
+        return _row(observer, ts_ms, "voter-replaced", node=event.name,
+                    node_id=event.new_id.hex(), source=event.old_id.hex())  # fmt: skip
     return None

@@ -49,6 +49,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("address", "string"),
     ("incarnation", "long"),
     ("source", "string"),  # suspected/failed: who raised it; refuted: who had suspected
+    # voter-replaced: the old data directory's id (node_id: the new one)
     ("epoch", "long"),  # controller events
     ("tags", "map"),  # member-joined and member-updated
 )
@@ -56,13 +57,16 @@ FIELD_NAMES = tuple(name for name, _ in FIELDS)
 # member-joined: became alive (new, or back after failed/left);
 # member-refuted: refuted a suspicion; member-updated: tags or address
 # changed; member-reaped: forgotten after its reap timeout; controller-*: the
-# observer itself became or stopped being controller, with the epoch.
+# observer itself became or stopped being controller, with the epoch;
+# voter-replaced: the observer, as controller, saw a voter come back with a
+# new data directory (its old id leaves the voter set).
 EVENTS = ("member-joined", "member-refuted", "member-suspected", "member-failed",
           "member-left", "member-updated", "member-reaped", "controller-elected",
-          "controller-lost")  # fmt: skip
-# Schema 1's words for the same events, in the same order.
+          "controller-lost", "voter-replaced")  # fmt: skip
+# Schema 1's words for the same events, in the same order (schema 1 never
+# wrote `voter_replaced`: it is the churn job's code for the newer row).
 EVENTS_V1 = ("join", "alive", "suspect", "dead", "left", "update", "reap",
-             "controller_elected", "controller_lost")  # fmt: skip
+             "controller_elected", "controller_lost", "voter_replaced")  # fmt: skip
 
 
 class HistoryConfig(msgspec.Struct, frozen=True):

@@ -58,6 +58,7 @@ changed (the watch streams' `reason`: one of the names below)."""
 
 # Why a record changed, in `Replica.changes` (the watch streams' `reason`).
 WRITE, SYNC, OWNER_FAILED, OWNER_LEFT = "write", "sync", "owner-failed", "owner-left"
+OWNER_SESSION_ENDED = "session-ended"  # the owner is a session of the metadata log
 
 
 class RecordStore(Protocol):

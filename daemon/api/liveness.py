@@ -14,11 +14,13 @@ Keys join a session with `PUT /v1/kv/<key>?session=<id>` (api/server.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from typing import Any
 
 from shoal.daemon.api.answers import HttpError, Request, Result
 from shoal.daemon.api.port import AgentPort
 from shoal.daemon.health import CRITICAL, PASSING, WARNING
+from shoal.daemon.logsessions import parse_id
 from shoal.daemon.sessions import SessionError
 
 SESSION_PREFIX = "/v1/session/"
@@ -27,7 +29,7 @@ _TTL_STATUS = {"pass": PASSING, "warn": WARNING, "fail": CRITICAL}
 _NOTE_BYTES = 4096
 
 
-def open_session(agent: AgentPort, request: Request) -> Result:
+def open_session(agent: AgentPort, request: Request) -> Result | Awaitable[Result]:
     """`POST /v1/session`."""
     usage = 'body must be JSON: {"ttl_s": SECONDS, "name": "...", "checks": ["ID", ...]}'
     try:
@@ -53,6 +55,9 @@ def open_session(agent: AgentPort, request: Request) -> Result:
     if critical:
         raise HttpError(409, f"check {critical[0]!r} is critical: a session bound to it "
                         "would end at once")  # fmt: skip
+    in_log = agent.log_sessions
+    if in_log is not None and in_log.active():  # replicated (daemon/logsessions.py)
+        return _answered(in_log.open(float(ttl), name, tuple(checks)))
     try:
         session = liveness.open_session(float(ttl), name, tuple(checks))
     except SessionError as exc:
@@ -60,17 +65,33 @@ def open_session(agent: AgentPort, request: Request) -> Result:
     return 200, session.to_json(agent.loop_time())
 
 
+async def _answered(pending: Awaitable[dict[str, Any]]) -> tuple[int, Any]:
+    return 200, await pending
+
+
 def list_sessions(agent: AgentPort, request: Request) -> Result:
-    """`GET /v1/sessions`."""
+    """`GET /v1/sessions`: this agent's own and, with the log, the cluster's."""
     now = agent.loop_time()
-    return 200, {"sessions": [s.to_json(now) for s in agent.liveness.sessions.all()]}
+    own = [s.to_json(now) for s in agent.liveness.sessions.all()]
+    in_log = agent.log_sessions
+    return 200, {"sessions": own + ([] if in_log is None else in_log.all())}
 
 
-def session_op(agent: AgentPort, request: Request) -> Result:
+def session_op(agent: AgentPort, request: Request) -> Result | Awaitable[Result]:
     """`/v1/session/<id>[/renew]`: renew, read or close one session."""
     rest = request.path[len(SESSION_PREFIX) :]
     session_id, _, op = rest.partition("/")
     liveness = agent.liveness
+    sid = parse_id(session_id)
+    in_log = agent.log_sessions
+    if sid is not None and in_log is not None:
+        if op == "renew" and request.method == "PUT":
+            return _answered(in_log.renew(sid))
+        if not op and request.method == "GET":
+            return 200, in_log.get(sid)
+        if not op and request.method == "DELETE":
+            return _answered(in_log.close(sid))
+        raise HttpError(405 if op in ("", "renew") else 404, f"no {request.method} {request.path}")
     try:
         if op == "renew" and request.method == "PUT":
             return 200, liveness.renew(session_id).brief(agent.loop_time())

@@ -1,6 +1,8 @@
 """The metadata log's routes (docs/metadata.md says what they promise).
 
-    PUT    /v1/meta/<key>[?cas=R]    set <key> to the body, through the controller
+    PUT    /v1/meta/<key>[?cas=R][&session=ID]
+                                     set <key> to the body, through the controller
+                                     (owned by session ID: deleted when it ends)
     DELETE /v1/meta/<key>[?cas=R]    delete <key>
     GET    /v1/meta/<key>[?stale]    the key, read through the controller (or,
                                      with ?stale, from this agent's applied state)
@@ -24,6 +26,7 @@ from urllib.parse import unquote_to_bytes
 from shoal.daemon.api.answers import HttpError, Request
 from shoal.daemon.api.metatxn import TXN_ROUTE, txn_route
 from shoal.daemon.api.port import AgentPort
+from shoal.daemon.logsessions import parse_id
 from shoal.daemon.meta import MetaService
 from shoal.metalog.core import ProposalDone
 from shoal.metalog.messages import (
@@ -31,6 +34,7 @@ from shoal.metalog.messages import (
     MAX_VALUE_BYTES,
     OUTCOME_COMMITTED,
     OUTCOME_CONFLICT,
+    OUTCOME_NO_SESSION,
     OUTCOME_NOT_APPLIED,
 )
 from shoal.metalog.state import KeyState, MetaDelete, MetaOp, MetaPut
@@ -68,7 +72,8 @@ def meta_route(agent: AgentPort, request: Request) -> Any:
     if len(request.body) > MAX_VALUE_BYTES:
         raise HttpError(413, f"a value is at most {MAX_VALUE_BYTES} bytes")
     cas = _cas(request.query)
-    op: MetaOp = MetaPut(key, request.body, cas) if method == "PUT" else MetaDelete(key, cas)
+    op: MetaOp = (MetaPut(key, request.body, cas, _session(request.query)) if method == "PUT"
+                  else MetaDelete(key, cas))  # fmt: skip
     return _write(key, service.submit(op))  # proposed now, in this pass of the loop
 
 
@@ -80,6 +85,18 @@ def _cas(query: dict[str, list[str]]) -> int | None:
         raise HttpError(400, f"cas must be a mod revision (an integer, 0: only if absent), "
                         f"not {text[:40]!r}")  # fmt: skip
     return int(text)
+
+
+def _session(query: dict[str, list[str]]) -> bytes:
+    """The session a put names (b"": none)."""
+    if not query or "session" not in query:
+        return b""
+    text = query["session"][0]
+    sid = parse_id(text)
+    if sid is None:
+        raise HttpError(400, f"session must be a session id of the metadata log (32 hex "
+                        f"digits, POST /v1/session), not {text[:40]!r}")  # fmt: skip
+    return sid
 
 
 async def _write(key: bytes, pending: Awaitable[ProposalDone | None]) -> tuple[int, Any]:
@@ -96,6 +113,9 @@ async def _write(key: bytes, pending: Awaitable[ProposalDone | None]) -> tuple[i
     if done.outcome == OUTCOME_NOT_APPLIED:
         raise HttpError(503, f"{NOT_APPLIED} (no controller known, or it was not the "
                         "controller any more)", outcome="not_applied", key=name)  # fmt: skip
+    if done.outcome == OUTCOME_NO_SESSION:
+        raise HttpError(404, "no such session: it ended (expired or closed), or never was; "
+                        "nothing was written", outcome="no_session", key=name)  # fmt: skip
     raise HttpError(504, UNKNOWN, outcome="unknown", key=name)
 
 
@@ -138,4 +158,6 @@ def key_json(key: bytes, held: KeyState, revision: int) -> dict[str, Any]:
     out["value_base64"] = base64.b64encode(held.value).decode()
     out.update(revision=revision, create_revision=held.create_revision,
                mod_revision=held.mod_revision, version=held.version)  # fmt: skip
+    if held.session:
+        out["session"] = held.session.hex()
     return out

@@ -27,7 +27,13 @@ from typing import Any
 
 from shoal.daemon.api.answers import HttpError
 from shoal.daemon.meta import MetaService
-from shoal.metalog.messages import MAX_KEY_BYTES, MAX_VALUE_BYTES, OUTCOME_COMMITTED
+from shoal.metalog.messages import (
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    OUTCOME_COMMITTED,
+    OUTCOME_NO_SESSION,
+    SESSION_ID_BYTES,
+)
 from shoal.metalog.messages import OUTCOME_NOT_APPLIED as _NOT_APPLIED
 from shoal.metalog.state import (
     MAX_TXN_BYTES,
@@ -55,6 +61,9 @@ async def txn_route(service: MetaService, body: bytes) -> tuple[int, Any]:
     """Parse, check and propose one transaction; its outcome (module docstring)."""
     txn = parse_txn(body)
     done = await service.propose(txn)
+    if done is not None and done.outcome == OUTCOME_NO_SESSION:
+        raise HttpError(404, "no such session: a put names a session that ended (expired or "
+                        "closed), or never was; nothing ran", outcome="no_session")  # fmt: skip
     if done is None or done.outcome not in (OUTCOME_COMMITTED, _NOT_APPLIED):
         raise HttpError(504, "unknown: the transaction may have been committed; read its keys "
                         "back, or retry it with compares that tell", outcome="unknown")  # fmt: skip
@@ -163,7 +172,7 @@ def _branch(ops: list[Any], name: str) -> tuple[TxnOp, ...]:
 
 def _op(doc: object, branch: str) -> TxnOp:
     what = f"an operation of {branch}"
-    o = _fields(doc, what, {"op", "key", "key_base64", "value", "value_base64"})
+    o = _fields(doc, what, {"op", "key", "key_base64", "value", "value_base64", "session"})
     kind = o.get("op")
     if kind not in _OPS:
         raise HttpError(400, f"{what}: op must be put, get or delete")
@@ -172,10 +181,24 @@ def _op(doc: object, branch: str) -> TxnOp:
         value = _bytes(o, "value", what)
         if len(value) > MAX_VALUE_BYTES:
             raise HttpError(413, f"a value is at most {MAX_VALUE_BYTES} bytes")
-        return MetaPut(key, value)
-    if "value" in o or "value_base64" in o:
-        raise HttpError(400, f"{what}: {kind} takes no value")
+        return MetaPut(key, value, None, _session(o.get("session"), what))
+    if "value" in o or "value_base64" in o or "session" in o:
+        raise HttpError(400, f"{what}: {kind} takes no value and no session")
     return MetaGet(key) if kind == "get" else MetaDelete(key)
+
+
+def _session(text: object, what: str) -> bytes:
+    """A put's session (b"": none): 32 hex digits (POST /v1/session)."""
+    if text is None:
+        return b""
+    try:
+        sid = bytes.fromhex(text) if isinstance(text, str) else b""
+    except ValueError:
+        sid = b""
+    if len(sid) != SESSION_ID_BYTES:
+        raise HttpError(400, f"{what}: session must be a session id of the metadata log "
+                        "(32 hex digits)")  # fmt: skip
+    return sid
 
 
 def txn_json(txn: MetaTxn, done: TxnApplied) -> dict[str, Any]:

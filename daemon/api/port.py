@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from shoal.daemon.api.watch import ControllerWatch, Watchers
     from shoal.daemon.config import AgentConfig
     from shoal.daemon.liveness import Liveness
+    from shoal.daemon.logsessions import LogSessions
     from shoal.daemon.meta import MetaService
     from shoal.daemon.network.keyops import KeyService
     from shoal.daemon.network.queries import QueryService
@@ -48,6 +49,9 @@ class AgentStatus(msgspec.Struct, frozen=True):
     fault_drops: int | None  # datagrams fault injection dropped (None: it is off)
     history_written: int | None  # rows on disk (None: no history log)
     disk: DiskStatus | None  # None before the data directory is open
+    # Members back with a new data directory: name -> the id a voter
+    # configuration named before (node/wiped.py).
+    former_ids: dict[str, bytes] = {}
 
 
 class AgentPort(Protocol):
@@ -76,6 +80,10 @@ class AgentPort(Protocol):
     @property
     def liveness(self) -> Liveness:
         """Client sessions and health checks."""
+
+    @property
+    def log_sessions(self) -> LogSessions | None:
+        """Sessions in the metadata log (None: `[meta]` is off here)."""
 
     @property
     def changes(self) -> ChangeLog:

@@ -228,11 +228,14 @@ class ApiServer:
         if health is not None and health not in _HEALTH:
             raise HttpError(400, f"health must be one of {', '.join(_HEALTH)}")
         views = []
-        node = self.agent.status().node
+        snap = self.agent.status()
+        node = snap.node
         for m in node.members:
             view = m.to_json()
             view["health"] = dict(m.tags).get(HEALTH_TAG, PASSING)
             view["voter"] = node.voter_role(m)  # voter, non-voter, replaced (issue 37)
+            former = snap.former_ids.get(m.name)  # back with a new data directory
+            view["former_node_id"] = former.hex() if former else None
             views.append(view)
         if status is not None:
             views = [v for v in views if v["status"] == status]

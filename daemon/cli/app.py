@@ -45,7 +45,7 @@ COMMANDS: dict[str, str | None] = {
     "demo": None, "history": "history", "churn": "history", "keys": "keys",
     "sessions": "liveness", "checks": "liveness", "event": "events", "query": "events",
     "completion": "manual", "man": "manual", "simulate": None, "features": None,
-    "meta": "meta",
+    "meta": "meta", "recover": "recover",
 }  # fmt: skip
 
 
@@ -195,8 +195,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         "--detailed",
         action="store_true",
         help="add each member's protocol versions (min-max), feature level "
-        "and part in the election (voter, or replaced: back with a new "
-        "data directory)",
+        "and part in the election (voter, or replaced), noting a member "
+        "back with a new data directory and its old id",
     )
 
     tags = sub.add_parser("tags", help="set or delete this agent's tags (kept across restarts)")
@@ -317,6 +317,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from shoal.daemon.cli import manual
 
         manual.add_parsers(sub)
+    if "recover" in modules:
+        from shoal.daemon.cli import recover
+
+        recover.add_parsers(sub)
 
     sim = sub.add_parser("simulate", help="simulate a cluster with the real protocol code")
     sim.add_argument("--nodes", type=int, default=200)
@@ -414,6 +418,10 @@ def _run(args: argparse.Namespace) -> int:
             if command == "history"
             else history_cli.churn_command(args)
         )
+    if command == "recover":
+        from shoal.daemon.cli.recover import recover_command
+
+        return recover_command(args)
     if command == "simulate":
         from shoal.sim.report import simulate_command
 

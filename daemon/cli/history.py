@@ -97,7 +97,10 @@ def format_row(row: dict[str, Any]) -> str:
         text += f" (incarnation {row['incarnation']})"
     if row.get("epoch") is not None:
         text += f" epoch {row['epoch']}"
-    if row.get("source"):
+    if event == "voter-replaced":  # `source`: the data directory's id before
+        new, old = row.get("node_id"), row.get("source")
+        text += f" came back with a new data directory {new} (was {old})"
+    elif row.get("source"):
         text += f" by {row['source']}" if event in _ACCUSED else f" ({row['source']})"
     if row.get("tags"):
         text += " tags " + ",".join(f"{k}={v}" for k, v in sorted(row["tags"].items()))

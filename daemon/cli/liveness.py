@@ -34,9 +34,13 @@ def sessions_command(client: Client, args: argparse.Namespace) -> int:
     if not sessions:
         print("no sessions")
         return 0
-    rows = [(s.id, s.name or "-", f"{s.ttl_s:g}s", f"{s.expires_in_s:.1f}s", str(s.renewals),
-             ",".join(s.checks) or "-", ",".join(s.keys) or "-") for s in sessions]  # fmt: skip
-    print(table(("ID", "Name", "TTL", "Expires in", "Renewals", "Checks", "Keys"), rows))
+    rows = [(s.id, s.name or "-", f"{s.ttl_s:g}s",
+             "-" if s.expires_in_s is None else f"{s.expires_in_s:.1f}s",
+             "-" if s.replicated else str(s.renewals), ",".join(s.checks) or "-",
+             s.node or "-", ",".join((*s.meta_keys, *s.keys)) or "-")
+            for s in sessions]  # fmt: skip
+    print(table(("ID", "Name", "TTL", "Expires in", "Renewals", "Checks", "Opened on", "Keys"),
+                rows))  # fmt: skip
     return 0
 
 

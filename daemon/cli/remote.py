@@ -36,6 +36,7 @@ STATUSES = ("alive", "suspect", "dead", "left")
 MEMBER_FIELDS: tuple[tuple[str, Any], ...] = (
     ("name", ""), ("node_id", ""), ("address", ""), ("status", ""), ("incarnation", 0),
     ("tags", {}), ("health", None), ("versions", None), ("voter", None),
+    ("former_node_id", None),
 )  # fmt: skip
 
 

@@ -158,11 +158,14 @@ class DataDir:
             epoch, config = cbor2.loads(raw)
             if config is None:
                 return int(epoch), None
-            lineage, version, voters, *rest = config  # rest: the voters' ids (issue 37)
+            # rest: the voters' ids (issue 37), then the recovery (issue 39)
+            lineage, version, voters, *rest = config
             ids = tuple(bytes(i) for i in rest[0]) if rest else ()
-            if len(rest) > 1 or (ids and len(ids) != len(voters)):
+            recovery = int(rest[1]) if len(rest) > 1 else 0
+            if len(rest) > 2 or (ids and len(ids) != len(voters)) or recovery < 0:
                 raise ValueError("voter ids")
-            return int(epoch), VoterConfig(bytes(lineage), int(version), tuple(voters), ids)
+            return int(epoch), VoterConfig(bytes(lineage), int(version), tuple(voters), ids,
+                                           recovery)  # fmt: skip
         except (ValueError, TypeError, cbor2.CBORDecodeError):
             raise DataDirError(f"data_dir: the election state in {self.path} is damaged; "
                                "move the directory away") from None  # fmt: skip
@@ -171,8 +174,10 @@ class DataDir:
         """Store the granted epoch and voter configuration; durable (fsync)
         on return unless `sync` is False, then at the engine's next sync."""
         enc = None if config is None else [config.lineage, config.version, list(config.voters)]
-        if enc is not None and config.ids:
+        if enc is not None and (config.ids or config.recovery):
             enc.append(list(config.ids))  # a build before voter ids never reads it (level 2)
+        if enc is not None and config.recovery:
+            enc.append(config.recovery)  # written only by `shoal recover` and after it
         self.engine.local_put(_ELECTION, cbor2.dumps([granted_epoch, enc]), sync)
 
     def load_log(self) -> tuple[Any, ...]:

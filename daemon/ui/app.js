@@ -6,7 +6,9 @@
    read with fetch() so that the Authorization header can be sent). A dropped
    stream resumes from the last index it saw; a 410 (the agent restarted, or
    the index is no longer kept) re-lists. Only the counters of /v1/self are
-   fetched again, every COUNTERS_MS.
+   fetched again, every COUNTERS_MS, and the members' parts in the election
+   (`voter`, `former_node_id`: back with a new data directory) after a change
+   of the voters or a voter joining (refreshVoters).
 
    The token: any 401 shows the token prompt and clears what was shown. The
    token is kept in sessionStorage only. */
@@ -21,6 +23,7 @@
   const RETRY_MS = [500, 1000, 2000, 4000, 5000];
   const KEY_PAGE = 1000;        // keys per listing request
   const KEY_MAX = 20000;        // keys shown at most
+  const VOTERS_MS = 300;        // members' voter roles asked again at most this often
   const STATUS_LABEL = { alive: "alive", suspect: "suspect", dead: "failed", left: "left" };
   const HEALTH_TAG = "shoal:health";
 
@@ -48,6 +51,7 @@
     tenureTimer: null,
     dirty: new Set(),
     renderTimer: null,
+    votersTimer: null,
   };
 
   // -- the API -----------------------------------------------------------------
@@ -128,7 +132,8 @@
       state.members.set(m.name, {
         name: m.name, status: m.status, address: m.address, tags: m.tags || {},
         health: m.health || "passing", incarnation: m.incarnation, changedMs: null,
-        versions: m.versions || null,
+        versions: m.versions || null, voter: m.voter || null,
+        formerId: m.former_node_id || null,
       });
     }
     state.controller = {
@@ -246,6 +251,10 @@
       if (ev.versions) row.versions = ev.versions;
       row.changedMs = ev.at_ms;
       state.members.set(name, row);
+      // A voter back (a new data directory, maybe); other joins cannot move
+      // the Voter column, and a large cluster has many.
+      if (ev.type === "member-joined" && state.controller &&
+          state.controller.voters.includes(name)) refreshVoters();
       if (state.self && name === state.self.name) state.self.status = ev.status;
     }
     mark("members", "banners");
@@ -259,6 +268,9 @@
       c.sinceMs = ev.controller ? ev.at_ms : null;
     } else if (ev.type === "voters-changed") {
       c.voters = ev.voters || [];
+      refreshVoters();
+    } else if (ev.type === "voter-replaced") {
+      refreshVoters();
     } else if (typeof ev.epoch === "number" && ev.epoch > (c.epoch || 0)) {
       c.epoch = ev.epoch;
     }
@@ -287,6 +299,28 @@
     } catch (err) {
       if (err instanceof AuthError && gen === state.generation) askToken();
     }
+  }
+
+  // Each member's part in the election is the agent's to work out (it
+  // remembers the ids the voter configurations named): asked again, at most
+  // every VOTERS_MS, after a change that can move it.
+  function refreshVoters() {
+    if (state.votersTimer) return;
+    const gen = state.generation;
+    state.votersTimer = setTimeout(async () => {
+      state.votersTimer = null;
+      try {
+        const listing = await api("/v1/members");
+        if (gen !== state.generation) return;
+        for (const m of listing.members) {
+          const row = state.members.get(m.name);
+          if (row) { row.voter = m.voter || null; row.formerId = m.former_node_id || null; }
+        }
+        mark("members");
+      } catch (err) {
+        if (err instanceof AuthError && gen === state.generation) askToken();
+      }
+    }, VOTERS_MS);
   }
 
   async function refreshChecks() {
@@ -414,6 +448,22 @@ function versionsTitle(v) {
     .map((p) => p + " " + v[p][0] + "-" + v[p][1]).join(", ") + ", features " + v.features;
 }
 
+// A member's part in the election, and whether it came back with a new data
+// directory (the id it voted under before, in short; whole in the title).
+function voterText(m) {
+  const role = m.voter === "non-voter" ? "" : (m.voter || "");
+  if (!m.formerId) return role === "replaced" ? "replaced (new data directory)" : role;
+  return (m.voter || "non-voter") + " · new data directory (was " + m.formerId.slice(0, 8) + ")";
+}
+
+function voterTitle(m) {
+  if (!m.formerId) return m.voter === "replaced"
+    ? "came back with a new data directory: its old identity leaves the voter set" : null;
+  return "came back with a new data directory; it voted as " + m.formerId +
+    " before. Its old identity leaves the voter set; it rejoins as a non-voter, " +
+    "a voter again once it has caught up.";
+}
+
 function tagText(tags) {
     return Object.entries(tags || {}).filter(([k]) => k !== HEALTH_TAG)
       .map(([k, v]) => (v ? k + "=" + v : k)).join(" ");
@@ -468,6 +518,9 @@ function tagText(tags) {
         el("td", null, el("span", { class: "health h-" + m.health, text: m.health })),
         el("td", { class: "num", text: String(m.incarnation ?? "") }),
         el("td", { class: "mono", title: versionsTitle(m.versions), text: versionsText(m.versions) }),
+        el("td", { class: m.formerId || m.voter === "replaced" ? "voter wiped" : "voter",
+                   "data-voter": m.voter || "", "data-former": m.formerId || null,
+                   title: voterTitle(m), text: voterText(m) }),
         el("td", { class: "mono", title: m.changedMs ? new Date(m.changedMs).toISOString()
           : "no change since this page loaded", text: m.changedMs ? clock(m.changedMs) : "—" }));
     }));
@@ -511,6 +564,9 @@ function tagText(tags) {
       case "controller-lost":
         return "this agent stopped being controller (epoch " + ev.epoch + ", " + ev.reason + ")";
       case "voters-changed": return "voters: " + (ev.voters || []).join(", ");
+      case "voter-replaced":
+        return ev.node + " " + ev.reason + " (id " + String(ev.old_id).slice(0, 8) + " → " +
+          String(ev.new_id).slice(0, 8) + "): " + ev.action;
       case "put": return "key " + ev.key + " put by " + ev.writer + " (" + ev.reason + ")";
       case "delete": return "key " + ev.key + " deleted (" + ev.reason + ")";
       default: return ev.type + " " + who;
