@@ -61,6 +61,7 @@ Pure: no IO, no clock; time is passed in, the driver makes writes durable.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -173,6 +174,11 @@ class MetaLog(Following, Reading, Renewing):
         # majority: a voter back with a new data directory catches up before
         # it is added again (election/controller.py). Set by the composing node.
         self.learners: Callable[[], Iterable[str]] = tuple
+        # When the lease this node leads under ends, on its clock (set by the
+        # composing node): no renewal is served from then on, though the
+        # election has not yet told the log (a controller woken from a pause
+        # past its lease answers its queued messages before its timers run).
+        self.lease_end: Callable[[], float] = lambda: math.inf
         # Whose majorities a commit needs, the change being decided included
         # (leader only); `on_voters` is called when that change is committed.
         self._votes = VoterSets(voters)

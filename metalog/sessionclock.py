@@ -52,6 +52,14 @@ from shoal.metalog.state import (
 class SessionClock:
     """The leader's deadlines for the open sessions (module docstring)."""
 
+    # A deliberate bug, set only by the test that shows the swarm's checker
+    # catches it (tests/sim/test_meta_mutations.py): "no_grace" (a new
+    # controller counts each session's TTL from long ago, not from its own
+    # start: the sessions not renewed to it since expire at once),
+    # "renewal_ignored" (a renewal is answered but moves no deadline) or
+    # "serve_past_lease" (renewals are served after the lease has ended).
+    mutation: str | None = None
+
     def __init__(self) -> None:
         self._deadline: dict[bytes, float] = {}
         self._ttl: dict[bytes, float] = {}
@@ -62,7 +70,7 @@ class SessionClock:
         """Start leading: every open session gets a full TTL from `now`."""
         self.stop()
         for info in sessions:
-            self.opened(info, now)
+            self.opened(info, now - info.ttl_ms / 1000 if self.mutation == "no_grace" else now)
 
     def stop(self) -> None:
         """Leadership lost: forget every deadline."""
@@ -87,7 +95,8 @@ class SessionClock:
         ttl = self._ttl.get(sid)
         if ttl is None or sid in self.ending:
             return False
-        self._deadline[sid] = max(self._deadline[sid], now + ttl)
+        if self.mutation != "renewal_ignored":
+            self._deadline[sid] = max(self._deadline[sid], now + ttl)
         return True
 
     def due(self, now: float) -> list[bytes]:
@@ -125,6 +134,7 @@ class Renewing:
 
     epoch: int | None
     commit: int
+    lease_end: Callable[[], float]
     state: MetaState
     out: Outbox
     counters: MetaCounters
@@ -163,8 +173,12 @@ class Renewing:
     def _renew(self, ids: tuple[bytes, ...], now: float) -> tuple[bool, tuple[bytes, ...]]:
         """Renew `ids` as leader: (served, the ids ended). Not served before
         an entry of our epoch is committed: until then the applied state may
-        lack a session the last controller opened."""
-        if self.epoch is None or self.commit < self._noop_index:
+        lack a session the last controller opened; nor once our lease has
+        ended, though the election has not said so yet: a successor may
+        lead, which counts no renewal of ours (the swarm found a controller
+        woken from a pause answering renewals queued while it slept)."""
+        past_lease = now >= self.lease_end() and SessionClock.mutation != "serve_past_lease"
+        if self.epoch is None or self.commit < self._noop_index or past_lease:
             return False, ()
         self.counters.keepalives_served += 1
         renew = self._clock.renew

@@ -238,7 +238,8 @@ class MetaState:
 
     # A deliberate bug, set only by the test that shows the swarm's checker
     # catches it (tests/sim/test_meta_mutations.py): "txn_ignores_compares"
-    # (a transaction runs its success branch whatever its compares say).
+    # (a transaction runs its success branch whatever its compares say), or
+    # "end_keeps_keys" (a session's end leaves its keys).
     mutation: str | None = None
     # How a `MetaRestore` applies: metalog/restore.py's `replace_keys`, set
     # when that module loads (it decodes a snapshot, and snapshot.py imports
@@ -332,6 +333,8 @@ class MetaState:
         """End session `sid`: its keys deleted at this revision, in key order."""
         if self.sessions.pop(sid, None) is None:
             return NoSession(sid)
+        if MetaState.mutation == "end_keeps_keys":
+            return Applied(index)
         for key in sorted(self.owned.pop(sid, ())):
             current = self.keys.pop(key)
             self._changed(index, key, None)

@@ -400,6 +400,7 @@ class ShoalNode:
             return (*election.controller.learners(), *observers)
 
         meta.learners = learners
+        meta.lease_end = lambda: election.lease_end_at  # no renewal served past it
         # A session's end, applied: its kv keys are hidden here at once, and
         # the controller's sweep deletes them (as a failed member's).
         replica = self.sync.replica

@@ -44,13 +44,21 @@ disks (sim/wipe.py): voters that held committed entries come back with
 empty data directories while the voters that lack those entries return
 from a cut; a voter is its name and its data directory's id, so the wiped
 ones never vote as their old selves.
+
+With `meta_run(..., sessions=N)`, N more clients hold sessions (issue 38,
+sim/metasessions.py): they open, renew, close, crash and pause, and write
+ephemeral keys under their sessions; each committed end is in the history
+as an operation deleting its session's keys (sim/sessionmodel.py), and
+sim/sessioncheck.py checks the keys on every node against the ends and
+the expiries against the renewals.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -92,7 +100,11 @@ from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
 from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
 from shoal.sim.network import LinkProfile
+from shoal.sim.sessionmodel import NoSession
 from shoal.sim.wipe import schedule_wipe
+
+if TYPE_CHECKING:
+    from shoal.sim.metasessions import SessionSwarm
 
 # Every fault of the election's swarm, leaves included: a leave removes the
 # voter at once, its return adds it back (voter changes under load).
@@ -106,18 +118,21 @@ class Call:
     """One client operation as the client saw it (times are true time)."""
 
     client: int
-    kind: str  # "put", "delete", "get", "txn"
+    kind: str  # "put", "delete", "get", "txn"; "open", "close" (sim/metasessions.py)
     key: bytes
     value: bytes | None
     cas: int | None
     call_at: float
     return_at: float | None = None  # None: unknown (may or may not have happened)
-    outcome: str = "pending"  # ok, conflict, not_applied, unknown, failed (reads)
+    outcome: str = "pending"  # ok, conflict, not_applied, no_session, unknown, failed (reads)
     revision: int = 0  # a write's commit revision; a conflict's current revision
     read_value: bytes | None = None
     read_mod_revision: int = 0
     txn: MetaTxn | None = None
     txn_result: TxnApplied | None = None
+    session: bytes = b""  # a put's session
+    op: MetaOp | None = None  # a session's open or close, as proposed
+    read_revision: int = 0  # the revision a read was served at
 
 
 @dataclass
@@ -137,6 +152,7 @@ class MetaRun:
     snapshots_taken: int = 0
     snapshots_installed: int = 0  # by followers, from their leader
     restored: int = 0  # boots that loaded a snapshot
+    sessions: SessionSwarm | None = field(default=None, repr=False)  # sim/metasessions.py
 
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
@@ -145,9 +161,11 @@ class MetaRun:
     def history(self) -> list[Operation]:
         """The calls as the checker's operations: a read not served (it
         changed nothing) is left out; an unknown write has no return."""
-        ops = []
+        ops = [] if self.sessions is None else self.sessions.ends()
         for c in self.calls:
             key = c.key.decode()
+            if c.kind in ("open", "close"):
+                continue  # their entries are in the history as ends (sessions.ends)
             if c.txn is not None:
                 done = txn_output(c.txn, c.txn_result, c.outcome)
                 ops.append(Operation(c.client, c.call_at, None if done is None else c.return_at,
@@ -159,10 +177,12 @@ class MetaRun:
                     ops.append(Operation(c.client, c.call_at, c.return_at, Get(key),
                                          Read(value, c.read_mod_revision)))  # fmt: skip
                 continue
-            call: Put | Delete = (Put(key, (c.value or b"").decode(), c.cas) if c.kind == "put"
-                                  else Delete(key, c.cas))  # fmt: skip
-            output: Written | Conflict | NotApplied | None = None
-            if c.outcome == "ok":
+            call: Put | Delete = (Put(key, (c.value or b"").decode(), c.cas, c.session.hex())
+                                  if c.kind == "put" else Delete(key, c.cas))  # fmt: skip
+            output: Written | Conflict | NotApplied | NoSession | None = None
+            if c.outcome == "no_session":
+                output = NoSession()
+            elif c.outcome == "ok":
                 output = Written(c.revision)
             elif c.outcome == "conflict":
                 output = Conflict(c.revision)
@@ -316,11 +336,13 @@ class _Clients:
 
 
 def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
-             clients: int = 6, keys: int = 3) -> MetaRun:  # fmt: skip
+             clients: int = 6, keys: int = 3, sessions: int = 0) -> MetaRun:  # fmt: skip
     """One seeded run of the swarm (module docstring). One run in four
     has clocks far outside the drift bound (rates of 0.4x to 1.6x: leases
     may then overlap, which the log must not depend on), one in three a
-    replayer copying traffic (sim/attacker.py)."""
+    replayer copying traffic (sim/attacker.py). With `sessions`, that many
+    more clients hold sessions and write ephemeral keys under them
+    (sim/metasessions.py), checked as that module says."""
     rng = random.Random(seed)
     lease = LeaseConfig()
     n = rng.choice([3, 5, 5])
@@ -347,6 +369,11 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
                          fsync=_fsync_latency(fsync_s), meta=config)  # fmt: skip
     run = MetaRun(seed, n, loss, fsync_s, cluster=cluster)
     applied = _Applied(cluster, run)
+    if sessions:
+        from shoal.sim.metasessions import SessionSwarm  # noqa: PLC0415 - it imports this module
+
+        run.sessions = SessionSwarm(cluster, run, applied.hooks, random.Random(seed * 5_003 + 29),
+                                    sessions)  # fmt: skip
     if wild:
         run.faults.append(f"clock rates up to {drift:+.0%}")
     if observed:
@@ -356,6 +383,8 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
         cluster.start(i, rng.uniform(0.0, 1.0), [0] if i else [])
     cluster.run_until(6.0)  # formed, voters settled, a controller
     _Clients(cluster, rng, clients, keys, run, duration_s - 3.0)
+    if run.sessions is not None:
+        run.sessions.start(duration_s - 3.0)
     down: set[int] = set()
     at = cluster.now
     faults = SwarmRun(seed, n, loss, fsync_s)  # the election swarm's schedule, without leaves
@@ -395,6 +424,8 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
             if call.kind == "get":
                 call.return_at = cluster.now
     applied.check(cluster)
+    if run.sessions is not None:
+        run.sessions.check(applied.entries)
     run.snapshots_taken = sum(m.counters.snapshots_taken for m in applied.metas)
     run.snapshots_installed = sum(m.counters.snapshots_installed for m in applied.metas)
     run.replays = sum(a.replayed for a in attackers)
@@ -424,6 +455,8 @@ class _Applied:
         self.run = run
         self.entries: dict[int, Entry] = {}
         self.metas: list[MetaLog] = []  # every node's log, each run of it
+        # More checks of each entry applied: called with the node's log after it.
+        self.hooks: list[Callable[[MetaLog, Entry], None]] = []
         cluster.boot_hooks.append(lambda i: self.on_boot(cluster, i))
 
     def on_boot(self, cluster: SimCluster, i: int) -> None:
@@ -432,12 +465,14 @@ class _Applied:
         meta = node.meta
         self.metas.append(meta)
         self.run.restored += meta.snapshot is not None
-        meta.on_apply = lambda entry: self.on_apply(meta.name, entry)
+        meta.on_apply = lambda entry: self.on_apply(meta, entry)
 
-    def on_apply(self, name: str, entry: Entry) -> None:
+    def on_apply(self, meta: MetaLog, entry: Entry) -> None:
         first = self.entries.setdefault(entry.index, entry)
         if first != entry:
-            self.run.violations.append(f"{name} applied {entry} where another applied {first}")
+            self.run.violations.append(f"{meta.name} applied {entry} where another applied {first}")
+        for hook in self.hooks:
+            hook(meta, entry)
 
     def check(self, cluster: SimCluster) -> None:
         """No acknowledged write lost; equal states at equal revisions."""
@@ -450,8 +485,10 @@ class _Applied:
             expected: MetaOp = MetaDelete(call.key, call.cas)
             if call.txn is not None:
                 expected = call.txn
+            elif call.op is not None:
+                expected = call.op
             elif call.kind == "put":
-                expected = MetaPut(call.key, call.value or b"", call.cas)
+                expected = MetaPut(call.key, call.value or b"", call.cas, call.session)
             if entry.op != expected:
                 run.violations.append(f"acknowledged {call.kind} {call.key!r} at revision "
                                       f"{call.revision} is not there: {entry}")  # fmt: skip

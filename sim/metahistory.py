@@ -4,7 +4,8 @@
 operations that cannot matter out, seen ones ended where they were seen),
 `check_revisions` (what per-key checking cannot see: acknowledged revisions
 are global, unique and in real-time order across keys), then
-`linearizability.check` with `MetaModel`, key by key (the keys
+`linearizability.check` with `SessionModel` (`MetaModel` with sessions,
+sim/sessionmodel.py), key by key (the keys
 transactions join, together). The model and the
 reasoning behind each rule are in metamodel.py's docstring and below.
 """
@@ -22,7 +23,6 @@ from shoal.sim.metamodel import (
     Conflict,
     Delete,
     Get,
-    MetaModel,
     NotApplied,
     Put,
     Read,
@@ -31,6 +31,7 @@ from shoal.sim.metamodel import (
     Value,
     Written,
 )
+from shoal.sim.sessionmodel import End, SessionModel
 
 
 def prepare(history: Sequence[Operation]) -> list[Operation]:
@@ -64,21 +65,30 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
     The operations on a key a transaction touches are only dropped when
     they certainly did nothing (not applied, a timed-out read), as are
     transactions that touch no key: a transaction's compares and gets see
-    values and revisions the rules above do not account for.
+    values and revisions the rules above do not account for. So are the
+    operations on a key written under a session (sim/sessionmodel.py), and
+    sessions' ends are all kept: a timed-out put under a session that nobody
+    saw may still be what its session's end deleted.
     """
     by_key: dict[str, list[int]] = {}
-    in_txns: set[str] = set()
+    whole: set[str] = set()  # keys whose operations are kept but for no-ops
     kept: dict[int, Operation] = {}
     for index, op in enumerate(history):
         if isinstance(op.input, Txn):
-            in_txns.update(op.input.keys)
+            whole.update(op.input.keys)
             if op.input.keys and not isinstance(op.output, NotApplied):
                 kept[index] = op
             continue
+        if isinstance(op.input, End):
+            whole.update(op.input.keys)
+            kept[index] = op
+            continue
         assert isinstance(op.input, Get | Put | Delete), op.input
+        if isinstance(op.input, Put) and op.input.session:
+            whole.add(op.input.key)
         by_key.setdefault(op.input.key, []).append(index)
     for key, indices in by_key.items():
-        if key in in_txns:
+        if key in whole:
             kept.update(
                 (i, history[i])
                 for i in indices
@@ -179,7 +189,7 @@ def check_meta(
     clock: Callable[[], float] | None = None,
     timeout_s: float | None = None,
 ) -> CheckResult:
-    """Check a metadata history: `prepare`, then `linearizability.check` with `MetaModel`.
+    """Check a metadata history: `prepare`, then `linearizability.check` with `SessionModel`.
 
     The operations in the result are the prepared ones (a timed-out put a
     read saw returns at that read's return), and the explanation's `#n`
@@ -190,7 +200,7 @@ def check_meta(
         text = "revisions out of order across keys:\n" + "\n".join(problems[:5])
         return CheckResult(Verdict.ILLEGAL, 0, 0, explanation=text)
     prepared = prepare(history)
-    model = MetaModel.for_history(prepared)
+    model = SessionModel.for_history(prepared)
     return check(prepared, model, max_steps=max_steps, clock=clock, timeout_s=timeout_s)
 
 
@@ -240,5 +250,5 @@ def check_revisions(history: Sequence[Operation]) -> list[str]:
 
 def _line(op: Operation) -> str:
     """An operation in a few words."""
-    what = MetaModel().describe(op.input, op.output)
+    what = SessionModel().describe(op.input, op.output)
     return f"client {op.client!r} [{op.call_at:g}, {op.return_at:g}] {what}"

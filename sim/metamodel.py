@@ -117,11 +117,13 @@ class Get:
 
 @dataclass(frozen=True, slots=True)
 class Put:
-    """Write one key; with `cas`, only if its mod revision is `cas` (0: absent)."""
+    """Write one key; with `cas`, only if its mod revision is `cas` (0: absent);
+    with `session`, owned by it (sim/sessionmodel.py)."""
 
     key: str
     value: Value
     cas: int | None = None
+    session: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +224,10 @@ class MetaModel:
         match input:
             case Get(key):
                 call = f"get({key!r})"
-            case Put(key, value, cas):
-                call = f"put({key!r}, {value!r}{'' if cas is None else f', cas={cas}'})"
+            case Put(key, value, cas, session):
+                cas_text = "" if cas is None else f", cas={cas}"
+                owner = f", session={session!r}" if session else ""
+                call = f"put({key!r}, {value!r}{cas_text}{owner})"
             case Delete(key, cas):
                 call = f"delete({key!r}{'' if cas is None else f', cas={cas}'})"
             case _:

@@ -182,3 +182,28 @@ def test_a_renewal_is_not_served_before_the_new_controller_has_committed():
     node.log.tick(0.0)  # leading, its no-op not yet durable
     node.log.keepalive((S1,), 0.0)
     assert [e for e in node.log.drain().events if isinstance(e, KeepaliveDone)][0].ok is False
+
+
+def test_a_controller_whose_lease_has_ended_serves_no_renewal():
+    """Regression (found by the session swarm, sim/sessioncheck.py): a
+    controller woken from a pause past its lease answers the renewals
+    queued while it slept before its election's timers have told the log
+    it no longer leads; a successor counts none of them, so the session
+    could expire while its client believed it renewed. Past its lease's
+    end (on its own clock) it refuses them: not served."""
+    node = OneVoter()
+    lease_end = [10.0]
+    node.log.lease_end = lambda: lease_end[0]
+    node.run(0.0)
+    node.log.propose(SessionOpen(S1, 2000), 0.0)
+    node.run(0.0)
+    node.log.receive(Keepalive("node-b", 7, (S1,)), ("10.0.0.2", 7946), 9.9)
+    node.log.receive(Keepalive("node-b", 8, (S1,)), ("10.0.0.2", 7946), 10.0)
+    sent = [m for s in node.log.drain().send for m in s.messages if isinstance(m, KeepaliveResult)]
+    assert sent == [KeepaliveResult(7, True), KeepaliveResult(8, False)]
+    node.log.keepalive((S1,), 10.5)  # its own client's, too
+    assert node.done(KeepaliveDone) == [] and node.log.epoch == 1  # still believes it leads
+    assert [e.ok for e in node.log.drain().events if isinstance(e, KeepaliveDone)] == [False]
+    lease_end[0] = 12.0  # the lease renewed meanwhile: served again
+    node.log.keepalive((S1,), 11.0)
+    assert [e.ok for e in node.log.drain().events if isinstance(e, KeepaliveDone)] == [True]
