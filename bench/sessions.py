@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Client sessions (issue 30): what they cost an agent, and how fast a dead holder's key goes.
+"""Client sessions (issues 30, 38): their cost, how fast a dead holder's key goes, restarts.
 
 Sections:
 
@@ -33,6 +33,40 @@ Sections:
             Expected: shoal's keepalive -> deletion is T plus a few ms (the
             agent expires the session at its TTL); ZooKeeper's is T to T +
             tickTime (its session tracker expires in tickTime buckets).
+  removal-log
+            the same with sessions in the metadata log (issue 38): agents
+            started with --meta; the holder is the client library
+            (`Session`, renewals every T/3, stamped before each is sent)
+            and registers a *metadata key* (`Session.meta_put`); the watch
+            on agent 2 is a metadata watch (`GET /v1/meta/?prefix=&watch=1`).
+            The deletion is the controller's committed SessionEnd, applied
+            on agent 2. Printed beside the agent-table sessions and
+            ZooKeeper (one ZooKeeper run serves both), ratios to ZooKeeper.
+  restart   a live holder's agent restarts (issue 38: an upgrade). shoal:
+            --meta agents; the holder (the client library, which retries a
+            failed renewal until the TTL since its last answer runs out)
+            on a non-controller agent registers a metadata key and a kv key
+            under its session; the agent gets SIGTERM (it leaves, then
+            exits) or kill -9, and is started again on its data directory.
+            Counted on watches (metadata and kv) on the other
+            non-controller agent over the restart and a TTL + 1 s after the
+            first renewal answered: deletions (must be 0); the session
+            still open there, same id; the holder not told its session was
+            lost. Timed: signal -> the agent's API answers -> the holder's
+            first renewal answered; how much of the TTL was left then (its
+            last keepalive before the signal + T - then). ZooKeeper: the
+            holder (kazoo, timeout T, the connection string lists all
+            three servers, its own first, randomize_hosts off) is on a
+            follower; that server gets SIGTERM or kill -9 and is started
+            again; kazoo moves to the next server: the time to kazoo's
+            CONNECTED (state listener) from the signal and from SUSPENDED,
+            the session id unchanged, deletions seen by a DataWatch on the
+            leader (0 expected). --restarts (4) rounds per kind, a new
+            holder each (closed after, its keys deleted outside the count);
+            ratios shoal/ZooKeeper of signal -> usable. Expected: shoal
+            pays an agent's start (a second or more), ZooKeeper a
+            reconnect (milliseconds): the shoal client renews through its
+            one local agent.
 
 Clocks: every time is CLOCK_MONOTONIC (time.monotonic(), one clock for every
 process on the host); the holder stamps its keepalives just before writing
@@ -40,8 +74,8 @@ them. Everything runs on loopback: shoal on 127.21.3.x, ZooKeeper on
 127.21.4.x (ports as bench/watch.py, whose classes this reuses).
 
     apt-get install zookeeper; pip install kazoo
-    .venv/bin/python bench/sessions.py [--sessions 10000] [--rounds 10] [--ttl 4]
-        [--skip-zk] [--quick]
+    .venv/bin/python bench/sessions.py [--sessions 10000] [--rounds 10] [--restarts 4]
+        [--ttl 4] [--only capacity removal removal-log restart] [--skip-zk] [--quick]
 """
 
 from __future__ import annotations
@@ -360,7 +394,8 @@ class Stamped(Session):
         try:
             super()._renew()
         except Exception as exc:
-            say("failed", repr(time.monotonic()), type(exc).__name__)
+            why = " ".join(str(getattr(exc, "message", exc)).split())[:160]
+            say("failed", repr(time.monotonic()), type(exc).__name__ + ":", why)
             raise
         say("renewed", repr(time.monotonic()))
 
@@ -433,6 +468,7 @@ class Holder:
         self.servers: list[str] = []  # HOLDER_ZK_MOVE: each server kazoo connects to
         self.stamps: dict[str, list[float]] = {}  # renewed, failed, connected, suspended, lost
         self.lost_reason = ""
+        self.failures: list[tuple[float, str]] = []  # failed renewals: when, why
         self.changed = asyncio.Event()
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task = asyncio.create_task(self._read())
@@ -452,7 +488,10 @@ class Holder:
             elif word in ("renewed", "failed", "connected", "suspended", "lost"):
                 stamp, _, why = rest.partition(" ")
                 self.stamps.setdefault(word, []).append(float(stamp))
-                self.lost_reason = why if word == "lost" else self.lost_reason
+                if word == "lost":
+                    self.lost_reason = why
+                elif word == "failed":
+                    self.failures.append((float(stamp), why))
             elif word == "ready" and not self.ready.done():
                 self.ready.set_result(None)
             self.changed.set()
@@ -719,6 +758,7 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
             await asyncio.sleep(delay)
             sent, exited, started = await agents.restart(home, how)
             answered = await first_answer(agents.ips[home], 60)
+            knows = await first_answer(agents.ips[home], 60, "/v1/controller", "controller")
             renewed = await holder.until("renewed", started, args.ttl + 30)
             await asyncio.sleep(args.ttl + 1.0)  # a late expiry would show by now
             sid = holder.sessions[0]
@@ -726,9 +766,13 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
             end = time.monotonic()
             rounds.append({
                 "how": how, "to_exit": exited - sent, "to_api": answered - sent,
+                "to_controller": knows - sent,
                 "to_usable": None if renewed is None else renewed - sent,
                 "margin": margin(holder, sent, renewed, args.ttl),
-                "failed": len([t for t in holder.stamps.get("failed", ()) if t > sent]),
+                "api_to_usable": None if renewed is None else renewed - answered,
+                "failed": len([t for t, _ in holder.failures if t > sent]),
+                "failures": [(k - sent, t - sent, why) for t, why in holder.failures
+                             if t > sent and (k := holder.last_keepalive(t)) is not None],
                 "lost": holder.first("lost", 0) is not None, "reason": holder.lost_reason,
                 "same": held is not None and held.get("id") == sid,
                 "deleted": sum(1 for st in streams if st.deleted_at.get(key, end) < end),
@@ -753,17 +797,21 @@ def margin(holder: Holder, sent: float, usable: float | None, ttl_s: float) -> f
     return None if usable is None or last is None else last + ttl_s - usable
 
 
-async def first_answer(host: str, timeout_s: float) -> float:
-    """When the agent at `host` first answered `GET /v1/self` (polled every 20 ms)."""
+async def first_answer(host: str, timeout_s: float,
+                       path: str = "/v1/self", field: str = "") -> float:  # fmt: skip
+    """When the agent at `host` first answered `GET path` (with `field` set
+    in its answer, if given), polled every 20 ms."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if await watch.get_json(host, 7947, "/v1/self") is not None:
+            seen = await watch.get_json(host, 7947, path)
+            if seen is not None and (not field or seen.get(field)):
                 return time.monotonic()
         except (OSError, asyncio.IncompleteReadError, TimeoutError):
             pass
         await asyncio.sleep(0.02)  # polling a starting agent
-    raise TimeoutError(f"bench: the agent at {host} did not answer within {timeout_s:.0f} s")
+    raise TimeoutError(f"bench: the agent at {host} did not answer {path} within "
+                       f"{timeout_s:.0f} s")  # fmt: skip
 
 
 class ZnodeWatch:
@@ -1025,7 +1073,9 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
         ("same", "the same session after (of rounds)", "sum"),
         ("to_exit", "signal -> process exited, p50 / max (s)", "p50/max"),
         ("to_api", "signal -> restarted agent's API answers (s)", "p50/max"),
+        ("to_controller", "signal -> it names the controller (s)", "p50/max"),
         ("to_usable", "signal -> renewal answered / kazoo CONNECTED (s)", "ratio"),
+        ("api_to_usable", "  API answers -> renewal answered (s)", "p50/max"),
         ("margin", "  TTL left then (last keepalive + TTL - then) (s)", "min/p50"),
         ("suspended_to_connected", "kazoo SUSPENDED -> CONNECTED (s)", "p50/max"),
         ("failed", "holder's renewals that failed meanwhile (total)", "total"),
@@ -1060,6 +1110,12 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
     for r in results.get("shoal", {}).get("rounds", ()):
         if r.get("lost"):
             print(f"  note: shoal, {r['how']}: the holder's session was lost: {r['reason']}")
+    for how in KINDS:  # what the holder's failed renewals were told, in the first round
+        first = next((r for r in results.get("shoal", {}).get("rounds", ()) if r["how"] == how),
+                     None)  # fmt: skip
+        for asked, after, why in (first or {}).get("failures", ()):
+            print(f"  note: shoal, {how}, round 0: a renewal sent {asked:.2f} s after the "
+                  f"signal failed at {after:.2f} s: {why}")  # fmt: skip
     if both:
         print("  ratio: shoal/zk of the p50s (signal -> usable: a shoal agent restarts, where "
               "kazoo moves to a server that is up)")  # fmt: skip
