@@ -733,22 +733,28 @@ def restart_plan(rounds: int, ttl_s: float) -> list[tuple[str, int, float]]:
 
 
 async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
-    """The holder (the client library) on a non-controller agent, `home`; the
-    watches (metadata and kv) on the other non-controller agent. Each round
-    a new holder registers a metadata key and a kv key; `home` is restarted
-    under it; then a TTL and a second more for any late deletion."""
+    """The holder (the client library) on agent `home`: a non-controller
+    agent (--home follower) or the controller's (--home controller); the
+    watches (metadata and kv) on another agent, a non-controller one. Each
+    round a new holder registers a metadata key and a kv key; `home` is
+    restarted under it; then a TTL and a second more for any late deletion."""
     agents = Agents(root, 3, meta=True)
     streams: list[KvStream] = []
     holder: Holder | None = None
     rounds: list[dict[str, Any]] = []
+    placements: set[str] = set()
     try:
         await agents.start()
-        controller = await agents.controller()
-        home, other = [i for i in range(3) if i != controller][:2]
-        out["placement"] = f"controller agent {controller}, holder's agent {home}, watch on {other}"
-        streams = [await open_stream(MetaStream, agents.ips[other]),
-                   await open_stream(KvStream, agents.ips[other])]  # fmt: skip
         for how, r, delay in restart_plan(args.restarts, args.ttl):
+            controller = await agents.controller()
+            assert controller is not None, "no controller"
+            followers = [i for i in range(3) if i != controller]
+            home = controller if args.home == "controller" else followers[0]
+            other = followers[-1]
+            placements.add(f"controller agent {controller}, holder's agent {home}, watch on "
+                           f"{other}")  # fmt: skip
+            streams = [await open_stream(MetaStream, agents.ips[other]),
+                       await open_stream(KvStream, agents.ips[other])]  # fmt: skip
             key = f"{KEY_PREFIX}restart-{how.replace(' ', '')}-{r}"
             holder = await spawn_holder(root, HOLDER_LOG, f"{agents.ips[home]}:7947", key, key,
                                         f"{args.ttl:g}")  # fmt: skip
@@ -779,6 +785,9 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
             })  # fmt: skip
             await holder.close()
             holder = None
+            for stream in streams:
+                stream.close()
+            streams = []
             await watch.poll(lambda: agents.writable(agents.ips[home]), 60, "the agent back")
     finally:
         if holder is not None:
@@ -787,6 +796,7 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
             stream.close()
         await agents.stop()
         out["rounds"] = rounds
+        out["placement"] = "; ".join(sorted(placements))
 
 
 def margin(holder: Holder, sent: float, usable: float | None, ttl_s: float) -> float | None:
@@ -835,13 +845,15 @@ class ZnodeWatch:
 
 async def restart_zk(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
     """The holder (kazoo, the hosts of all three servers, its home first)
-    on a follower; the watch on the leader. Each round a new holder
-    creates an ephemeral znode; its server is restarted under it (kazoo
-    moves to the next server); then a TTL and a second more."""
+    on a follower (--home follower; the watch on the leader) or on the
+    leader (--home controller; the watch on a follower). Each round a new
+    holder creates an ephemeral znode; its server is restarted under it
+    (kazoo moves to the next server); then a TTL and a second more."""
     zk = ZooKeeper(root)
     watcher: Any = None
     holder: Holder | None = None
     rounds: list[dict[str, Any]] = []
+    placements: set[str] = set()
     try:
         try:
             await zk.start()
@@ -850,17 +862,19 @@ async def restart_zk(args: argparse.Namespace, root: Path, out: dict[str, Any]) 
             return
         from kazoo.client import KazooClient
 
-        leader = await zk.leader()
-        assert leader is not None, "no ZooKeeper leader"
-        followers = [i for i in range(3) if i != leader]
-        out["placement"] = (f"leader server {leader}, holder's server {followers[0]} or "
-                            f"{followers[1]} (alternately), watch on {leader}")  # fmt: skip
         await asyncio.to_thread(zk.client.ensure_path, ZPARENT)
-        watcher = KazooClient(hosts=f"{zk.ips[leader]}:2181", timeout=10.0)
-        await asyncio.to_thread(watcher.start, 30)
         for how, r, delay in restart_plan(args.restarts, args.ttl):
-            home, next_ = followers[r % 2], followers[1 - r % 2]
-            hosts = ",".join(f"{zk.ips[i]}:2181" for i in (home, next_, leader))
+            leader = await zk.leader()
+            assert leader is not None, "no ZooKeeper leader"
+            followers = [i for i in range(3) if i != leader]
+            if args.home == "controller":
+                home, next_, seer = leader, followers[r % 2], followers[1 - r % 2]
+            else:
+                home, next_, seer = followers[r % 2], followers[1 - r % 2], leader
+            placements.add(f"leader server {leader}, holder's server {home}, watch on {seer}")
+            watcher = KazooClient(hosts=f"{zk.ips[seer]}:2181", timeout=10.0)
+            await asyncio.to_thread(watcher.start, 30)
+            hosts = ",".join(f"{zk.ips[i]}:2181" for i in (home, next_, seer))
             path = f"{ZPARENT}/restart-{how.replace(' ', '')}-{r}"
             holder = await spawn_holder(root, HOLDER_ZK_MOVE, hosts, path, f"{args.ttl:g}")
             await asyncio.wait_for(holder.ready, 30)
@@ -870,11 +884,11 @@ async def restart_zk(args: argparse.Namespace, root: Path, out: dict[str, Any]) 
             async def visible(path: str = path) -> bool:
                 return await asyncio.to_thread(watcher.exists, path) is not None
 
-            await watch.poll(visible, 10, f"{path} on the leader")
+            await watch.poll(visible, 10, f"{path} on server {seer}")
             await asyncio.sleep(delay)
             sent, exited, started = await zk.restart(home, how)
             connected = await holder.until("connected", sent, args.ttl + 30)
-            suspended = holder.first("suspended", sent - args.ttl)
+            suspended = holder.first("suspended", sent)
             await asyncio.sleep(args.ttl + 1.0)  # a late expiry would show by now
             there = await visible()
             end = time.monotonic()
@@ -892,12 +906,14 @@ async def restart_zk(args: argparse.Namespace, root: Path, out: dict[str, Any]) 
             })  # fmt: skip
             await holder.close()
             holder = None
+            watcher.stop()
+            watcher.close()
+            watcher = None
 
             async def back(i: int = home) -> bool:
                 return await zk.mode(i) in ("follower", "leader")
 
             await watch.poll(back, 60, f"ZooKeeper server {home} back in the quorum")
-        out["leader_after"] = await zk.leader()
     finally:
         if holder is not None:
             await holder.kill()
@@ -906,6 +922,7 @@ async def restart_zk(args: argparse.Namespace, root: Path, out: dict[str, Any]) 
             watcher.close()
         await zk.stop()
         out["rounds"] = rounds
+        out["placement"] = "; ".join(sorted(placements))
 
 
 # -- report ------------------------------------------------------------------------------
@@ -1054,7 +1071,8 @@ def report_removal(args: argparse.Namespace, results: dict[str, dict[str, Any]])
 def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
     t = args.ttl
     print(f"\n== restart: the holder's agent (shoal, sessions in the metadata log) or server "
-          f"(ZooKeeper; kazoo moves to the next) restarted under a live holder; ttl {t:g} s, "
+          f"(ZooKeeper; kazoo moves to the next), a {args.home}'s, restarted under a live "
+          f"holder; ttl {t:g} s, "
           f"{args.restarts} rounds per kind each; signal 1 s + [0, {t / 3:.2f}) s after 'ready' "
           f"(seeded); then watched for a TTL + 1 s")  # fmt: skip
     for s in ("shoal", "zk"):
@@ -1062,8 +1080,6 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
             print(f"  note: {s} skipped: {results[s]['skipped']}")
         if "placement" in results.get(s, {}):
             print(f"  note: {s}: {results[s]['placement']}")
-    if "leader_after" in results.get("zk", {}):
-        print(f"  note: zk: leader at the end: server {results['zk']['leader_after']}")
     systems = [s for s in ("shoal", "zk") if results.get(s, {}).get("rounds")]
     if not systems:
         return
@@ -1117,8 +1133,9 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
             print(f"  note: shoal, {how}, round 0: a renewal sent {asked:.2f} s after the "
                   f"signal failed at {after:.2f} s: {why}")  # fmt: skip
     if both:
+        election = ", once the others elect a leader" if args.home == "controller" else ""
         print("  ratio: shoal/zk of the p50s (signal -> usable: a shoal agent restarts, where "
-              "kazoo moves to a server that is up)")  # fmt: skip
+              f"kazoo moves to a server that is up{election})")  # fmt: skip
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -1170,6 +1187,9 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=4,
                         help="restart rounds per kind (SIGTERM, kill -9) per system")  # fmt: skip
     parser.add_argument("--ttl", type=float, default=4.0, help="the holder's session (s)")
+    parser.add_argument("--home", choices=("follower", "controller"), default="follower",
+                        help="restart: the holder's agent/server is a non-controller (a "
+                        "follower), or the controller's (the leader)")  # fmt: skip
     parser.add_argument("--only", nargs="+", default=list(SECTIONS), choices=SECTIONS,
                         metavar="SECTION", help=", ".join(SECTIONS))  # fmt: skip
     parser.add_argument("--skip-zk", action="store_true")
