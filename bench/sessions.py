@@ -66,7 +66,10 @@ Sections:
             ratios shoal/ZooKeeper of signal -> usable. Expected: shoal
             pays an agent's start (a second or more), ZooKeeper a
             reconnect (milliseconds): the shoal client renews through its
-            one local agent.
+            one local agent. --home controller: the holder's agent is the
+            controller's (the restart is also a failover: a new controller
+            gives every session a full TTL), ZooKeeper's the leader's (an
+            election); the watches on another agent/server.
 
 Clocks: every time is CLOCK_MONOTONIC (time.monotonic(), one clock for every
 process on the host); the holder stamps its keepalives just before writing
@@ -75,7 +78,8 @@ them. Everything runs on loopback: shoal on 127.21.3.x, ZooKeeper on
 
     apt-get install zookeeper; pip install kazoo
     .venv/bin/python bench/sessions.py [--sessions 10000] [--rounds 10] [--restarts 4]
-        [--ttl 4] [--only capacity removal removal-log restart] [--skip-zk] [--quick]
+        [--ttl 4] [--only capacity removal removal-log restart] [--home follower|controller]
+        [--skip-zk] [--quick]
 """
 
 from __future__ import annotations
