@@ -98,6 +98,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,7 @@ SHOAL_NET, ZK_NET = "127.21.3", "127.21.4"  # free of bench/watch.py's and the t
 KEY_PREFIX = "bench/sessions/"
 ZPARENT = "/bench-sessions"
 CAPACITY_TTL_S = 30.0
+META_LOG_FEATURE = 2  # sessions go through the log from this level (kernel/versions.py)
 SEED = 30  # the kill delays: the same for both systems, and from run to run
 SECTIONS = ("capacity", "removal", "removal-log", "restart")
 
@@ -767,8 +769,11 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
                 assert await stream.until(stream.put_at, key, 10) is not None, "no put seen"
             await asyncio.sleep(delay)
             sent, exited, started = await agents.restart(home, how)
-            answered = await first_answer(agents.ips[home], 60)
-            knows = await first_answer(agents.ips[home], 60, "/v1/controller", "controller")
+            answered, knows, level = await asyncio.gather(
+                first_answer(agents.ips[home], 60),
+                first_answer(agents.ips[home], 60, "/v1/controller", lambda c: c["controller"]),
+                first_answer(agents.ips[home], 60, "/v1/self",
+                             lambda me: me["feature_level"] >= META_LOG_FEATURE))  # fmt: skip
             renewed = await holder.until("renewed", started, args.ttl + 30)
             await asyncio.sleep(args.ttl + 1.0)  # a late expiry would show by now
             sid = holder.sessions[0]
@@ -776,7 +781,7 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
             end = time.monotonic()
             rounds.append({
                 "how": how, "to_exit": exited - sent, "to_api": answered - sent,
-                "to_controller": knows - sent,
+                "to_controller": knows - sent, "to_level": level - sent,
                 "to_usable": None if renewed is None else renewed - sent,
                 "margin": margin(holder, sent, renewed, args.ttl),
                 "api_to_usable": None if renewed is None else renewed - answered,
@@ -786,6 +791,8 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
                 "lost": holder.first("lost", 0) is not None, "reason": holder.lost_reason,
                 "same": held is not None and held.get("id") == sid,
                 "deleted": sum(1 for st in streams if st.deleted_at.get(key, end) < end),
+                "watch_ended": any(st.transport is None or st.transport.is_closing()
+                                   for st in streams),
             })  # fmt: skip
             await holder.close()
             holder = None
@@ -811,15 +818,15 @@ def margin(holder: Holder, sent: float, usable: float | None, ttl_s: float) -> f
     return None if usable is None or last is None else last + ttl_s - usable
 
 
-async def first_answer(host: str, timeout_s: float,
-                       path: str = "/v1/self", field: str = "") -> float:  # fmt: skip
-    """When the agent at `host` first answered `GET path` (with `field` set
-    in its answer, if given), polled every 20 ms."""
+async def first_answer(host: str, timeout_s: float, path: str = "/v1/self",
+                       ok: Callable[[Any], bool] = bool) -> float:  # fmt: skip
+    """When the agent at `host` first answered `GET path` with something
+    `ok` says yes to, polled every 20 ms."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             seen = await watch.get_json(host, 7947, path)
-            if seen is not None and (not field or seen.get(field)):
+            if seen is not None and ok(seen):
                 return time.monotonic()
         except (OSError, asyncio.IncompleteReadError, TimeoutError):
             pass
@@ -1094,6 +1101,7 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
         ("to_exit", "signal -> process exited, p50 / max (s)", "p50/max"),
         ("to_api", "signal -> restarted agent's API answers (s)", "p50/max"),
         ("to_controller", "signal -> it names the controller (s)", "p50/max"),
+        ("to_level", f"signal -> its feature level is {META_LOG_FEATURE} (s)", "p50/max"),
         ("to_usable", "signal -> renewal answered / kazoo CONNECTED (s)", "ratio"),
         ("api_to_usable", "  API answers -> renewal answered (s)", "p50/max"),
         ("margin", "  TTL left then (last keepalive + TTL - then) (s)", "min/p50"),
@@ -1130,6 +1138,9 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
     for r in results.get("shoal", {}).get("rounds", ()):
         if r.get("lost"):
             print(f"  note: shoal, {r['how']}: the holder's session was lost: {r['reason']}")
+        if r.get("watch_ended"):
+            print(f"  note: shoal, {r['how']}: a watch ended during the round: its deletions "
+                  "are not all counted")  # fmt: skip
     for how in KINDS:  # what the holder's failed renewals were told, in the first round
         first = next((r for r in results.get("shoal", {}).get("rounds", ()) if r["how"] == how),
                      None)  # fmt: skip
