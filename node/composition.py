@@ -677,8 +677,15 @@ class ShoalNode:
         return None if m is None else m.ident
 
     def name_of(self, node_id: bytes) -> str | None:
-        """The name of the member with `node_id` (a scan: for the API)."""
-        return self.swim.table.name_of(node_id)
+        """The name of the member with `node_id` (a scan: for the API); for
+        a kv record owned by a session of the metadata log, the member it
+        was opened on (the application's machine: the broker example judges
+        a broker by its member's health)."""
+        name = self.swim.table.name_of(node_id)
+        if name is None and self.meta is not None:
+            session = self.meta.state.sessions.get(node_id)
+            name = None if session is None else session.node or None
+        return name
 
     def peers_up_count(self) -> int:
         """len(peers_up()), without building the list."""

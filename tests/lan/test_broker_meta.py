@@ -204,9 +204,12 @@ def _run(lan: VirtualLan, figure: Callable[[str], None]) -> None:
                and sum(c.sent > t_cut for c in cut_off.done) >= 4, 60)  # fmt: skip
     t_view = time.monotonic()
     view = poll_until(lambda: topics_of(majority[1]), 30)
+    # Healing takes a moment, host after host: what was answered before it
+    # began had no help from it (a creation answered during it may succeed).
+    t_healing = time.monotonic()
     lan.heal(hosts)
     t_heal = time.monotonic()
-    never = {c.name for c in cut_off.done if c.outcome != "ok" and c.answered < t_heal}
+    never = {c.name for c in cut_off.done if c.outcome != "ok" and c.answered < t_healing}
 
     def after_heal() -> bool:  # and, meanwhile, nothing that must not be there is
         for host in hosts:
@@ -228,9 +231,9 @@ def _run(lan: VirtualLan, figure: Callable[[str], None]) -> None:
     assert not {c.name for c in everything if c.outcome == "not_applied"} & final
     # Those the cut-off broker had finished with before the heal (none was
     # acknowledged: below) exist after it only if the majority held them.
-    behind = {c.name for c in cut_off.done if c.answered < t_heal} & (final - view)
+    behind = {c.name for c in cut_off.done if c.answered < t_healing} & (final - view)
     assert not behind, f"appeared behind the new controller's back: {behind}"
-    during = [c for c in cut_off.done if t_cut < c.sent and c.answered < t_heal]
+    during = [c for c in cut_off.done if t_cut < c.sent and c.answered < t_healing]
     assert during and not [c for c in during if c.outcome == "ok"]  # a minority acks nothing
     assert first.answered - t_new < 10, "the majority could not create for too long"
     poll_until(lambda: serving(hosts, final), 60)  # the new assignment covers all, on all
