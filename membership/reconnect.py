@@ -125,6 +125,9 @@ class Reconnects:
         self._pings: dict[int, str] = {}  # seq -> member, sent this probe interval
         self._seq = _SEQ_FIRST - 1
         self._burst_after = 0.0
+        # When a lost member was last heard from: a cut may have healed then
+        # (claims.py holds the verdicts on suspicions raised before it).
+        self.heard_at = -1.0
 
     def died(self, name: str, now: float) -> None:
         """Member `name` was declared dead at `now`: try it again soon."""
@@ -183,6 +186,7 @@ class Reconnects:
         have just healed, so ping the other lost members at once, the
         suspects with their suspicion (at most `_HEARD_BURST_MAX`, once per
         probe interval)."""
+        self.heard_at = now
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s
@@ -190,22 +194,25 @@ class Reconnects:
         for other, since, suspect in list(self._fast):
             if sent >= _HEARD_BURST_MAX:
                 break
-            if other != name and self._lost(other, since, suspect, now):
-                self._ping(other)
+            if other != name and self._lost(other, since, suspect):
+                self.ping(other)
                 sent += 1
 
-    def _lost(self, name: str, since: float, suspect: bool, now: float) -> bool:
-        """Whether a round-robin entry may be pinged now."""
+    def _lost(self, name: str, since: float, suspect: bool) -> bool:
+        """Whether a round-robin entry is still lost (a suspect is pinged
+        in a burst however young its suspicion: one raised in a cut that
+        just healed is not refuted by gossip alone within seconds)."""
         if not suspect:
             return self._still_dead(name, since)
         m = self._table.get(name)
-        return m is not None and m.state is SUSPECT and now >= since
+        return m is not None and m.state is SUSPECT
 
     def _still_dead(self, name: str, died_at: float) -> bool:
         m = self._table.get(name)
         return m is not None and m.state is DEAD and self._table.down_at(name) == died_at
 
-    def _ping(self, name: str) -> None:
+    def ping(self, name: str) -> None:
+        """Ping lost member `name` now, with our suspicion if it is suspect."""
         self._seq += 1
         if self._seq >= _SEQ_END:
             self._seq = _SEQ_FIRST
@@ -250,7 +257,7 @@ class Reconnects:
         self._pings.clear()  # acks later than a probe interval are not awaited
         name = self._next(now)
         if name is not None and not self._local.leaving:
-            self._ping(name)
+            self.ping(name)
         self._armed = bool(self._fast)
         if self._armed:
             self._due_at = now + self._pace_s()
@@ -262,7 +269,7 @@ class Reconnects:
         if not self._still_dead(name, died_at):
             return
         if not self._local.leaving:
-            self._ping(name)
+            self.ping(name)
         gap_s *= 2
         if gap_s < self._config.reconnect_interval_s:
             self._deadlines.push(now + gap_s, self._due_ladder, (name, died_at, gap_s))

@@ -107,7 +107,7 @@ def expected_confirmations(config: SwimConfig, cluster_size: int) -> int:
 class SuspicionTimer:
     """One running suspicion: when it started and who confirmed it."""
 
-    __slots__ = ("started_at", "k", "min_s", "max_s", "confirmers", "cap", "floor_s")
+    __slots__ = ("started_at", "k", "min_s", "max_s", "confirmers", "cap", "floor_s", "held_until")
 
     def __init__(
         self,
@@ -138,6 +138,8 @@ class SuspicionTimer:
         self.floor_s = min_s if floor_s is None else floor_s
         # The original suspector does not count as a confirmation.
         self.confirmers: set[str] = {source}
+        # Held at a heal (claims.py, `Claims.hold`): no verdict before this.
+        self.held_until = 0.0
 
     @classmethod
     def begin(
@@ -166,10 +168,11 @@ class SuspicionTimer:
 
     @property
     def deadline_at(self) -> float:
-        """When the suspect is to be declared dead, unless it refutes."""
+        """When the suspect is to be declared dead, unless it refutes (and
+        never before a hold ends)."""
         n = self.confirmations
         if n > self.k:
             timeout = fast_timeout_s(n, self.k, self.cap, self.min_s, self.floor_s)
         else:
             timeout = suspicion_timeout_s(n, self.k, self.min_s, self.max_s)
-        return self.started_at + timeout
+        return max(self.started_at + timeout, self.held_until)
