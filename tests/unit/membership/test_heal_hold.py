@@ -76,7 +76,8 @@ def test_without_a_lost_member_heard_the_same_suspicion_ends_on_time():
     it runs out, and its late refutation brings it back as a rejoin."""
     node = _node()
     _suspected(node, "n2", SUSPECTED_AT)
-    deaths, _ = _run(node, SUSPECTED_AT, RUNS_OUT_AT + 2.0, {RUNS_OUT_AT + 0.01: Alive(2, ident(2))})
+    late = {RUNS_OUT_AT + 0.01: Alive(2, ident(2))}
+    deaths, _ = _run(node, SUSPECTED_AT, RUNS_OUT_AT + 2.0, late)
     assert [name for _, name in deaths] == ["n2"]
     assert abs(deaths[0][0] - RUNS_OUT_AT) < 1e-6
     assert node.counters.suspicions_held == 0
@@ -88,7 +89,8 @@ def test_a_held_suspect_that_does_not_answer_is_declared_dead_a_probe_timeout_la
     node = _node()
     _suspected(node, "n2", SUSPECTED_AT)
     _suspected(node, "n3", SUSPECTED_AT)
-    deaths, _ = _run(node, SUSPECTED_AT, RUNS_OUT_AT + 5.0, {RUNS_OUT_AT - 0.05: Alive(2, ident(3))})
+    heard = {RUNS_OUT_AT - 0.05: Alive(2, ident(3))}
+    deaths, _ = _run(node, SUSPECTED_AT, RUNS_OUT_AT + 5.0, heard)
     (at, name), = deaths  # fmt: skip
     assert name == "n2"
     assert RUNS_OUT_AT < at <= RUNS_OUT_AT + CONFIG.probe_timeout_s + 1e-6
@@ -105,4 +107,3 @@ def test_a_suspicion_raised_after_the_lost_member_was_heard_is_not_held():
     (at, name), = deaths  # fmt: skip
     assert name == "n2" and abs(at - (RUNS_OUT_AT + 0.2)) < 1e-6
     assert node.counters.suspicions_held == 0
-
