@@ -179,7 +179,9 @@ class Claims:
         if self.suspicions.pop(name, None) is not None and result is Transition.REFUTED:
             self._reconnects.heard(name, now)  # a suspect is back: maybe a cut healed
         if result is Transition.JOINED:
-            self.dead.discard(name)
+            if name in self.dead:
+                self._reconnects.heard(name, now)  # a dead member is back: as above
+                self.dead.discard(name)
             self._recent_dead.discard(name)
             self._scheduler.insert(name)
             self._events.append(MemberJoined(m.view()))

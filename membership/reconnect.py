@@ -185,18 +185,20 @@ class Reconnects:
         """Lost member `name` (dead, or suspect) was heard from: a cut may
         have just healed, so ping the other lost members at once, the
         suspects with their suspicion (at most `_HEARD_BURST_MAX`, once per
-        probe interval)."""
+        probe interval). The suspects go first: a suspicion left unrefuted
+        ends in a death (claims.py holds it only briefly), a dead member
+        that is back rejoins anyway. At 60 agents, a suspicion that came
+        after the heal, behind twenty of the dead in the round robin, was
+        told to its suspect 5.1 s after the heal."""
         self.heard_at = now
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s
-        sent = 0
-        for other, since, suspect in list(self._fast):
-            if sent >= _HEARD_BURST_MAX:
-                break
-            if other != name and self._lost(other, since, suspect):
-                self.ping(other)
-                sent += 1
+        lost = [(not suspect, other) for other, since, suspect in self._fast
+                if other != name and self._lost(other, since, suspect)]  # fmt: skip
+        lost.sort(key=lambda entry: entry[0])  # stable: suspects first, each in turn
+        for _, other in lost[:_HEARD_BURST_MAX]:
+            self.ping(other)
 
     def _lost(self, name: str, since: float, suspect: bool) -> bool:
         """Whether a round-robin entry is still lost (a suspect is pinged

@@ -141,3 +141,20 @@ def test_a_burst_tells_suspects_of_others_suspicions_however_young():
     node.receive(Alive(2, ident(2)), ident(2).addr, 0.2)  # n2 refutes
     pings = _reconnect_pings(node.drain().send)
     assert pings == {f"n{i}": True for i in range(3, 7)}, pings
+
+
+def test_a_burst_pings_the_suspects_before_the_dead():
+    """Twenty members declared dead, then one suspected: when a lost member
+    is heard from, the suspect is among the sixteen pinged at once (its
+    suspicion would end in a death; the dead rejoin anyway)."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, 30):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    for i in range(2, 23):
+        node.receive(Dead(1, f"n{i}", "n29"), ident(29).addr, 0.1)
+    node.receive(Suspect(1, "n23", "n29"), ident(29).addr, 0.2)
+    node.drain()
+    node.receive(Alive(2, ident(2)), ident(2).addr, 0.3)  # n2 is back
+    pings = _reconnect_pings(node.drain().send)
+    assert len(pings) == 16 and pings.get("n23") is True, pings
