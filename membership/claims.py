@@ -7,7 +7,9 @@ there, SWIM §4.2), and this role decides what follows from the change:
 - ALIVE -> SUSPECT starts a `SuspicionTimer` (Lifeguard §IV-B) in the
   deadline heap; every independent confirmation of it moves the deadline
   earlier and is gossiped on, so that others count it too. At the deadline
-  a member still suspect is declared DEAD by this node.
+  a member still suspect is declared DEAD by this node, unless a lost
+  member was heard from just before (a heal): then the verdict is held
+  once, for a probe timeout, and the suspect pinged (suspicion.py, `hold`).
 - A claim about ourselves at our incarnation or above is refuted: the
   incarnation goes up (persisted first: the contract's persist-before-send
   order), `Alive` is gossiped, and Lifeguard §IV-A counts the refutation
@@ -287,36 +289,17 @@ class Claims:
         if timer is None or timer.deadline_at > now:
             return  # refuted, or a confirmation moved the deadline
         m = self._table.get(name)
-        if m is not None and m.state is SUSPECT and not self._hold(name, timer, now):
-            self.on_dead(Dead(m.incarnation, name, self._name), LOCAL, now)
-
-    def _hold(self, name: str, timer: SuspicionTimer, now: float) -> bool:
-        """Hold the verdict on a suspicion that ran out just after a lost
-        member was heard from (ours): a cut may have healed, and the
-        suspect's refutation may be on its way.
-
-        After a heal, the suspicions raised during the cut keep running,
-        and their confirmations, held back by the cut, arrive all at once
-        with the first gossip across it: at 60 agents, every death declared
-        after a heal came within 50 ms of it, of a member that had already
-        refuted (or was about to). So a suspicion that started before the
-        last lost member was heard from, and runs out within a probe
-        interval of that, is held for a probe timeout (a round trip at the
-        99th percentile), once, and the suspect is pinged with it at once
-        (Lifeguard's buddy system): a live suspect refutes to us directly.
-        Cost: one ping per held suspicion, and a verdict at most a probe
-        timeout later, for a suspicion that runs out just after a suspect
-        refuted or a dead member came back (a heal, or a false positive).
-        """
-        heard_at = self._reconnects.heard_at
-        if (timer.held_until or heard_at < timer.started_at
-                or now - heard_at > self._config.probe_interval_s):  # fmt: skip
-            return False
-        timer.held_until = now + self._config.probe_timeout_s
-        self._counters.suspicions_held += 1
-        self._deadlines.push(timer.held_until, self._due_suspicion, name)
-        self._reconnects.ping(name)
-        return True
+        if m is None or m.state is not SUSPECT:
+            return
+        config = self._config
+        if timer.hold(self._reconnects.heard_at, now, config.probe_interval_s,
+                      config.probe_timeout_s):  # fmt: skip
+            # a lost member was heard from just before: maybe a heal
+            self._counters.suspicions_held += 1
+            self._deadlines.push(timer.deadline_at, self._due_suspicion, name)
+            self._reconnects.ping(name)  # with the suspicion: a live suspect refutes to us
+            return
+        self.on_dead(Dead(m.incarnation, name, self._name), LOCAL, now)
 
     def _due_reap(self, arg: tuple[str, float], now: float) -> None:
         name, down_at = arg
