@@ -52,6 +52,7 @@ is dropped there.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -130,7 +131,7 @@ class Reconnects:
         self._burst_after = 0.0
         # When a lost member was last heard from: a cut may have healed then
         # (claims.py holds the verdicts on suspicions raised before it).
-        self.heard_at = -1.0
+        self.heard_at = -math.inf
 
     def died(self, name: str, now: float) -> None:
         """Member `name` was declared dead at `now`: try it again soon."""
