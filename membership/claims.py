@@ -178,8 +178,10 @@ class Claims:
             return
         m = self._table.get(name)
         assert m is not None
-        if self.suspicions.pop(name, None) is not None and result is Transition.REFUTED:
-            self._reconnects.heard(name, now)  # a suspect is back: maybe a cut healed
+        timer = self.suspicions.pop(name, None)
+        if timer is not None and result is Transition.REFUTED:
+            # a suspect is back: maybe a cut healed
+            self._reconnects.heard(name, now, timer.started_at)
         if result is Transition.JOINED:
             if name in self.dead:
                 self._reconnects.heard(name, now)  # a dead member is back: as above

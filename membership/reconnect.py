@@ -181,20 +181,31 @@ class Reconnects:
             return self._config.probe_interval_s
         return self._config.probe_interval_s * scale
 
+    def pinged_by_suspect(self, name: str, now: float) -> None:
+        """Suspect `name` pinged us (for how long it was suspect, probing
+        does not know): the burst, not a sign for the holds."""
+        self.heard(name, now, now)
+
     def answered(self, seq: int) -> str | None:
         """The member an ack with `seq` answers for, if it is one of ours."""
         return self._pings.pop(seq, None)
 
-    def heard(self, name: str, now: float) -> None:
-        """Lost member `name` (dead, or suspect) was heard from: a cut may
-        have just healed, so ping the other lost members at once, the
-        suspects with their suspicion (at most `_HEARD_BURST_MAX`, once per
-        probe interval). The suspects go first: a suspicion left unrefuted
+    def heard(self, name: str, now: float, lost_since: float = -math.inf) -> None:
+        """Lost member `name` (dead, or suspect since `lost_since`) was
+        heard from: a cut may have just healed, so ping the other lost
+        members at once, the suspects with their suspicion (at most
+        `_HEARD_BURST_MAX`, once per probe interval). It is a sign of a
+        heal for the holds (`heard_at`) only when `name` was lost for
+        `_OTHERS_SUSPICION_ROUNDS` probe intervals or more: a false
+        suspicion from loss is refuted sooner, and holding verdicts after
+        each of those slowed the detection of crashes (100 nodes, 10 %
+        loss: by 0.27 s in the median). The suspects go first: a suspicion left unrefuted
         ends in a death (claims.py holds it only briefly), a dead member
         that is back rejoins anyway. At 60 agents, a suspicion that came
         after the heal, behind twenty of the dead in the round robin, was
         told to its suspect 5.1 s after the heal."""
-        self.heard_at = now
+        if now - lost_since >= _OTHERS_SUSPICION_ROUNDS * self._config.probe_interval_s:
+            self.heard_at = now
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s

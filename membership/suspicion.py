@@ -181,8 +181,9 @@ class SuspicionTimer:
         percentile) and pings the suspect with its suspicion (Lifeguard's
         buddy system): a live suspect refutes to us directly. Once only, so
         a verdict comes at most `hold_s` late, and only for a suspicion
-        that ends just after a suspect refuted or a dead member came back
-        (a heal, or a false suspicion of another member refuted).
+        that ends just after a member lost for two probe intervals or more
+        came back (reconnect.py: a false suspicion from loss, refuted
+        sooner, is no sign).
         """
         if self.held_until or heard_at < self.started_at or now - heard_at > window_s:
             return False
