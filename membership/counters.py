@@ -21,6 +21,7 @@ class SwimCounters(Counters):
     suspicions_raised: int = 0
     refutations: int = 0
     deaths_declared: int = 0
+    suspicions_held: int = 0  # verdicts held after a lost member was heard (claims.py)
     push_pulls_sent: int = 0
     stranger_syncs: int = 0  # of which: with a prober we did not know
     reconnect_pings: int = 0  # pings to members recently declared dead (reconnect.py)

@@ -128,7 +128,7 @@ class SwimNode:
         self.prober = prober = Prober(
             local, table, config, rng, health, deadlines, counters, scheduler,
             self.gossip.send_packet, claims.on_suspect, exchange.sync_with_stranger,
-            reconnects.heard,
+            reconnects.pinged_by_suspect,
             exchange.reconnect_acked,
             self.offsets, self.coordinates,
         )  # fmt: skip

@@ -124,3 +124,37 @@ def test_a_member_only_we_suspect_is_pinged_every_probe_interval_at_60_members()
     assert at and at[0] <= 0.1 + CONFIG.probe_interval_s
     gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
     assert len(at) >= 3 and max(gaps) <= CONFIG.probe_interval_s + 1e-9, at
+
+
+def test_a_burst_tells_suspects_of_others_suspicions_however_young():
+    """Suspicions raised by other members during a cut wait two probe
+    intervals for the round robin (a false one from loss is refuted
+    sooner), but when a lost member is heard from, a cut may have healed:
+    the burst pings those suspects too, with their suspicion."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, 12):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    for i in range(2, 7):
+        node.receive(Suspect(1, f"n{i}", "n11"), ident(11).addr, 0.1)
+    node.drain()
+    node.receive(Alive(2, ident(2)), ident(2).addr, 0.2)  # n2 refutes
+    pings = _reconnect_pings(node.drain().send)
+    assert pings == {f"n{i}": True for i in range(3, 7)}, pings
+
+
+def test_a_burst_pings_the_suspects_before_the_dead():
+    """Twenty members declared dead, then one suspected: when a lost member
+    is heard from, the suspect is among the sixteen pinged at once (its
+    suspicion would end in a death; the dead rejoin anyway)."""
+    node = SwimNode(ident(1), CONFIG, random.Random(1))
+    node.start(0.0)
+    for i in range(2, 30):
+        node.receive(Alive(1, ident(i)), ident(i).addr, 0.0)
+    for i in range(2, 23):
+        node.receive(Dead(1, f"n{i}", "n29"), ident(29).addr, 0.1)
+    node.receive(Suspect(1, "n23", "n29"), ident(29).addr, 0.2)
+    node.drain()
+    node.receive(Alive(2, ident(2)), ident(2).addr, 0.3)  # n2 is back
+    pings = _reconnect_pings(node.drain().send)
+    assert len(pings) == 16 and pings.get("n23") is True, pings
