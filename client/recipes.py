@@ -21,13 +21,47 @@ recipes and etcd's `concurrency` package give their users:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-from shoal.client.errors import NotFound
-from shoal.client.metatxn import Compare, TxnDelete, TxnPut
+from shoal.client.errors import NotApplied, NotFound, Unknown
+from shoal.client.metatxn import Compare, TxnDelete, TxnPut, TxnResult
 from shoal.client.metawatch import MetaEvent
 from shoal.client.session import Session
 from shoal.client.sync import Client
+from shoal.client.types import MetaValue
+
+T = TypeVar("T")
+
+# How long a recipe retries a call the log did not serve (NotApplied: no
+# controller, or one not yet confirmed; nothing was done, so it is safe).
+RETRY_S = 15.0
+
+
+def _retried(call: Callable[[], T]) -> T:
+    """`call()`, tried again while it raises NotApplied, for up to RETRY_S."""
+    deadline, pause = time.monotonic() + RETRY_S, 0.05
+    while True:
+        try:
+            return call()
+        except NotApplied:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+
+def _get(client: Client, key: str) -> MetaValue | None:
+    """`key` read linearizably (None: absent), retried while not served."""
+
+    def read() -> MetaValue | None:
+        try:
+            return client.meta.get(key)
+        except NotFound:
+            return None
+
+    return _retried(read)
 
 
 class Lock:
@@ -43,9 +77,21 @@ class Lock:
         self.fence = 0
 
     def try_acquire(self) -> bool:
-        """Take the lock if nobody holds it; whether it is held here now."""
-        took = self.client.meta.txn([Compare.absent(self.key)],
-                                    [TxnPut(self.key, self.value, self.session.id)])  # fmt: skip
+        """Take the lock if nobody holds it; whether it is held here now.
+        An unknown outcome (Unknown) is settled by reading the key back: it
+        is ours if it holds our value under our session."""
+        put = TxnPut(self.key, self.value, self.session.id)
+
+        def take() -> TxnResult:
+            return self.client.meta.txn([Compare.absent(self.key)], [put])
+
+        try:
+            took = _retried(take)
+        except Unknown:
+            held = _get(self.client, self.key)
+            ours = held is not None and held.session == self.session.id
+            self.fence = held.create_revision if held is not None and ours else 0
+            return ours
         if took.succeeded:
             self.fence = took.revision
         return took.succeeded
@@ -67,10 +113,8 @@ class Lock:
         return self.fence
 
     def _holder_revision(self) -> int:
-        try:
-            return self.client.meta.get(self.key).mod_revision
-        except NotFound:
-            return 0
+        held = _get(self.client, self.key)
+        return 0 if held is None else held.mod_revision
 
     def guard(self) -> Compare:
         """The compare a protected write carries: the lock is still the one
@@ -79,15 +123,14 @@ class Lock:
 
     def held(self) -> bool:
         """Whether the lock is still ours, as the controller says now."""
-        try:
-            return self.client.meta.get(self.key).create_revision == self.fence > 0
-        except NotFound:
-            return False
+        held = _get(self.client, self.key)
+        return held is not None and held.create_revision == self.fence > 0
 
     def release(self) -> None:
         """Give the lock up (only if it is still ours)."""
         if self.fence:
-            self.client.meta.txn([self.guard()], [TxnDelete(self.key)])
+            guard = self.guard()
+            _retried(lambda: self.client.meta.txn([guard], [TxnDelete(self.key)]))
             self.fence = 0
 
 
@@ -113,10 +156,8 @@ class Election:
 
     def leader(self) -> str | None:
         """Who leads now (None: nobody)."""
-        try:
-            return self.client.meta.get(self.key).value.decode()
-        except NotFound:
-            return None
+        held = _get(self.client, self.key)
+        return None if held is None else held.value.decode()
 
     def resign(self) -> None:
         """Stop leading (the next candidate takes over at once)."""
@@ -136,7 +177,7 @@ class Registry:
 
     def members(self) -> dict[str, str]:
         """Every registered member and its address, read linearizably."""
-        listing = self.client.meta.list(self.prefix)
+        listing = _retried(lambda: self.client.meta.list(self.prefix))
         return {v.key[len(self.prefix) :]: v.value.decode() for v in listing.items}
 
     def watch(self, from_revision: int | None = None) -> Iterator[MetaEvent]:

@@ -96,6 +96,7 @@ from shoal.sim.elections import (
     random_fault,
 )
 from shoal.sim.linearizability import CheckResult, Operation
+from shoal.sim.metacall import Call
 from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
 from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
@@ -111,28 +112,6 @@ if TYPE_CHECKING:
 _KINDS = FAULTS
 # The runs that lose disks (sim/wipe.py).
 WIPE_RATE = 0.33
-
-
-@dataclass
-class Call:
-    """One client operation as the client saw it (times are true time)."""
-
-    client: int
-    kind: str  # "put", "delete", "get", "txn"; "open", "close" (sim/metasessions.py)
-    key: bytes
-    value: bytes | None
-    cas: int | None
-    call_at: float
-    return_at: float | None = None  # None: unknown (may or may not have happened)
-    outcome: str = "pending"  # ok, conflict, not_applied, no_session, unknown, failed (reads)
-    revision: int = 0  # a write's commit revision; a conflict's current revision
-    read_value: bytes | None = None
-    read_mod_revision: int = 0
-    txn: MetaTxn | None = None
-    txn_result: TxnApplied | None = None
-    session: bytes = b""  # a put's session
-    op: MetaOp | None = None  # a session's open or close, as proposed
-    read_revision: int = 0  # the revision a read was served at
 
 
 @dataclass

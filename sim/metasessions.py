@@ -45,7 +45,7 @@ from shoal.metalog.messages import (
 from shoal.metalog.state import END_CLOSED, MetaDelete, MetaOp, MetaPut, SessionEnd, SessionOpen
 from shoal.sim.cluster import SimCluster
 from shoal.sim.linearizability import Operation
-from shoal.sim.meta import Call, MetaRun
+from shoal.sim.metacall import Call
 from shoal.sim.metamodel import Written
 from shoal.sim.sessioncheck import SessionChecker, first_ends
 from shoal.sim.sessionmodel import End
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from shoal.metalog.core import MetaLog
+    from shoal.sim.meta import MetaRun
 
 # The ephemeral keys, written by session clients only (and read by them).
 EPHEMERAL_KEYS = (b"eph/0", b"eph/1", b"eph/2")
