@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from shoal.client.errors import NotApplied, NotFound, Unknown
+from shoal.client.errors import Compacted, NotFound, Unavailable, Unknown
 from shoal.client.metatxn import Compare, TxnDelete, TxnPut, TxnResult
 from shoal.client.metawatch import MetaEvent
 from shoal.client.session import Session
@@ -34,18 +34,19 @@ from shoal.client.types import MetaValue
 
 T = TypeVar("T")
 
-# How long a recipe retries a call the log did not serve (NotApplied: no
-# controller, or one not yet confirmed; nothing was done, so it is safe).
+# How long a recipe retries a call nobody served (Unavailable, NotApplied
+# among them: no controller, or one not yet confirmed, or an agent that has
+# not yet applied as far as a watch asks; nothing was done, so it is safe).
 RETRY_S = 15.0
 
 
 def _retried(call: Callable[[], T]) -> T:
-    """`call()`, tried again while it raises NotApplied, for up to RETRY_S."""
+    """`call()`, tried again while it raises Unavailable, for up to RETRY_S."""
     deadline, pause = time.monotonic() + RETRY_S, 0.05
     while True:
         try:
             return call()
-        except NotApplied:
+        except Unavailable:
             if time.monotonic() + pause > deadline:
                 raise
             time.sleep(pause)
@@ -103,7 +104,10 @@ class Lock:
             held = self._holder_revision()
             if held == 0:
                 continue  # released in between: try again at once
-            watch = self.client.meta.watch(self.key, from_revision=held + 1)
+            try:  # from just after the holder's write: its delete is not missed
+                watch = _retried(lambda: self.client.meta.watch(self.key, held + 1))
+            except Compacted:
+                continue  # the agent keeps no history from there: try again at once
             try:
                 for event in watch:
                     if event.type == "delete" and event.key == self.key:

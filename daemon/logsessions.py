@@ -74,6 +74,17 @@ class LogSessions:
         node = self._node()
         return node.meta is not None and node.feature_level >= META_LOG_FEATURE
 
+    async def settle(self) -> bool:
+        """Whether a session opened now goes through the log: an agent that
+        does not know the cluster's feature level yet (it has just started)
+        waits up to `RENEW_WAIT_S` * 3 to learn it, rather than hand out a
+        session of its own table that its next restart would end."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 3 * RENEW_WAIT_S
+        while self._node().feature_level == 0 and loop.time() < deadline:
+            await asyncio.sleep(_RENEW_RETRY_S)
+        return self.active()
+
     def holds(self, sid: bytes) -> bool:
         """Whether session `sid` is open in this agent's applied state."""
         meta = self._node().meta
@@ -164,12 +175,16 @@ class LogSessions:
                             "its check turned critical), or never was")  # fmt: skip
         return self.to_json(held)
 
-    def all(self) -> list[dict[str, Any]]:
-        """Every open session of the cluster, by id."""
-        meta = self._node().meta
+    def all(self, everywhere: bool = False) -> list[dict[str, Any]]:
+        """The open sessions opened on this agent (`everywhere`: of the
+        whole cluster), by id."""
+        node = self._node()
+        meta = node.meta
         if meta is None:
             return []
-        return [self.to_json(meta.state.sessions[s]) for s in sorted(meta.state.sessions)]
+        held = meta.state.sessions
+        return [self.to_json(held[s]) for s in sorted(held)
+                if everywhere or held[s].node == node.name]  # fmt: skip
 
     def to_json(self, info: SessionInfo) -> dict[str, Any]:
         """A session as the API shows it: its metadata keys and this

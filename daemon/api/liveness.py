@@ -4,7 +4,7 @@
     PUT    /v1/session/<id>/renew      keep it alive another ttl_s (404: gone)
     GET    /v1/session/<id>            one session
     DELETE /v1/session/<id>            close it: its keys are deleted at once
-    GET    /v1/sessions                the open sessions
+    GET    /v1/sessions[?all]          the open sessions opened here (all: the cluster's)
     GET    /v1/checks                  this agent's checks and the member's health
     PUT    /v1/check/<id>/pass|warn|fail   a TTL check's status (body: a note)
 
@@ -58,11 +58,28 @@ def open_session(agent: AgentPort, request: Request) -> Result | Awaitable[Resul
     in_log = agent.log_sessions
     if in_log is not None and in_log.active():  # replicated (daemon/logsessions.py)
         return _answered(in_log.open(float(ttl), name, tuple(checks)))
+    if in_log is not None:  # the log is on here, the cluster's level not yet known
+        return _settled_open(agent, float(ttl), name, tuple(checks))
+    return 200, _open_here(agent, float(ttl), name, tuple(checks))
+
+
+def _open_here(agent: AgentPort, ttl: float, name: str, checks: tuple[str, ...]) -> Any:
+    """A session of this agent's own table (daemon/sessions.py), as JSON."""
     try:
-        session = liveness.open_session(float(ttl), name, tuple(checks))
+        session = agent.liveness.open_session(ttl, name, checks)
     except SessionError as exc:
         raise HttpError(exc.status, str(exc)) from None
-    return 200, session.to_json(agent.loop_time())
+    return session.to_json(agent.loop_time())
+
+
+async def _settled_open(agent: AgentPort, ttl: float, name: str,
+                        checks: tuple[str, ...]) -> tuple[int, Any]:  # fmt: skip
+    """Open in the log once this agent knows the cluster speaks it, else here."""
+    in_log = agent.log_sessions
+    assert in_log is not None
+    if await in_log.settle():
+        return 200, await in_log.open(ttl, name, checks)
+    return 200, _open_here(agent, ttl, name, checks)
 
 
 async def _answered(pending: Awaitable[dict[str, Any]]) -> tuple[int, Any]:
@@ -70,11 +87,13 @@ async def _answered(pending: Awaitable[dict[str, Any]]) -> tuple[int, Any]:
 
 
 def list_sessions(agent: AgentPort, request: Request) -> Result:
-    """`GET /v1/sessions`: this agent's own and, with the log, the cluster's."""
+    """`GET /v1/sessions[?all]`: the sessions opened on this agent (its own
+    table's and the log's); with `all`, the log's of every agent too."""
     now = agent.loop_time()
     own = [s.to_json(now) for s in agent.liveness.sessions.all()]
     in_log = agent.log_sessions
-    return 200, {"sessions": own + ([] if in_log is None else in_log.all())}
+    logged = [] if in_log is None else in_log.all("all" in request.query)
+    return 200, {"sessions": own + logged}
 
 
 def session_op(agent: AgentPort, request: Request) -> Result | Awaitable[Result]:

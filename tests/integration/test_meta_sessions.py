@@ -197,13 +197,21 @@ def test_the_lock_recipe_hands_over_in_fence_order_and_refuses_a_stale_holder(ag
     s1, s2 = first.session(ttl=10), second.session(ttl=10)
     held, waiting = Lock(first, "locks/x", s1), Lock(second, "locks/x", s2)
     fence = held.acquire()
-    got: list[int] = []
-    waiter = threading.Thread(target=lambda: got.append(waiting.acquire()), daemon=True)
+    got: list[int | Exception] = []
+
+    def wait() -> None:
+        try:
+            got.append(waiting.acquire())
+        except Exception as exc:  # shown by the assertion below
+            got.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
     assert not waiting.held() and held.held()
     s1.close()  # the holder's session ends: its lock key goes with it
-    waiter.join(10)
-    assert got and got[0] > fence and waiting.held()
+    waiter.join(30)
+    assert got and isinstance(got[0], int), got
+    assert got[0] > fence and waiting.held()
     stale = first.meta.txn([held.guard()], [TxnPut("jobs/x", "stale")])
     assert not stale.succeeded
     e1, e2 = (
