@@ -26,6 +26,15 @@ asks, and is answered at once, 0.25 s before its notice runs out, two
 datagrams; the controller also tells every P-th member directly at each
 renewal, in turn). P = 1 is today's design.
 
+With `--star`, it prints the arithmetic of the one design that fits under
+Serf's figure with an election (docs/performance.md, "Traffic beside
+Serf"): the controller pings every member at each renewal, its notice
+(and, to a voter, its lease request) riding on the ping and the grant on
+the ack, and no other member probes. What that costs is printed beside it:
+the controller's own datagrams, and how many members still time a round
+trip (Vivaldi coordinates and clock offsets are learned from one's own
+direct acks, probing.py).
+
     .venv/bin/python bench/datagram_mix.py [--sizes 20 50] [--seed 1] [--relay-model]
 """
 
@@ -103,6 +112,7 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=40.0)
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--relay-model", action="store_true")
+    parser.add_argument("--star", action="store_true")
     args = parser.parse_args()
     lease = LeaseConfig()
     for n in args.sizes:
@@ -128,6 +138,27 @@ def main() -> None:
             _, lapsed = relay_model(n, 0, 0.0, False, args.seed)
             print(f"    relayed only, nobody asking: members know no controller "
                   f"{lapsed:.0%} of the time")  # fmt: skip
+        if args.star:
+            star(n, voters, lease)
+
+
+def star(n: int, voters: int, lease: LeaseConfig) -> None:
+    """The controller probes everyone (see the module docstring), per second."""
+    per_round = 2 * (n - 1)  # a ping to each member, an ack from each
+    # With notices vouching for the lease just won, a voter needs three
+    # datagrams a renewal: the request (its ping), the grant (its ack), and
+    # the outcome; a notice one renewal behind vouches for lease_s - 2 %
+    # - renew_interval_s, which must outlast the next renewal (with margin).
+    behind_s = lease.holder_lease_s - lease.renew_interval_s
+    print("  controller-led probing (the controller pings every member each renewal):")
+    print(f"    notices of the lease just won: {(per_round + voters - 1) / n:.3f} per agent "
+          f"(the voters' outcome notices, {voters - 1} a renewal, stay separate)")  # fmt: skip
+    print(f"    notices one renewal behind: {per_round / n:.3f} per agent, but they vouch "
+          f"for {behind_s:.2f} s against a renewal every {lease.renew_interval_s:.2f} s: "
+          f"a lease of 2.2 s or more")  # fmt: skip
+    print(f"    the controller alone: {n - 1} datagrams sent and {n - 1} received a second "
+          f"(N = 1,000: 999 each way); members timing round trips: 1 of {n} "
+          f"(today {n} of {n})")  # fmt: skip
 
 
 if __name__ == "__main__":
