@@ -126,6 +126,14 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
         assert out.returncode == 0, out
         bases |= set(re.findall(r"^base: (\S+)", out.stdout.decode(), re.M))
     assert len(bases) == 1 and bases <= {s1.name, s2.name}  # printed, and the same on both
+    # Each survivor saved the recovered configuration: the survivors, one
+    # version above the old one, recovery 1 (a report said a follower's
+    # stayed at version 1: not so, here and after the restarts below).
+    recovered = [stored(s.data_dir)[1] for s in (s1, s2)]
+    assert recovered[0] == recovered[1], recovered
+    epoch, config = recovered[0]
+    assert config.version == before["voters_version"] + 1 and config.recovery == 1
+    assert sorted(config.voters) == sorted([s1.name, s2.name]) and epoch > before["epoch"]
     # Applied once, the survivors are a majority of their configuration: a
     # second recovery is refused.
     again = recover("plan", s1, survivors, "--summaries", ",".join(words))
@@ -142,6 +150,7 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
     assert after["epoch"] > before["epoch"] and sorted(after["voters"]) == sorted(
         [s1.name, s2.name]
     )
+    assert after["voters_version"] == config.version
     # Every write committed before the loss is there, at its revision.
     fresh = client_of(s1)
     poll_until(lambda: served(s1, "k0"), CONTROLLER_BOUND_S, interval_s=0.1)
@@ -166,6 +175,19 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
     # Caught up from nothing: the earlier writes are in its own state.
     poll_until(lambda: applied(lost[0], f"k{WRITES - 1}") == f"v{WRITES - 1}".encode(), 30,
                interval_s=0.1)  # fmt: skip
+    # Every agent's saved voter configuration is the final one, the
+    # followers' too, and again after all five restart.
+    version = final["voters_version"]
+    for restarted in (False, True):
+        poll_until(lambda: all(controller_info(a).get("voters_version") == version
+                               for a in members), 60, interval_s=0.2)  # fmt: skip
+        for a in members:  # -9: a stop would leave, and a voter that leaves is removed
+            a.kill()
+        for a in members:
+            saved = stored(a.data_dir)[1][1]
+            assert (saved.version, saved.recovery, sorted(saved.voters)) == (version, 1, names), (
+                a.name, restarted, saved)  # fmt: skip
+            a.start()
     print(f"\ndrill: loss to start of survivors {started - lost_at:.1f} s (two plans, two "
           f"applies); controller {elected_s:.1f} s after the start; every earlier write read "
           f"back by {writable_s:.1f} s; all five voters again by {promoted_s:.1f} s; "
