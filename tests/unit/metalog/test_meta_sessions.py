@@ -13,8 +13,8 @@ from shoal.kernel.codec import DecodeError
 from shoal.metalog.core import MetaConfig, MetaLog
 from shoal.metalog.events import KeepaliveDone, ProposalDone, SessionEnded
 from shoal.metalog.messages import (
-    OUTCOME_COMMITTED,
     MAX_KEEPALIVE_IDS,
+    OUTCOME_COMMITTED,
     OUTCOME_NO_SESSION,
     Keepalive,
     KeepaliveResult,
