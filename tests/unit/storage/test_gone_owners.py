@@ -2,7 +2,11 @@
 long as it can still hide something: the tombstone grace, while nothing
 of it is held here (Replica.collect_gone)."""
 
+import random
+
 from shoal.storage import hlc
+from shoal.storage.antientropy import AntiEntropy
+from shoal.storage.config import SyncConfig
 from shoal.storage.records import Record
 from shoal.storage.store import MemoryStore, Replica
 
@@ -69,3 +73,21 @@ def test_an_owner_gone_again_is_kept_from_its_latest_going():
     rep.owner_back(SID)
     assert rep.collect_gone(WALL + GRACE_MS + 1) == 0 and rep.gone_owners == 1
     assert rep.collect_gone(WALL + 2 * GRACE_MS + 1) == 1 and rep.gone_owners == 0
+
+
+def test_the_sync_core_forgets_them_on_its_collection_rounds():
+    """Wired: the anti-entropy core's periodic collection (with the
+    tombstones') forgets an ended session once the grace has passed."""
+    cfg = SyncConfig()
+    grace_ms = 10_000
+    rep = Replica(MemoryStore(cfg.tree_depth), b"\x01" * 16, cfg.max_skew_ms, grace_ms)
+    core = AntiEntropy(rep, cfg, random.Random(1), lambda rng, k: [], WALL)
+    core.start(0.0)
+    rep.owner_gone(SID, WALL, "session-ended")  # at the core's time 0
+    rep.owner_back(SID)
+    now = 0.0
+    while rep.gone_owners and now < 4 * cfg.gc_interval_s:
+        now += 1.0
+        core.tick(now)
+    assert rep.gone_owners == 0 and rep.counters.owners_forgotten == 1
+    assert grace_ms / 1000 < now <= grace_ms / 1000 + cfg.gc_interval_s + 1
