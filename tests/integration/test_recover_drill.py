@@ -3,9 +3,10 @@
 data directories deleted; `shoal recover plan` and `apply` on the two
 survivors; a controller within a stated bound, at an epoch above every
 earlier one, with every write committed before the loss; the three started
-again empty join as new non-voters and are promoted one at a time; every agent's saved voter configuration is the
-current one, after a restart too. And the recovery refused, nothing
-written, while a voter left off the list runs."""
+again empty join as new non-voters and are promoted one at a time; every
+agent's saved voter configuration is the current one, after a restart
+too. And the recovery refused, nothing written, while a voter left off the
+list runs."""
 
 import hashlib
 import re
