@@ -202,10 +202,6 @@ class MetaService:
         self.flush_soon()
         return fut
 
-    async def keepalive(self, ids: tuple[bytes, ...]) -> KeepaliveDone | None:
-        """Renew sessions `ids` at the controller; None when no answer came in time."""
-        return await self.submit_keepalive(ids)
-
     def _no_renewal(self, rid: int) -> None:
         """No answer to renewal `rid` in time: None."""
         fut, _ = self._renewals.pop(rid)

@@ -41,8 +41,6 @@ class Renewals:
         # Held until this pass ends: session id -> its callers' futures.
         self._held: dict[bytes, list[asyncio.Future[Answer]]] = {}
         self._passing = False  # a renewal left in this pass: the next ones are held
-        self.sent = 0  # keepalives sent to the controller (or served here)
-        self.renewals = 0  # renewals asked
 
     def renew(self, sid: bytes) -> asyncio.Future[Answer]:
         """Renew session `sid` at the controller: the future holds the
@@ -50,7 +48,6 @@ class Renewals:
         may be cancelled (its caller went away)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Answer] = loop.create_future()
-        self.renewals += 1
         if self._passing:
             self._held.setdefault(sid, []).append(fut)
             return fut
@@ -77,7 +74,6 @@ class Renewals:
         return self._fitting[2]
 
     def _send(self, waiting: dict[bytes, list[asyncio.Future[Answer]]]) -> None:
-        self.sent += 1
         done = self._meta.submit_keepalive(tuple(waiting))
         done.add_done_callback(lambda d: _answer(waiting, d.result()))
 
