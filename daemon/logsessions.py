@@ -5,8 +5,10 @@ level 2), a session is replicated state, as ZooKeeper's and Consul's are:
 
 - `POST /v1/session` proposes a `SessionOpen` (metalog/state.py) and
   answers once it is committed; the id (32 hex digits) is chosen here.
-- `PUT /v1/session/ID/renew` goes to the controller as a `Keepalive`
-  (metalog/sessionclock.py), through whichever agent the client asks: 200
+- `PUT /v1/session/ID/renew` goes to the controller in a `Keepalive`
+  (metalog/sessionclock.py), through whichever agent the client asks, with
+  the other renewals that agent took in the same pass of its loop
+  (daemon/renewals.py): 200
   renewed, 404 ended (its end is committed or decided), 503 no controller
   answered (the client tries again, within its TTL).
 - `DELETE /v1/session/ID` proposes its `SessionEnd`; a health check of this
@@ -34,6 +36,7 @@ from typing import Any
 
 from shoal.daemon.api.answers import HttpError
 from shoal.daemon.meta import MetaService
+from shoal.daemon.renewals import Renewals
 from shoal.daemon.sessions import MAX_SESSIONS, MAX_TTL_S, MIN_TTL_S
 from shoal.kernel.versions import META_LOG_FEATURE
 from shoal.metalog.events import ProposalDone
@@ -68,6 +71,7 @@ class LogSessions:
     def __init__(self, meta: MetaService, node: Callable[[], ShoalNode]) -> None:
         self._meta = meta
         self._node = node
+        self.renewals = Renewals(meta, node)  # one keepalive per pass of the loop
 
     def active(self) -> bool:
         """Whether sessions go through the log here now."""
@@ -123,7 +127,7 @@ class LogSessions:
         left at worst (bench/sessions.py, restart)."""
         started = asyncio.get_running_loop().time()
         while True:
-            done = await self._meta.keepalive((sid,))
+            done = await self.renewals.renew(sid)
             if done is not None and done.ok:
                 break
             if done is None:

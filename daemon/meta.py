@@ -74,7 +74,8 @@ class MetaService:
         self._writes: dict[int, tuple[asyncio.Future[ProposalDone | None],
                                       asyncio.TimerHandle]] = {}  # fmt: skip
         self._reads: dict[int, asyncio.Future[ReadDone]] = {}
-        self._renewals: dict[int, asyncio.Future[KeepaliveDone]] = {}
+        self._renewals: dict[int, tuple[asyncio.Future[KeepaliveDone | None],
+                                        asyncio.TimerHandle]] = {}  # fmt: skip
         # Readers waiting for this agent to apply up to a revision.
         self._applying: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_due = False  # a flush is scheduled for this pass's end
@@ -190,19 +191,22 @@ class MetaService:
             return False
         return True
 
-    async def keepalive(self, ids: tuple[bytes, ...]) -> KeepaliveDone | None:
-        """Renew sessions `ids` at the controller (metalog/sessionclock.py);
-        None when no answer came in time."""
-        fut: asyncio.Future[KeepaliveDone] = self._loop.create_future()
+    def submit_keepalive(self, ids: tuple[bytes, ...]) -> asyncio.Future[KeepaliveDone | None]:
+        """Renew sessions `ids` at the controller (metalog/sessionclock.py),
+        at once (in the caller's pass of the loop); the future holds the
+        answer, or None when none came in time. Never cancel it
+        (daemon/renewals.py batches the API's renewals into these)."""
+        fut: asyncio.Future[KeepaliveDone | None] = self._loop.create_future()
         rid = self._node().meta_keepalive(ids, self._loop.time())
-        self._renewals[rid] = fut
+        self._renewals[rid] = (fut, self._loop.call_later(self.wait_s, self._no_renewal, rid))
         self.flush_soon()
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.wait_s)
-        except TimeoutError:
-            return None
-        finally:
-            self._renewals.pop(rid, None)
+        return fut
+
+    def _no_renewal(self, rid: int) -> None:
+        """No answer to renewal `rid` in time: None."""
+        fut, _ = self._renewals.pop(rid)
+        if not fut.done():
+            fut.set_result(None)
 
     def note_applied(self) -> None:
         """After a flush: feed the watches; wake the readers this agent has
@@ -248,14 +252,14 @@ class MetaService:
 
     def done(self, event: ProposalDone | ReadDone | KeepaliveDone) -> None:
         """An outcome from the node: complete its caller's future."""
-        if isinstance(event, KeepaliveDone):
-            fut: Any = self._renewals.get(event.rid)
-        elif isinstance(event, ProposalDone):
-            write = self._writes.pop(event.pid, None)
-            if write is None:
+        fut: Any
+        if isinstance(event, KeepaliveDone | ProposalDone):
+            timed = (self._renewals.pop(event.rid, None) if isinstance(event, KeepaliveDone)
+                     else self._writes.pop(event.pid, None))  # fmt: skip
+            if timed is None:
                 return
-            write[1].cancel()
-            fut = write[0]
+            timed[1].cancel()
+            fut = timed[0]
         else:
             fut = self._reads.get(event.rid)
         if fut is not None and not fut.done():

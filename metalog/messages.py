@@ -436,3 +436,15 @@ codec.register(77, 5, lambda f: SnapshotAck(counter(f[1]), name(f[2]), u64(f[3])
 codec.register(78, 4, lambda f: Keepalive(name(f[1]), u64(f[2]), _session_ids(f[3])), _encode)
 codec.register(79, 4, lambda f: KeepaliveResult(u64(f[1]), boolean(f[2]), _session_ids(f[3])),
                _encode)  # fmt: skip
+
+
+def keepalive_ids_fitting(origin: str, mtu_bytes: int) -> int:
+    """How many session ids a `Keepalive` of `origin` carries in a datagram
+    whose payload may take `mtu_bytes` (as daemon/meta.py's `sends_for`
+    counts it): an agent's renewals of one pass go in as few as that allows
+    (daemon/renewals.py). 17 bytes an id: 74 at the default 1,400 bytes."""
+    empty = len(codec.encode_payload((Keepalive(origin, 2**64 - 1, ()),)))
+    # An id is a byte string of 16 (a 1-byte CBOR head); the list's head
+    # grows from 1 to 3 bytes with its length.
+    fitting = (mtu_bytes - empty - 2) // (SESSION_ID_BYTES + 1)
+    return max(1, min(MAX_KEEPALIVE_IDS, fitting))

@@ -258,6 +258,7 @@ class AntiEntropy:
     def _due_gc(self, _: None, now: float) -> None:
         self.replica.collect_tombstones(self.wall_ms(now))
         self.replica.collect_events(self.wall_ms(now))
+        self.replica.collect_gone(self.wall_ms(now))
         self._deadlines.push(now + self.config.gc_interval_s, self._due_gc)
 
     # -- pushes and records from peers --------------------------------------------

@@ -164,6 +164,7 @@ class ReplicaCounters(Counters):
     ephemeral_hidden: int = 0
     events_collected: int = 0
     expired_events_refused: int = 0
+    owners_forgotten: int = 0  # owners gone longer than the tombstone grace (collect_gone)
 
 
 class Replica:
@@ -206,6 +207,7 @@ class Replica:
         # owners failed or left now.
         self._owned: dict[bytes, set[bytes]] = {}
         self._gone_at: dict[bytes, int] = {}
+        self._gone_heap: list[tuple[int, bytes]] = []  # (gone at, owner): collect_gone's
         self.gone_now: set[bytes] = set()
         # (record, whether the key's previous version was visible, why):
         # collected only when the driver sets a list here.
@@ -252,7 +254,10 @@ class Replica:
         """Member `owner` was declared failed (or left) at `wall_ms`: hide
         its ephemeral records. Returns those that were visible until now."""
         hidden = [rec for rec in self.owned_by(owner) if self.visible(rec)]
-        self._gone_at[owner] = max(wall_ms, self._gone_at.get(owner, 0))
+        at = max(wall_ms, self._gone_at.get(owner, 0))
+        if self._gone_at.get(owner) != at:
+            self._gone_at[owner] = at
+            heapq.heappush(self._gone_heap, (at, owner))
         self.gone_now.add(owner)
         self.counters.ephemeral_hidden += len(hidden)
         if self.changes is not None:
@@ -362,6 +367,42 @@ class Replica:
             self.store.apply([], dropped)
             self.counters.tombstones_collected += len(dropped)
         return len(dropped)
+
+    def collect_gone(self, wall_ms: int) -> int:
+        """Forget the owners gone longer ago than the tombstone grace that
+        are not gone now and own no record here; returns how many.
+
+        An owner's gone-at time hides what it wrote before, wherever that
+        comes from: its records still here, and a copy arriving late from a
+        peer that has not yet taken their deletion. The grace bounds that
+        lateness for the whole store: a delete is kept that long so that it
+        wins over an older write arriving late, and not longer (a write
+        older than that would come back over any delete). So once the grace
+        has passed since its end, with nothing of it held here, a session
+        (or a member back alive) has no record left to hide that a delete
+        would not: the entry is forgotten. Each was ~100 bytes kept until the
+        agent restarted, one per session ever ended (node/composition.py
+        stops sweeping an ended session after a minute, `owner_back`)."""
+        cutoff = wall_ms - self.tombstone_grace_ms
+        heap, gone_at, kept, forgotten = self._gone_heap, self._gone_at, [], 0
+        while heap and heap[0][0] < cutoff:
+            at, owner = heapq.heappop(heap)
+            if gone_at.get(owner) != at:
+                continue  # forgotten, or gone again since: its newer entry decides
+            if owner in self.gone_now or owner in self._owned:
+                kept.append((at, owner))  # hidden still: looked at again next time
+                continue
+            del gone_at[owner]
+            forgotten += 1
+        for item in kept:
+            heapq.heappush(heap, item)
+        self.counters.owners_forgotten += forgotten
+        return forgotten
+
+    @property
+    def gone_owners(self) -> int:
+        """How many owners' gone-at times are kept (`collect_gone`)."""
+        return len(self._gone_at)
 
     def collect_events(self, wall_ms: int) -> int:
         """Drop user events older than the retention; returns how many."""

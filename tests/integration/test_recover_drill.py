@@ -3,8 +3,10 @@
 data directories deleted; `shoal recover plan` and `apply` on the two
 survivors; a controller within a stated bound, at an epoch above every
 earlier one, with every write committed before the loss; the three started
-again empty join as new non-voters and are promoted one at a time. And the
-recovery refused, nothing written, while a voter left off the list runs."""
+again empty join as new non-voters and are promoted one at a time; every
+agent's saved voter configuration is the current one, after a restart
+too. And the recovery refused, nothing written, while a voter left off the
+list runs."""
 
 import hashlib
 import re
@@ -76,6 +78,22 @@ def digest(directory: Path) -> str:
     return h.hexdigest()
 
 
+def saved_configs_are(members, version: int, names: list[str]) -> None:
+    """Once every agent names configuration `version`, each one's data
+    directory holds it (voters `names`, recovery 1), and again after all
+    of them are killed and started again."""
+    for restarted in (False, True):
+        poll_until(lambda: all(controller_info(a).get("voters_version") == version
+                               for a in members), 60, interval_s=0.2)  # fmt: skip
+        for a in members:  # -9: a stop would leave, and a voter that leaves is removed
+            a.kill()
+        for a in members:
+            saved = stored(a.data_dir)[1][1]
+            assert (saved.version, saved.recovery, sorted(saved.voters)) == (version, 1, names), (
+                a.name, restarted, saved)  # fmt: skip
+            a.start()
+
+
 def recover(verb: str, agent, survivors: str, *extra: str):
     return shoal_cli("recover", verb, "--survivors", survivors, "--data-dir", str(agent.data_dir),
                      "--node-name", agent.name, "--no-discovery", *extra)  # fmt: skip
@@ -126,6 +144,14 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
         assert out.returncode == 0, out
         bases |= set(re.findall(r"^base: (\S+)", out.stdout.decode(), re.M))
     assert len(bases) == 1 and bases <= {s1.name, s2.name}  # printed, and the same on both
+    # Each survivor saved the recovered configuration: the survivors, one
+    # version above the old one, recovery 1 (a report said a follower's
+    # stayed at version 1: not so, here and after the restarts below).
+    recovered = [stored(s.data_dir)[1] for s in (s1, s2)]
+    assert recovered[0] == recovered[1], recovered
+    epoch, config = recovered[0]
+    assert config.version == before["voters_version"] + 1 and config.recovery == 1
+    assert sorted(config.voters) == sorted([s1.name, s2.name]) and epoch > before["epoch"]
     # Applied once, the survivors are a majority of their configuration: a
     # second recovery is refused.
     again = recover("plan", s1, survivors, "--summaries", ",".join(words))
@@ -142,6 +168,7 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
     assert after["epoch"] > before["epoch"] and sorted(after["voters"]) == sorted(
         [s1.name, s2.name]
     )
+    assert after["voters_version"] == config.version
     # Every write committed before the loss is there, at its revision.
     fresh = client_of(s1)
     poll_until(lambda: served(s1, "k0"), CONTROLLER_BOUND_S, interval_s=0.1)
@@ -150,6 +177,10 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
         assert got.value == f"v{key[1:]}".encode() and got.mod_revision == revision
     writable_s = time.monotonic() - started
     assert fresh.meta.put("after", "recovery").revision > max(written.values())
+    # Both survivors, the follower too, still hold the recovered
+    # configuration once it has led and after a restart.
+    saved_configs_are([s1, s2], config.version, sorted([s1.name, s2.name]))
+    poll_until(lambda: served(s1, "k0"), CONTROLLER_BOUND_S * 2, interval_s=0.1)
 
     # The three lost machines, started again empty: new members, promoted
     # one change at a time (one version per voter added).
@@ -166,6 +197,9 @@ def test_most_voters_lost_for_good_and_the_survivors_recovered(agents):
     # Caught up from nothing: the earlier writes are in its own state.
     poll_until(lambda: applied(lost[0], f"k{WRITES - 1}") == f"v{WRITES - 1}".encode(), 30,
                interval_s=0.1)  # fmt: skip
+    # Every agent's saved voter configuration is the final one, the
+    # followers' too, and again after all five restart.
+    saved_configs_are(members, final["voters_version"], names)
     print(f"\ndrill: loss to start of survivors {started - lost_at:.1f} s (two plans, two "
           f"applies); controller {elected_s:.1f} s after the start; every earlier write read "
           f"back by {writable_s:.1f} s; all five voters again by {promoted_s:.1f} s; "
@@ -250,6 +284,9 @@ def test_voters_back_with_their_old_data_after_a_recovery_are_fenced(agents):
     poll_until(lambda: served(lost[0], "k0"), 30, interval_s=0.1)
     for key, revision in written.items():
         assert client_of(lost[0]).meta.get(key).mod_revision == revision
+    # The three came back with the old configuration saved: each has the
+    # recovered one's successor saved now, as the survivors have.
+    saved_configs_are(members, recovered["voters_version"] + 3, names)
 
 
 def test_bad_input_to_recover_is_one_line_and_exit_2(tmp_path):

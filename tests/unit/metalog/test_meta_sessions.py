@@ -13,11 +13,13 @@ from shoal.kernel.codec import DecodeError
 from shoal.metalog.core import MetaConfig, MetaLog
 from shoal.metalog.events import KeepaliveDone, ProposalDone, SessionEnded
 from shoal.metalog.messages import (
+    MAX_KEEPALIVE_IDS,
     OUTCOME_COMMITTED,
     OUTCOME_NO_SESSION,
     Keepalive,
     KeepaliveResult,
     Propose,
+    keepalive_ids_fitting,
 )
 from shoal.metalog.snapshot import Snapshot, digest, restore, take
 from shoal.metalog.state import (
@@ -207,3 +209,19 @@ def test_a_controller_whose_lease_has_ended_serves_no_renewal():
     lease_end[0] = 12.0  # the lease renewed meanwhile: served again
     node.log.keepalive((S1,), 11.0)
     assert [e.ok for e in node.log.drain().events if isinstance(e, KeepaliveDone)] == [True]
+
+
+@pytest.mark.parametrize("origin", ["a", "n" * 128])
+@pytest.mark.parametrize("mtu_bytes", [452, 1340, 8940])
+def test_the_ids_an_agent_batches_into_a_keepalive_fit_a_datagram(origin, mtu_bytes):
+    """The renewals an agent sends together (daemon/renewals.py) fill a
+    datagram and do not overflow it, at the smallest MTU a profile allows
+    and beyond (within the codec's cap); the answer with every id ended fits too."""
+    per = keepalive_ids_fitting(origin, mtu_bytes)
+    ids = tuple(bytes([i % 256, i // 256]) * 8 for i in range(per + 1))
+    fits = len(codec.encode_payload((Keepalive(origin, 2**64 - 1, ids[:per]),)))
+    over = len(codec.encode_payload((Keepalive(origin, 2**64 - 1, ids),)))
+    assert fits <= mtu_bytes and (over > mtu_bytes or per == MAX_KEEPALIVE_IDS)
+    answer = codec.encode_payload((KeepaliveResult(2**64 - 1, True, ids[:per]),))
+    assert len(answer) <= mtu_bytes
+    assert codec.decode_payload(answer) == [KeepaliveResult(2**64 - 1, True, ids[:per])]
