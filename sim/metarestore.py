@@ -18,7 +18,11 @@ every other call.
 Each restore is in the history as one operation (sim/restoremodel.py).
 What it cannot see, two keys taking one restore at two instants, is
 `check_reads`'s: every read served at revision S returned the state the
-committed entries give at S. And `WatchCheck` follows every node's key
+committed entries give at S, and the revisions of the calls that
+returned are in real-time order (a read called after a call returned at
+revision A is served at A or later; a write committed after A): so no
+read sees part of a restore, nor misses one that another call had seen
+before it was called. And `WatchCheck` follows every node's key
 changes as a watch does (daemon/metawatch.py: a stream fed from
 `MetaState.changes`, listing again when those are reset): a watch that
 was not told to resync after a restore holds keys the node does not.
@@ -26,6 +30,8 @@ was not told to resync after a restore holds keys the node does not.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -238,7 +244,9 @@ def _listed(state: MetaState) -> dict[bytes, tuple[bytes, int]]:
 def check_reads(calls: list[Call], entries: dict[int, Entry], violations: list[str]) -> int:
     """Every read served at revision S returned the key as the committed
     entries leave it at S (a restore applied at one revision is there
-    whole for a read, or not at all). Returns the reads checked."""
+    whole for a read, or not at all), and revisions are in real-time order
+    (`_in_order`). Returns the reads checked."""
+    _in_order(calls, violations)
     reads = sorted(((c.read_revision, i) for i, c in enumerate(calls)
                     if c.kind == "get" and c.outcome == "ok"))  # fmt: skip
     reference, checked, reported = MetaState(), 0, 0
@@ -257,3 +265,31 @@ def check_reads(calls: list[Call], entries: dict[int, Entry], violations: list[s
                               f"{(c.read_value, c.read_mod_revision)}; the committed entries "
                               f"hold {expected} there")  # fmt: skip
     return checked
+
+
+def _in_order(calls: list[Call], violations: list[str]) -> None:
+    """A call that returned (a read at the revision it was served at, a
+    write at its commit's) bounds the calls made after it returned: a read
+    is served at that revision or later, a write commits after it."""
+    done = sorted(((c.return_at, _revision(c), c) for c in calls
+                   if c.outcome == "ok" and c.return_at is not None),
+                  key=lambda d: (d[0], d[1]))  # fmt: skip
+    ends = [at for at, _, _ in done]
+    highest = list(itertools.accumulate(((r, c) for _, r, c in done),
+                                        lambda a, b: b if b[0] > a[0] else a))  # fmt: skip
+    reported = 0
+    for _, revision, c in done:
+        i = bisect.bisect_left(ends, c.call_at)  # returned strictly before the call
+        if not i:
+            continue
+        bound, before = highest[i - 1]
+        if (revision < bound if c.kind == "get" else revision <= bound) and reported < _REPORTED:
+            reported += 1
+            violations.append(f"client {c.client}'s {c.kind} called at {c.call_at:.4f} is at "
+                              f"revision {revision}, but client {before.client}'s "
+                              f"{before.kind} at revision {bound} returned before")  # fmt: skip
+
+
+def _revision(c: Call) -> int:
+    """A read's served revision, a write's commit revision."""
+    return c.read_revision if c.kind == "get" else c.revision

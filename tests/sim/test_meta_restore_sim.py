@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from shoal.metalog.core import MetaLog
 from shoal.metalog.restore import replace_keys
 from shoal.metalog.snapshot import Snapshot, digest, restore
 from shoal.metalog.state import Applied, KeyState, MetaRestore, MetaState, Result
@@ -35,6 +36,7 @@ def mutate() -> Iterator[Callable[[Restorer], None]]:
 
     yield put_in
     MetaState.restorer = replace_keys
+    MetaLog.mutation = None
 
 
 def test_restores_commit_under_faults_and_every_check_holds():
@@ -51,6 +53,17 @@ def test_restores_commit_under_faults_and_every_check_holds():
     assert sum(s.refused for s in stats) >= 1
     assert sum(s.resynced for s in stats) >= 10
     assert sum(s.reads_checked for s in stats) > 1000
+
+
+def test_reads_out_of_real_time_order_are_caught(mutate):
+    """What makes a restore atomic for the checker (sim/metarestore.py,
+    `check_reads`) can fail: a controller that serves reads without
+    confirming it still leads answers, after its successor committed a
+    write, at a revision before it."""
+    MetaLog.mutation = "read_without_quorum"
+    r = caught()
+    assert r is not None
+    assert any("returned before" in v for v in r.violations), r.violations
 
 
 def test_the_checks_catch_a_restore_that_keeps_a_key_it_should_delete(mutate):
