@@ -51,6 +51,14 @@ ephemeral keys under their sessions; each committed end is in the history
 as an operation deleting its session's keys (sim/sessionmodel.py), and
 sim/sessioncheck.py checks the keys on every node against the ends and
 the expiries against the renewals.
+
+A restore client (sim/metarestore.py) restores a few backups online in
+every run (`meta_run(..., restores=N)`, 3 by default; 0: none), some
+damaged: each is one operation of the history (sim/restoremodel.py);
+every read served at revision S returned the committed entries' state at
+S, the calls' revisions are in real-time order, and a watch on every node
+(fed as the agent's) holds the node's keys after every entry, so it was
+told to resync by each restore.
 """
 
 from __future__ import annotations

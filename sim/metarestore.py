@@ -31,7 +31,6 @@ was not told to resync after a restore holds keys the node does not.
 from __future__ import annotations
 
 import bisect
-import itertools
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -275,8 +274,9 @@ def _in_order(calls: list[Call], violations: list[str]) -> None:
                    if c.outcome == "ok" and c.return_at is not None),
                   key=lambda d: (d[0], d[1]))  # fmt: skip
     ends = [at for at, _, _ in done]
-    highest = list(itertools.accumulate(((r, c) for _, r, c in done),
-                                        lambda a, b: b if b[0] > a[0] else a))  # fmt: skip
+    highest: list[tuple[int, Call]] = []  # the highest revision returned so far, and whose
+    for _, revision, c in done:
+        highest.append((revision, c) if not highest or revision > highest[-1][0] else highest[-1])
     reported = 0
     for _, revision, c in done:
         i = bisect.bisect_left(ends, c.call_at)  # returned strictly before the call

@@ -159,4 +159,3 @@ def _restore_sessioned(state: Any, key: str, restore: Restore, output: Written |
         return state
     after = _restore_key((value, mod_revision, exact), key, restore, output)
     return None if after is None else (*after, "", ended)
-
