@@ -3,13 +3,15 @@
 A restore client (an operator running `shoal snapshot restore FILE`)
 proposes a few `MetaRestore` entries a run (metalog/restore.py), each
 through a live agent chosen at random, at any time of the run: under
-partitions, crashes, a paused controller. Its backup is a state it builds
-itself (`backup`): each key the clients use holds, in the backup, the value
-a client last read of it (a state the cluster committed earlier), a value
-of its own, or nothing (the restore deletes it); the ephemeral keys of
-session clients hold a value of its own or a session-owned row, which must
-not be restored (its session is of the past), and a live session's key
-must stay as it is. One restore in six is damaged (its digest does not
+partitions, crashes, a paused controller. Half its backups were saved
+from a live node earlier in the run (`shoal snapshot save`: the node's
+state as it had applied it, session-owned keys of sessions that may still
+be open included); the others it makes up (`backup`): each key the clients
+use holds the value a client last read of it, a value of its own, or
+nothing (the restore deletes it); the ephemeral keys of session clients
+hold a value of its own or a session-owned row of a session of the past.
+The backup's session-owned keys must not be restored, and a live
+session's key must stay as it is. One restore in six is damaged (its digest does not
 match): it must be refused (a conflict), and change nothing. A restore not
 applied (no controller) is tried again a second later, up to eight times,
 as the API tells its user to; one whose outcome is unknown is left so, as
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.metalog.core import ProposalDone
 from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_CONFLICT, OUTCOME_NOT_APPLIED
-from shoal.metalog.snapshot import take
+from shoal.metalog.snapshot import Snapshot, take
 from shoal.metalog.state import KeyState, MetaRestore, MetaState, SessionInfo
 from shoal.sim.linearizability import Operation
 from shoal.sim.metacall import Call
@@ -90,19 +92,47 @@ class RestoreClient:
         self.waiting: dict[tuple[int, int], tuple[Call, int]] = {}  # (node, pid) -> call, tries
         self.stats = RestoreStats()
         self.made = 0
+        self.saved: list[_Backup] = []  # backups saved from live nodes so far
         self.until = float("inf")  # no retry after this
         cluster.observers.append(self)
         cluster.boot_hooks.append(self.on_boot)
 
     def start(self, count: int, start: float, until: float) -> None:
-        """`count` restores at random instants between `start` and `until`."""
+        """`count` restores at random instants between `start` and `until`;
+        a backup saved from a live node every few seconds before."""
         self.until = until
         for at in sorted(self.rng.uniform(start, until) for _ in range(count)):
             self.cluster.at(at, lambda: self._propose(None, 0))
             self.run.faults.append(f"{at:.1f} restore a backup")
+        at = start
+        while (at := at + self.rng.uniform(1.0, 4.0)) < until:
+            self.cluster.at(at, self._save)
+
+    def _save(self) -> None:
+        """`shoal snapshot save` on a live node: its state as it applied it."""
+        live = [node for node in self.cluster.nodes if node is not None and node.meta is not None]
+        if live:
+            state = self.rng.choice(live).meta.state  # type: ignore[union-attr]
+            snapshot = take(state, 1)
+            saved = MetaRestore(snapshot.data, snapshot.digest)
+            self.saved.append(_Backup(saved, _rows(state), True))
 
     def backup(self) -> _Backup:
-        """A backup of the module docstring's shape, encoded as a snapshot."""
+        """One of the backups saved (half the time, if any), or one made
+        up (module docstring), encoded as a snapshot; one in six damaged."""
+        rng = self.rng
+        if self.saved and rng.random() < 0.5:
+            backup = rng.choice(self.saved)
+        else:
+            snapshot, state = self._made_up()
+            backup = _Backup(MetaRestore(snapshot.data, snapshot.digest), _rows(state), True)
+        if rng.random() >= DAMAGED_RATE:
+            return backup
+        damaged = bytes(b ^ 0xFF for b in backup.op.digest)
+        return _Backup(MetaRestore(backup.op.data, damaged), backup.rows, False)
+
+    def _made_up(self) -> tuple[Snapshot, MetaState]:
+        """A backup of values clients read or new ones, session rows of the past."""
         rng, self.made = self.rng, self.made + 1
         last_read: dict[bytes, bytes] = {}
         for c in self.run.calls:
@@ -127,12 +157,7 @@ class RestoreClient:
                                            owner)  # fmt: skip
                 state.sessions[owner] = SessionInfo(owner, 2000, "old", "node-0", (), revision)
         state.revision = revision
-        snapshot = take(state, 1)
-        rows = tuple((k.decode(), held.value.decode())
-                     for k, held in sorted(state.keys.items()) if not held.session)  # fmt: skip
-        intact = rng.random() >= DAMAGED_RATE
-        digest = snapshot.digest if intact else bytes(b ^ 0xFF for b in snapshot.digest)
-        return _Backup(MetaRestore(snapshot.data, digest), rows, intact)
+        return take(state, 1), state
 
     def _propose(self, again: Call | None, tries: int) -> None:
         """Propose a backup (`again`: the one not applied, once more)."""
@@ -233,6 +258,12 @@ class WatchCheck:
                                    f"after entry {entry.index} ({type(entry.op).__name__}): "
                                    "it was not told to resync")  # fmt: skip
             self.watches[meta] = (state, _listed(state))
+
+
+def _rows(state: MetaState) -> tuple[tuple[str, str], ...]:
+    """What restoring `state` restores: its keys not owned by a session."""
+    return tuple((key.decode(), held.value.decode())
+                 for key, held in sorted(state.keys.items()) if not held.session)  # fmt: skip
 
 
 def _listed(state: MetaState) -> dict[bytes, tuple[bytes, int]]:
