@@ -51,6 +51,14 @@ ephemeral keys under their sessions; each committed end is in the history
 as an operation deleting its session's keys (sim/sessionmodel.py), and
 sim/sessioncheck.py checks the keys on every node against the ends and
 the expiries against the renewals.
+
+A restore client (sim/metarestore.py) restores a few backups online in
+every run (`meta_run(..., restores=N)`, 3 by default; 0: none), some
+damaged: each is one operation of the history (sim/restoremodel.py);
+every read served at revision S returned the committed entries' state at
+S, the calls' revisions are in real-time order, and a watch on every node
+(fed as the agent's) holds the node's keys after every entry, so it was
+told to resync by each restore.
 """
 
 from __future__ import annotations
@@ -99,6 +107,7 @@ from shoal.sim.linearizability import CheckResult, Operation
 from shoal.sim.metacall import Call
 from shoal.sim.metahistory import check_meta
 from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
+from shoal.sim.metarestore import RestoreClient, WatchCheck, check_reads
 from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
 from shoal.sim.network import LinkProfile
 from shoal.sim.sessionmodel import NoSession
@@ -132,6 +141,7 @@ class MetaRun:
     snapshots_installed: int = 0  # by followers, from their leader
     restored: int = 0  # boots that loaded a snapshot
     sessions: SessionSwarm | None = field(default=None, repr=False)  # sim/metasessions.py
+    restores: RestoreClient | None = field(default=None, repr=False)  # sim/metarestore.py
 
     def count(self, outcome: str) -> int:
         """Calls that ended with `outcome`."""
@@ -145,6 +155,10 @@ class MetaRun:
             key = c.key.decode()
             if c.kind in ("open", "close"):
                 continue  # their entries are in the history as ends (sessions.ends)
+            if c.kind == "restore":
+                assert self.restores is not None
+                ops.append(self.restores.operation(c))
+                continue
             if c.txn is not None:
                 done = txn_output(c.txn, c.txn_result, c.outcome)
                 ops.append(Operation(c.client, c.call_at, None if done is None else c.return_at,
@@ -291,6 +305,7 @@ class _Clients:
             if event.ok:
                 call.outcome, call.return_at = "ok", now
                 call.read_value, call.read_mod_revision = event.value, event.mod_revision
+                call.read_revision = event.revision
                 self.last_rev[call.key] = event.mod_revision
             else:
                 call.outcome, call.return_at = "failed", now  # not served: no effect
@@ -315,13 +330,15 @@ class _Clients:
 
 
 def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
-             clients: int = 6, keys: int = 3, sessions: int = 0) -> MetaRun:  # fmt: skip
+             clients: int = 6, keys: int = 3, sessions: int = 0,
+             restores: int = 3) -> MetaRun:  # fmt: skip
     """One seeded run of the swarm (module docstring). One run in four
     has clocks far outside the drift bound (rates of 0.4x to 1.6x: leases
     may then overlap, which the log must not depend on), one in three a
     replayer copying traffic (sim/attacker.py). With `sessions`, that many
     more clients hold sessions and write ephemeral keys under them
-    (sim/metasessions.py), checked as that module says."""
+    (sim/metasessions.py), checked as that module says. `restores`
+    backups are restored online meanwhile (sim/metarestore.py)."""
     rng = random.Random(seed)
     lease = LeaseConfig()
     n = rng.choice([3, 5, 5])
@@ -348,11 +365,16 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
                          fsync=_fsync_latency(fsync_s), meta=config)  # fmt: skip
     run = MetaRun(seed, n, loss, fsync_s, cluster=cluster)
     applied = _Applied(cluster, run)
+    ephemeral: tuple[bytes, ...] = ()
     if sessions:
-        from shoal.sim.metasessions import SessionSwarm  # noqa: PLC0415 - it imports this module
+        from shoal.sim.metasessions import (  # noqa: PLC0415 - it imports this module
+            EPHEMERAL_KEYS,
+            SessionSwarm,
+        )
 
         run.sessions = SessionSwarm(cluster, run, applied.hooks, random.Random(seed * 5_003 + 29),
                                     sessions)  # fmt: skip
+        ephemeral = EPHEMERAL_KEYS
     if wild:
         run.faults.append(f"clock rates up to {drift:+.0%}")
     if observed:
@@ -361,9 +383,14 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     for i in range(n):
         cluster.start(i, rng.uniform(0.0, 1.0), [0] if i else [])
     cluster.run_until(6.0)  # formed, voters settled, a controller
-    _Clients(cluster, rng, clients, keys, run, duration_s - 3.0)
+    plain = _Clients(cluster, rng, clients, keys, run, duration_s - 3.0)
     if run.sessions is not None:
         run.sessions.start(duration_s - 3.0)
+    if restores:  # its own random stream: the other schedules stay
+        run.restores = RestoreClient(cluster, run, random.Random(seed * 8_009 + 31),
+                                     [*plain.keys, *TXN_KEYS], ephemeral)  # fmt: skip
+        applied.hooks.append(WatchCheck(run.violations, run.restores.stats).on_apply)
+        run.restores.start(restores, cluster.now + 1.0, duration_s - 4.0)
     down: set[int] = set()
     at = cluster.now
     faults = SwarmRun(seed, n, loss, fsync_s)  # the election swarm's schedule, without leaves
@@ -405,6 +432,8 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     applied.check(cluster)
     if run.sessions is not None:
         run.sessions.check(applied.entries)
+    if run.restores is not None:
+        run.restores.stats.reads_checked = check_reads(run.calls, applied.entries, run.violations)
     run.snapshots_taken = sum(m.counters.snapshots_taken for m in applied.metas)
     run.snapshots_installed = sum(m.counters.snapshots_installed for m in applied.metas)
     run.replays = sum(a.replayed for a in attackers)

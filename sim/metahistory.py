@@ -4,9 +4,9 @@
 operations that cannot matter out, seen ones ended where they were seen),
 `check_revisions` (what per-key checking cannot see: acknowledged revisions
 are global, unique and in real-time order across keys), then
-`linearizability.check` with `SessionModel` (`MetaModel` with sessions,
-sim/sessionmodel.py), key by key (the keys
-transactions join, together). The model and the
+`linearizability.check` with `RestoreModel` (`MetaModel` with sessions,
+sim/sessionmodel.py, and online restores, sim/restoremodel.py), key by key
+(the keys transactions join, together). The model and the
 reasoning behind each rule are in metamodel.py's docstring and below.
 """
 
@@ -31,7 +31,8 @@ from shoal.sim.metamodel import (
     Value,
     Written,
 )
-from shoal.sim.sessionmodel import End, SessionModel
+from shoal.sim.restoremodel import Restore, RestoreModel
+from shoal.sim.sessionmodel import End
 
 
 def prepare(history: Sequence[Operation]) -> list[Operation]:
@@ -69,8 +70,14 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
     operations on a key written under a session (sim/sessionmodel.py), and
     sessions' ends are all kept: a timed-out put under a session that nobody
     saw may still be what its session's end deleted.
+
+    Restores (sim/restoremodel.py) are all kept. Each is a writer of the
+    values it restores (a read of one may have seen the restore, not a
+    timed-out put of the same value), and its revision, where it restored
+    a value, is explained.
     """
     by_key: dict[str, list[int]] = {}
+    restores: list[Operation] = []
     whole: set[str] = set()  # keys whose operations are kept but for no-ops
     kept: dict[int, Operation] = {}
     for index, op in enumerate(history):
@@ -81,6 +88,10 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
             continue
         if isinstance(op.input, End):
             whole.update(op.input.keys)
+            kept[index] = op
+            continue
+        if isinstance(op.input, Restore):
+            restores.append(op)
             kept[index] = op
             continue
         assert isinstance(op.input, Get | Put | Delete), op.input
@@ -98,13 +109,14 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
                 )
             )
             continue
-        kept.update(_prepare_key([history[i] for i in indices], indices))
+        kept.update(_prepare_key([history[i] for i in indices], indices, key, restores))
     return [kept[i] for i in sorted(kept)]
 
 
-def _prepare_key(ops: list[Operation], indices: list[int]) -> dict[int, Operation]:
+def _prepare_key(ops: list[Operation], indices: list[int], key: str,
+                 restores: list[Operation]) -> dict[int, Operation]:  # fmt: skip
     """`prepare` for one key's operations (at these positions in the history)."""
-    facts = _KeyFacts(ops)
+    facts = _KeyFacts(ops, key, restores)
     kept = {}
     for index, op in zip(indices, ops, strict=True):
         settled = facts.settle(op)
@@ -116,7 +128,7 @@ def _prepare_key(ops: list[Operation], indices: list[int]) -> dict[int, Operatio
 class _KeyFacts:
     """What one key's history says about its timed-out puts."""
 
-    def __init__(self, ops: list[Operation]) -> None:
+    def __init__(self, ops: list[Operation], key: str, restores: list[Operation]) -> None:
         self.read_at: dict[Value, float] = {}  # a value -> the earliest return of a read of it
         read_revisions: dict[Value, set[int]] = {}  # a value -> the revisions read with it
         self.writers: dict[Value, int] = {}  # a value -> how many puts wrote it
@@ -137,6 +149,13 @@ class _KeyFacts:
                 value = op.output.value
                 read_revisions.setdefault(value, set()).add(op.output.mod_revision)
                 self.read_at[value] = min(self.read_at.get(value, math.inf), ended_at)
+        for op in restores:
+            assert isinstance(op.input, Restore)
+            restored = op.input.value(key)
+            if restored is not None and op.input.intact:
+                self.writers[restored] = self.writers.get(restored, 0) + 1
+                if isinstance(op.output, Written):
+                    explained.add(op.output.revision)
         for op in ops:
             if op.output is None and isinstance(op.input, Put):
                 explained |= read_revisions.get(op.input.value, set())
@@ -189,7 +208,7 @@ def check_meta(
     clock: Callable[[], float] | None = None,
     timeout_s: float | None = None,
 ) -> CheckResult:
-    """Check a metadata history: `prepare`, then `linearizability.check` with `SessionModel`.
+    """Check a metadata history: `prepare`, then `linearizability.check` with `RestoreModel`.
 
     The operations in the result are the prepared ones (a timed-out put a
     read saw returns at that read's return), and the explanation's `#n`
@@ -200,7 +219,7 @@ def check_meta(
         text = "revisions out of order across keys:\n" + "\n".join(problems[:5])
         return CheckResult(Verdict.ILLEGAL, 0, 0, explanation=text)
     prepared = prepare(history)
-    model = SessionModel.for_history(prepared)
+    model = RestoreModel.for_history(prepared)
     return check(prepared, model, max_steps=max_steps, clock=clock, timeout_s=timeout_s)
 
 
@@ -210,7 +229,7 @@ def check_revisions(history: Sequence[Operation]) -> list[str]:
     Revisions are given in commit order, once each: two puts acknowledged
     at one revision, or a put called after another returned but
     acknowledged at a lower revision, cannot both be true (a put is its own
-    transaction here), and so is a committed transaction's. Deletes are
+    transaction here), and so is a committed transaction's or restore's. Deletes are
     left out: deleting an absent key answers with a revision that is not
     its own.
 
@@ -224,6 +243,7 @@ def check_revisions(history: Sequence[Operation]) -> list[str]:
             if (
                 (isinstance(op.input, Put) and isinstance(op.output, Written))
                 or isinstance(op.output, TxnDone)
+                or (isinstance(op.input, Restore) and isinstance(op.output, Written))
             )
             and op.return_at is not None
         ),
@@ -250,5 +270,5 @@ def check_revisions(history: Sequence[Operation]) -> list[str]:
 
 def _line(op: Operation) -> str:
     """An operation in a few words."""
-    what = SessionModel().describe(op.input, op.output)
+    what = RestoreModel().describe(op.input, op.output)
     return f"client {op.client!r} [{op.call_at:g}, {op.return_at:g}] {what}"

@@ -58,6 +58,7 @@ from shoal.metalog.state import (
     MetaGet,
     MetaOp,
     MetaPut,
+    MetaRestore,
     MetaTxn,
     SessionEnd,
     SessionOpen,
@@ -128,7 +129,8 @@ class SessionChecker:
             for key, sid in last[1].items():
                 if owned.get(key) != sid and not explains(entry.op, key, sid):
                     text = f"{key!r} of session {sid.hex()[:8]} went at {entry.index}"
-                    self._violation("vanished", f"{meta.name}: {text} by {entry.op}")
+                    by = "a restore" if type(entry.op) is MetaRestore else entry.op
+                    self._violation("vanished", f"{meta.name}: {text} by {by}")
         for key, sid in owned.items():
             if sid not in state.sessions:
                 text = f"{key!r} of session {sid.hex()[:8]} at revision {entry.index}"
