@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -61,13 +61,12 @@ RESTORE_ROUTE = "/v1/snapshot/restore"
 MAX_BACKUP_BYTES = 512 * 1024 * 1024
 _BARRIER_KEY = b"/"  # any key: the read is a barrier, its value unused
 _PAGE = 1024  # kv records read per pass of the loop
-# A restore's kv writes: per pass of the loop (each pass's writes leave in
-# one flush, as pushes every peer takes in one pass of its own: 512 at once
-# stalled the controller's loop up to 1.3 s at 30,000 records, 32 up to
-# 0.7 s and twice as fast, 8 as long and slower: bench/backup.py), and per
-# wait for their durability.
-_KV_PER_PASS = 32
-_KV_BATCH = 512
+# A restore's kv writes go in batches (`Agent.write_many`), each stamped
+# and pushed to the other agents in one pass of the loop, then waited for
+# durable: at most this many records or bytes (1,024 records of 100 bytes
+# cost the loop about N ms, the peers' merge about M ms: bench/backup.py).
+_KV_BATCH = 1024
+_KV_BATCH_BYTES = 1 << 20
 _READ_BACK_S = 60.0  # an unknown restore: how long to look for it applied here
 
 
@@ -197,34 +196,48 @@ async def _read_back(service: MetaService, backup: Backup) -> int:
 async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[int, int, int]:
     """Write the backup's kv records (and, with `replace`, delete the live
     keys it does not hold); (written, deleted, refused)."""
-    live = {r.key: r for r in await live_records(agent)}
     changes: list[tuple[bytes, bytes | None]] = [(r.key, r.value) for r in backup.records]
     if replace:
         held = {r.key for r in backup.records}
-        changes += [(key, None) for key in live if key not in held]
-    refused = await _write_all(agent, changes, live)
+        changes += [(r.key, None) for r in await live_records(agent) if r.key not in held]
+    refused = await _write_all(agent, changes)
     deleted = len(changes) - len(backup.records)
     return len(backup.records), deleted, refused
 
 
-async def _write_all(agent: AgentPort, changes: Iterable[tuple[bytes, bytes | None]],
-                     live: dict[bytes, Record]) -> int:  # fmt: skip
-    """Write `changes` in batches, each waited for durable; the refused count."""
+async def _write_all(agent: AgentPort, changes: list[tuple[bytes, bytes | None]]) -> int:
+    """Write `changes` in batches (`_chunks`), each in one pass of the loop
+    and waited for durable before the next; the refused count. A key whose
+    current version is fenced is written fenced under the current epoch,
+    decided as its batch is written."""
     epoch = agent.status().node.epoch
     refused = 0
-    pending: list[asyncio.Future[None]] = []
-    for key, value in changes:
-        held = live.get(key)
-        fence = epoch if held is not None and held.epoch and epoch else None
+    for chunk in _chunks(changes):
+        writes: list[tuple[bytes, bytes | None, int | None]] = []
+        for key, value in chunk:
+            held = agent.read(key)
+            writes.append((key, value, epoch if held is not None and held.epoch and epoch
+                           else None))  # fmt: skip
         try:
-            pending.append(agent.write(key, value, fence)[1])
-        except ShoalError:
-            refused += 1
-        if len(pending) >= _KV_BATCH:
-            await asyncio.gather(*set(pending))
-            pending = []
-        elif len(pending) % _KV_PER_PASS == 0:
+            _, rejected, durable = agent.write_many(writes)
+        except ShoalError:  # this agent's clock: none written
+            refused += len(writes)
             await asyncio.sleep(0)
-    if pending:
-        await asyncio.gather(*set(pending))
+            continue
+        refused += rejected
+        await asyncio.shield(durable)  # shared by the group: never cancelled
     return refused
+
+
+def _chunks(changes: list[tuple[bytes, bytes | None]]) -> Iterator[list[tuple[bytes, bytes | None]]]:
+    """`changes` cut into batches of `_KV_BATCH` records or `_KV_BATCH_BYTES`."""
+    chunk: list[tuple[bytes, bytes | None]] = []
+    size = 0
+    for key, value in changes:
+        chunk.append((key, value))
+        size += len(key) + len(value or b"")
+        if len(chunk) >= _KV_BATCH or size >= _KV_BATCH_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
