@@ -203,8 +203,13 @@ class AntiEntropy:
         `Replica.write` as a write of its own, so it wins or loses against
         any other write exactly as one would), then push them together:
         in pushes of about `PUSH_BATCH_BYTES`, each a stream to the
-        members one write would go to (a backup's restore: issue 48).
-        Returns the records written and how many were refused."""
+        members one write would go to, those that did not answer a session
+        lately included (a peer busy merging a batch for a second times a
+        session out; a stream still reaches it). No session is brought
+        forward: one now would trade records already on their way; the
+        periodic ones repair a push whose stream failed. For a backup's
+        restore (daemon/api/snapshot.py). Returns the records written and
+        how many were refused."""
         wall_ms = self.wall_ms(now)
         write, written, refused = self.replica.write, [], 0
         for key, value, epoch in writes:
@@ -216,25 +221,28 @@ class AntiEntropy:
         for i, rec in enumerate(written):
             size += len(rec.key) + len(rec.value or b"") + 96
             if size >= PUSH_BATCH_BYTES or i == len(written) - 1:
-                self._wrote(tuple(written[start : i + 1]), now)
+                self.initiator.differs()
+                self.initiator.pushed = self._push(tuple(written[start : i + 1]), now, None,
+                                                   skipping=False)  # fmt: skip
                 start, size = i + 1, 0
         return written, refused
 
     def _wrote(self, records: tuple[Record, ...], now: float) -> None:
-        """After local writes: the next session soon, and the push."""
+        """After a local write: the next session soon, and the push."""
         self.initiator.differs()
         if self._next_sync_at > now + _AFTER_WRITE_SYNC_S * 1.2:
             self._schedule_sync(now + _AFTER_WRITE_SYNC_S * self.rng.uniform(0.8, 1.2))
         self.initiator.pushed = self._push(records, now, None)  # the next session prefers others
 
     def _push(self, records: tuple[Record, ...], now: float, exclude: Address | None,
-              ) -> list[Address]:  # fmt: skip
+              skipping: bool = True) -> list[Address]:  # fmt: skip
         """Send `records` to every alive member when there are at most
         `push_all_max`, else to `push_fanout` random ones; a forward (from
         `exclude`, the member they came from) only in a larger cluster.
-        Returns the members sent to."""
+        With `skipping`, not to members that did not answer a session of
+        ours lately. Returns the members sent to."""
         k, everyone = self.config.push_fanout, self.config.push_all_max
-        peers = self.initiator.pick(max(k, everyone) + 1, now)
+        peers = self.initiator.pick(max(k, everyone) + 1, now, skipping)
         if exclude is not None:
             if len(peers) <= everyone:
                 return []  # the writer pushed to every member: nothing to forward

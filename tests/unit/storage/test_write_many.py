@@ -118,3 +118,24 @@ def test_a_batch_goes_to_every_peer_in_a_few_streams_and_leaves_them_equal(tmp_p
     assert writer.replica.merge([after], WALL) == [after]  # wins over it
     engine.close()
     peer_engine.close()
+
+
+def test_a_batch_is_pushed_to_a_peer_that_did_not_answer_a_session_a_write_skips(tmp_path):
+    """A peer that did not answer a session in time (busy merging the last
+    batch, say) is skipped by a single write's push for a while, but a
+    batch still goes to it: its stream arrives once that peer's loop is free."""
+    engine, writer = core(tmp_path / "a")
+    writer.drain()
+    assert writer.sync_with(("c", 1), 0.0)
+    writer.tick(5.0)  # no first answer within a second: ("c", 1) is skipped for a while
+    assert writer.counters.sessions_unanswered == 1
+    writer.drain()
+    writer.write(b"one", b"1", 5.0)
+    assert {s.to for s in writer.drain().send if isinstance(s.messages[0], RecordPush)} == {
+        ("b", 1)
+    }
+    writer.write_many([(b"two", b"2", 0), (b"three", b"3", 0)], 5.0)
+    assert {s.to for s in writer.drain().send if isinstance(s.messages[0], RecordPush)} == set(
+        PEERS
+    )
+    engine.close()
