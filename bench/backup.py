@@ -180,8 +180,10 @@ def restore_kv(members: list[AgentProcess], asked: AgentProcess, controller: Age
                interval_s=0.05)  # fmt: skip
     done = time.perf_counter()
     kv_began = kv_began or done
-    print(f"         every agent has the kv records {done - started:6.2f} s after the restore "
-          f"was asked, {done - kv_began:.2f} s after the first of them reached another agent")
+    print(
+        f"         every agent has the kv records {done - started:6.2f} s after the restore "
+        f"was asked, {done - kv_began:.2f} s after the first of them reached another agent"
+    )
     gaps = ", ".join(f"{name} {lag.stop() * 1000:.0f} ms ({lag.worst_since(kv_began) * 1000:.0f} "
                      "ms in the kv part)" for name, lag in lags.items())  # fmt: skip
     print(f"         longest gap between health answers meanwhile: {gaps}")

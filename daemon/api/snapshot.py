@@ -77,6 +77,7 @@ _PAGE = 1024  # kv records read per pass of the loop
 # them (pure Python, unloaded; bench/backup.py has the whole restore).
 _KV_BATCH = 1024
 _KV_BATCH_BYTES = 1 << 20
+Change = tuple[bytes, bytes | None]  # a key and its value (None: delete it)
 _READ_BACK_S = 60.0  # an unknown restore: how long to look for it applied here
 
 
@@ -206,7 +207,7 @@ async def _read_back(service: MetaService, backup: Backup) -> int:
 async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[int, int, int]:
     """Write the backup's kv records (and, with `replace`, delete the live
     keys it does not hold); (written, deleted, refused)."""
-    changes: list[tuple[bytes, bytes | None]] = [(r.key, r.value) for r in backup.records]
+    changes: list[Change] = [(r.key, r.value) for r in backup.records]
     if replace:
         held = {r.key for r in backup.records}
         changes += [(r.key, None) for r in await live_records(agent) if r.key not in held]
@@ -215,7 +216,7 @@ async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[
     return len(backup.records), deleted, refused
 
 
-async def _write_all(agent: AgentPort, changes: list[tuple[bytes, bytes | None]]) -> int:
+async def _write_all(agent: AgentPort, changes: list[Change]) -> int:
     """Write `changes` in batches (`_chunks`), one per pass of the loop,
     each batch's sync overlapping the next batch (at most two wait for
     theirs); the refused count once all are durable. A key whose current
@@ -245,9 +246,9 @@ async def _write_all(agent: AgentPort, changes: list[tuple[bytes, bytes | None]]
     return refused
 
 
-def _chunks(changes: list[tuple[bytes, bytes | None]]) -> Iterator[list[tuple[bytes, bytes | None]]]:
+def _chunks(changes: list[Change]) -> Iterator[list[Change]]:
     """`changes` cut into batches of `_KV_BATCH` records or `_KV_BATCH_BYTES`."""
-    chunk: list[tuple[bytes, bytes | None]] = []
+    chunk: list[Change] = []
     size = 0
     for key, value in changes:
         chunk.append((key, value))
