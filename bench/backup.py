@@ -20,7 +20,12 @@ kv records, each value --value-bytes long. Then, each timed:
 and the longest stall of the controller's loop during the online restore
 (`shoal_loop_lag_max`-style: the longest gap a 5 ms ticker in an API
 client saw between answers of `GET /v1/health` on the controller; a
-rough bound, the client shares the machine).
+rough bound, the client shares the machine). For the restore with kv
+records also: how long until the two other agents hold every record
+(their `shoal_store_merged_total` up by --kv-records), the longest gap on
+the agent asked and on the controller, over the whole restore and in its
+kv part (from the first record merged elsewhere), and how the records
+travelled (pushes, anti-entropy sessions) from each agent's counters.
 
     ip netns exec NS .venv/bin/python bench/backup.py [--meta-keys 100000]
         [--kv-records 100000] [--value-bytes 100]
