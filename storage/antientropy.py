@@ -88,8 +88,9 @@ _FIRST_SYNC_RETRY_S = 1.0
 # sync_interval_s (a session is one round trip of ~40 bytes when the push
 # got everywhere; memberlist pushes and pulls its whole member list).
 _AFTER_WRITE_SYNC_S = 1.0
-# A batch of local writes (`write_many`) is pushed in pushes of at most
-# this many bytes (by `_push`'s bound): a frame each peer decodes and
+# A batch of local writes (`write_many`) is pushed in pushes of this many
+# bytes (by `_push`'s bound; the record that crosses it included): a frame
+# each peer decodes and
 # merges in one pass of its loop (1 MiB is about 7,000 records of 100
 # bytes, some tens of ms), far below the 64 MiB frame cap.
 PUSH_BATCH_BYTES = 1 << 20
