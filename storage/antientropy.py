@@ -90,9 +90,9 @@ _FIRST_SYNC_RETRY_S = 1.0
 _AFTER_WRITE_SYNC_S = 1.0
 # A batch of local writes (`write_many`) is pushed in pushes of this many
 # bytes (by `_push`'s bound; the record that crosses it included): a frame
-# each peer decodes and
-# merges in one pass of its loop (1 MiB is about 7,000 records of 100
-# bytes, some tens of ms), far below the 64 MiB frame cap.
+# each peer decodes and merges in one pass of its loop (1 MiB is about
+# 5,000 records of 100 bytes, some hundreds of ms in pure Python), far
+# below the 64 MiB frame cap. A restore's batches are smaller (1,024).
 PUSH_BATCH_BYTES = 1 << 20
 
 
