@@ -20,7 +20,12 @@ kv records, each value --value-bytes long. Then, each timed:
 and the longest stall of the controller's loop during the online restore
 (`shoal_loop_lag_max`-style: the longest gap a 5 ms ticker in an API
 client saw between answers of `GET /v1/health` on the controller; a
-rough bound, the client shares the machine).
+rough bound, the client shares the machine). For the restore with kv
+records also: how long until the two other agents hold every record
+(their `shoal_store_merged_total` up by --kv-records), the longest gap on
+the agent asked and on the controller, over the whole restore and in its
+kv part (from the first record merged elsewhere), and how the records
+travelled (pushes, anti-entropy sessions) from each agent's counters.
 
     ip netns exec NS .venv/bin/python bench/backup.py [--meta-keys 100000]
         [--kv-records 100000] [--value-bytes 100]
@@ -95,6 +100,7 @@ class Lag:
 
     def __init__(self, agent: AgentProcess) -> None:
         self.agent, self.worst, self.done = agent, 0.0, threading.Event()
+        self.gaps: list[tuple[float, float]] = []  # (when it ended, how long)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -107,6 +113,7 @@ class Lag:
                 pass
             now = time.perf_counter()
             self.worst = max(self.worst, now - last)
+            self.gaps.append((now, now - last))
             last = now
             time.sleep(0.005)
 
@@ -114,6 +121,80 @@ class Lag:
         self.done.set()
         self.thread.join()
         return self.worst
+
+    def worst_since(self, since: float) -> float:
+        """The longest gap that began at or after `since` (perf_counter)."""
+        return max((gap for end, gap in self.gaps if end - gap >= since), default=0.0)
+
+
+def metrics(agent: AgentProcess) -> dict[str, float]:
+    """`agent`'s counters and gauges (/metrics), by name."""
+    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=60)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line[:1] not in ("#", ""))
+    return {name: float(value) for name, value in pairs if "{" not in name}
+
+
+def merged(agent: AgentProcess) -> int:
+    """The records `agent` has taken in from its peers (newer than its own)."""
+    return int(metrics(agent)["shoal_store_merged_total"])
+
+
+# What the agents did meanwhile, printed after a restore: how the records
+# travelled (pushes, anti-entropy sessions) and what stalled.
+_SHOWN = ("sync_pushes_sent", "sync_pushes_received", "sync_records_sent",
+          "sync_records_received", "sync_sessions_started", "sync_sessions_repaired",
+          "agent_stream_errors", "agent_slow_flushes", "store_fsyncs")  # fmt: skip
+
+
+def activity(before: dict[str, float], after: dict[str, float]) -> str:
+    shown = ((n, after.get(f"shoal_{n}_total", 0) - before.get(f"shoal_{n}_total", 0))
+             for n in _SHOWN)  # fmt: skip
+    return " ".join(f"{n}={v:.0f}" for n, v in shown if v)
+
+
+def restore_kv(members: list[AgentProcess], asked: AgentProcess, controller: AgentProcess,
+               file: Path, records: int) -> None:  # fmt: skip
+    """The restore with its kv records, until every agent has them: each
+    record is a new version, so each of the others merges every one once
+    (by push or anti-entropy). The kv part begins when the first of them
+    arrives at another agent (the metadata part is done then)."""
+    others = [a for a in members if a is not asked]
+    before = {a.name: merged(a) for a in others}
+    counted = {a.name: metrics(a) for a in members}
+    lags = {"the agent asked": Lag(asked), "the controller": Lag(controller)}
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "shoal.daemon.cli", "snapshot", "restore", str(file),
+               "--kv", "merge", "--api", f"{asked.ip}:7947"]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        kv_began = None
+        while proc.poll() is None:
+            if kv_began is None and any(merged(a) > before[a.name] for a in others):
+                kv_began = time.perf_counter()
+            time.sleep(0.05)
+        took = time.perf_counter() - started
+        said, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"shoal snapshot restore: {err.decode().strip()}")
+    print(f"restore  {took:6.2f} s   {said.decode().strip()}")
+    poll_until(lambda: all(merged(a) - before[a.name] >= records for a in others), 900,
+               interval_s=0.05)  # fmt: skip
+    done = time.perf_counter()
+    kv_began = kv_began or done
+    print(
+        f"         every agent has the kv records {done - started:6.2f} s after the restore "
+        f"was asked, {done - kv_began:.2f} s after the first of them reached another agent"
+    )
+    gaps = ", ".join(f"{name} {lag.stop() * 1000:.0f} ms ({lag.worst_since(kv_began) * 1000:.0f} "
+                     "ms in the kv part)" for name, lag in lags.items())  # fmt: skip
+    print(f"         longest gap between health answers meanwhile: {gaps}")
+    for agent in members:
+        role = "asked" if agent is asked else "controller" if agent is controller else "other"
+        print(f"         {agent.name} ({role}): {activity(counted[agent.name], metrics(agent))}")
 
 
 def main() -> None:
@@ -148,14 +229,12 @@ def main() -> None:
             meta_only = root / "meta-only.tar"
             backup = read_backup(file.read_bytes())
             meta_only.write_bytes(build_backup(backup.manifest, backup.snapshot, []))
-            for label, path in (("restore (metadata only)", meta_only), ("restore", file)):
-                lag = Lag(controller)
-                took, said = cli("snapshot", "restore", str(path), "--kv", "merge", "--api", api)
-                print(f"{label}  {took:6.2f} s   {said}")
-                print(
-                    f"         controller's longest gap between health answers meanwhile: "
-                    f"{lag.stop() * 1000:.0f} ms"
-                )
+            lag = Lag(controller)
+            took, said = cli("snapshot", "restore", str(meta_only), "--kv", "merge", "--api", api)
+            print(f"restore (metadata only)  {took:6.2f} s   {said}")
+            print(f"         controller's longest gap between health answers meanwhile: "
+                  f"{lag.stop() * 1000:.0f} ms")  # fmt: skip
+            restore_kv(members, follower, controller, file, args.kv_records)
             for agent in members:
                 agent.kill()
             seeded = AgentProcess("seeded", root, [], META)

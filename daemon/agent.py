@@ -491,6 +491,20 @@ class Agent:
         assert self.commits is not None
         return record, self.commits.waiter()
 
+    def write_many(self, writes: list[tuple[bytes, bytes | None, int | None]],
+                   ) -> tuple[list[Record], int, asyncio.Future[None]]:  # fmt: skip
+        """Put or delete each (key, value, fence) of `writes` as `write`
+        would, pushed to peers together (`ShoalNode.write_many`): the records
+        written, how many were refused, and the future of their durability
+        (shared: never cancel it). WriteRefused: none written (the clock)."""
+        self.node.set_wall_offset(self._wall_offset_ms())
+        written, refused = self.node.write_many(writes, self._loop.time())
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush_writes)
+        assert self.commits is not None
+        return written, refused, self.commits.waiter()
+
     def _log_session(self, session: str) -> bytes:
         """The id of `session` when it is a session of the metadata log (b"":
         one of this agent's table). SessionError 404 for a log session that

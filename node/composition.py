@@ -25,7 +25,7 @@ from shoal.election.messages import ControllerNotice, LeaseRequest, PreVote
 from shoal.election.view import Liveness, ViewMember
 from shoal.election.voters import VoterConfig
 from shoal.kernel.contract import EMPTY, Address, Output, Send, Tags
-from shoal.kernel.errors import WriteRefused
+from shoal.kernel.errors import FenceRefused, WriteRefused
 from shoal.kernel.outbox import Outbox
 from shoal.kernel.versions import META_LOG_FEATURE
 from shoal.membership.events import (
@@ -583,6 +583,38 @@ class ShoalNode:
         """
         if fence is not None:
             fences.check(self.sync.replica.counters, fence, self.known_epoch(), None)
+        self._check_offset(now)
+        owner = b"" if value is None else session or (self.swim.ident.node_id if ephemeral else b"")
+        return self.sync.write(key, value, now, fence or 0, owner)
+
+    def write_many(self, writes: list[tuple[bytes, bytes | None, int | None]],
+                   now: float) -> tuple[list[Record], int]:  # fmt: skip
+        """Put or delete each (key, value, fence) of `writes` as `write`
+        would (none ephemeral), one after the other, pushed together
+        (`AntiEntropy.write_many`). Returns the records written and how
+        many were refused (by the fence rule, or `Replica.write`).
+
+        Raises:
+            WriteRefused: this node's clock is too far from its peers'
+                (`write`): none was written.
+        """
+        self._check_offset(now)
+        known, counters = self.known_epoch(), self.sync.replica.counters
+        checked: list[tuple[bytes, bytes | None, int]] = []
+        refused = 0
+        for key, value, fence in writes:
+            try:
+                if fence is not None:
+                    fences.check(counters, fence, known, None)
+            except FenceRefused:
+                refused += 1
+                continue
+            checked.append((key, value, fence or 0))
+        written, also = self.sync.write_many(checked, now)
+        return written, refused + also
+
+    def _check_offset(self, now: float) -> None:
+        """Refuse a write while this node's clock is too far from its peers'."""
         offset = self.swim.clock_offset_ms(now)
         limit = self.sync.config.max_offset_ms
         if offset is not None and abs(offset) > limit:
@@ -592,8 +624,6 @@ class ShoalNode:
                 f"store.max_offset_ms = {limit} ms): its writes would be ordered wrongly; "
                 "fix its clock (NTP) or write through another agent"
             )
-        owner = b"" if value is None else session or (self.swim.ident.node_id if ephemeral else b"")
-        return self.sync.write(key, value, now, fence or 0, owner)
 
     def known_epoch(self) -> int:
         """The highest controller epoch this node has known in this run (0:

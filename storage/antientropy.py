@@ -61,11 +61,12 @@ which the driver refreshes, so the core never reads a clock.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from shoal.kernel.contract import Address, Channel, Output, Send
 from shoal.kernel.deadlines import Deadlines
+from shoal.kernel.errors import FenceRefused, WriteRefused
 from shoal.kernel.outbox import Outbox
 from shoal.storage.config import SyncConfig
 from shoal.storage.initiator import Initiator, PeerSampler
@@ -87,6 +88,12 @@ _FIRST_SYNC_RETRY_S = 1.0
 # sync_interval_s (a session is one round trip of ~40 bytes when the push
 # got everywhere; memberlist pushes and pulls its whole member list).
 _AFTER_WRITE_SYNC_S = 1.0
+# A batch of local writes (`write_many`) is pushed in pushes of this many
+# bytes (by `_push`'s bound; the record that crosses it included): a frame
+# each peer decodes and merges in one pass of its loop (1 MiB is about
+# 5,000 records of 100 bytes, some hundreds of ms in pure Python), far
+# below the 64 MiB frame cap. A restore's batches are smaller (1,024).
+PUSH_BATCH_BYTES = 1 << 20
 
 
 class AntiEntropy:
@@ -187,20 +194,56 @@ class AntiEntropy:
         members (fenced by `epoch`, owned by `owner`: `Replica.write`).
         Durability is the driver's job (`RecordStore.sync`)."""
         rec = self.replica.write(key, value, self.wall_ms(now), epoch, owner)
+        self._wrote((rec,), now)
+        return rec
+
+    def write_many(self, writes: Iterable[tuple[bytes, bytes | None, int]],
+                   now: float) -> tuple[list[Record], int]:  # fmt: skip
+        """Put or delete each (key, value, epoch) of `writes` as `write`
+        would, one after the other at `now` (each stamped and checked by
+        `Replica.write` as a write of its own, so it wins or loses against
+        any other write exactly as one would), then push them together:
+        in pushes of about `PUSH_BATCH_BYTES`, each a stream to the
+        members one write would go to, those that did not answer a session
+        lately included (a peer busy merging a batch for a second times a
+        session out; a stream still reaches it). No session is brought
+        forward: one now would trade records already on their way; the
+        periodic ones repair a push whose stream failed. For a backup's
+        restore (daemon/api/snapshot.py). Returns the records written and
+        how many were refused."""
+        wall_ms = self.wall_ms(now)
+        write, written, refused = self.replica.write, [], 0
+        for key, value, epoch in writes:
+            try:
+                written.append(write(key, value, wall_ms, epoch))
+            except (WriteRefused, FenceRefused):
+                refused += 1  # counted by the replica, as a write's refusal is
+        start, size = 0, 0
+        for i, rec in enumerate(written):
+            size += len(rec.key) + len(rec.value or b"") + 96
+            if size >= PUSH_BATCH_BYTES or i == len(written) - 1:
+                self.initiator.differs()
+                self.initiator.pushed = self._push(tuple(written[start : i + 1]), now, None,
+                                                   skipping=False)  # fmt: skip
+                start, size = i + 1, 0
+        return written, refused
+
+    def _wrote(self, records: tuple[Record, ...], now: float) -> None:
+        """After a local write: the next session soon, and the push."""
         self.initiator.differs()
         if self._next_sync_at > now + _AFTER_WRITE_SYNC_S * 1.2:
             self._schedule_sync(now + _AFTER_WRITE_SYNC_S * self.rng.uniform(0.8, 1.2))
-        self.initiator.pushed = self._push((rec,), now, None)  # the next session prefers others
-        return rec
+        self.initiator.pushed = self._push(records, now, None)  # the next session prefers others
 
     def _push(self, records: tuple[Record, ...], now: float, exclude: Address | None,
-              ) -> list[Address]:  # fmt: skip
+              skipping: bool = True) -> list[Address]:  # fmt: skip
         """Send `records` to every alive member when there are at most
         `push_all_max`, else to `push_fanout` random ones; a forward (from
         `exclude`, the member they came from) only in a larger cluster.
-        Returns the members sent to."""
+        With `skipping`, not to members that did not answer a session of
+        ours lately. Returns the members sent to."""
         k, everyone = self.config.push_fanout, self.config.push_all_max
-        peers = self.initiator.pick(max(k, everyone) + 1, now)
+        peers = self.initiator.pick(max(k, everyone) + 1, now, skipping)
         if exclude is not None:
             if len(peers) <= everyone:
                 return []  # the writer pushed to every member: nothing to forward

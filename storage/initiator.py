@@ -138,13 +138,14 @@ class Initiator:
         if fresh or peers:
             self.sync_with((fresh or peers)[0], now)
 
-    def pick(self, k: int, now: float) -> list[Address]:
-        """Up to `k` random alive members, without peers that did not answer."""
+    def pick(self, k: int, now: float, skipping: bool = True) -> list[Address]:
+        """Up to `k` random alive members, without peers that did not answer
+        unless not `skipping` (a batch's pushes: `AntiEntropy.write_many`)."""
         skip = self._unanswered
         if skip:
             for addr in [a for a, until in skip.items() if until <= now]:
                 del skip[addr]
-        if not skip:
+        if not skip or not skipping:
             return self._peers(self.rng, k)
         return [a for a in self._peers(self.rng, k + len(skip)) if a not in skip][:k]
 

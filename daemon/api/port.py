@@ -137,6 +137,11 @@ class AgentPort(Protocol):
         """Put or delete `key` (fenced, ephemeral); the future completes once
         it is durable."""
 
+    def write_many(self, writes: list[tuple[bytes, bytes | None, int | None]],
+                   ) -> tuple[list[Record], int, asyncio.Future[None]]:  # fmt: skip
+        """Put or delete each (key, value, fence), pushed together: the
+        records written, how many were refused, their durability's future."""
+
     def change_tags(self, set_tags: dict[str, str], delete: list[str]) -> Tags:
         """Set and delete this node's tags at run time (persisted)."""
 

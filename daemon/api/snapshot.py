@@ -26,17 +26,26 @@ a minute, for this agent's state to become exactly the backup's at one
 revision (a later write meanwhile leaves it unknown). Once it committed,
 the kv records: `merge` (the default) writes each as a new write, so it
 wins over the live one; `replace` also deletes the live keys the backup
-does not hold. Ephemeral keys are left alone
-(their sessions are this cluster's). A key fenced under a controller
-epoch is written fenced under the current one (an unfenced write to it
-would be refused).
+does not hold (those live when the kv records begin). Ephemeral keys are
+left alone (their sessions are this cluster's). A key fenced under a
+controller epoch is written fenced under the current one (an unfenced
+write to it would be refused).
+
+The kv records go in batches (`Agent.write_many`, `AntiEntropy.write_many`):
+each batch in one pass of the loop, every record of it stamped and checked
+as a write of its own at that moment (so it wins or loses against a
+client's write exactly as one would), staged for the group commit, and
+pushed to the other agents as one stream each; the route waits for each
+batch's sync while the next one is written, and answers once all are
+durable here. One by one (a write, a flush and a datagram per record to
+each peer) 10^5 records took 49-95 s; in batches, bench/backup.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -61,13 +70,14 @@ RESTORE_ROUTE = "/v1/snapshot/restore"
 MAX_BACKUP_BYTES = 512 * 1024 * 1024
 _BARRIER_KEY = b"/"  # any key: the read is a barrier, its value unused
 _PAGE = 1024  # kv records read per pass of the loop
-# A restore's kv writes: per pass of the loop (each pass's writes leave in
-# one flush, as pushes every peer takes in one pass of its own: 512 at once
-# stalled the controller's loop up to 1.3 s at 30,000 records, 32 up to
-# 0.7 s and twice as fast, 8 as long and slower: bench/backup.py), and per
-# wait for their durability.
-_KV_PER_PASS = 32
-_KV_BATCH = 512
+# A restore's kv writes go in batches (`Agent.write_many`), each stamped
+# and pushed to the other agents in one pass of the loop: at most this many
+# records or bytes. 1,024 records of 100 bytes, over keys held already,
+# cost the writing loop about 40 ms, and each peer's loop as much to merge
+# them (pure Python, unloaded; bench/backup.py has the whole restore).
+_KV_BATCH = 1024
+_KV_BATCH_BYTES = 1 << 20
+Change = tuple[bytes, bytes | None]  # a key and its value (None: delete it)
 _READ_BACK_S = 60.0  # an unknown restore: how long to look for it applied here
 
 
@@ -197,34 +207,54 @@ async def _read_back(service: MetaService, backup: Backup) -> int:
 async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[int, int, int]:
     """Write the backup's kv records (and, with `replace`, delete the live
     keys it does not hold); (written, deleted, refused)."""
-    live = {r.key: r for r in await live_records(agent)}
-    changes: list[tuple[bytes, bytes | None]] = [(r.key, r.value) for r in backup.records]
+    changes: list[Change] = [(r.key, r.value) for r in backup.records]
     if replace:
         held = {r.key for r in backup.records}
-        changes += [(key, None) for key in live if key not in held]
-    refused = await _write_all(agent, changes, live)
+        changes += [(r.key, None) for r in await live_records(agent) if r.key not in held]
+    refused = await _write_all(agent, changes)
     deleted = len(changes) - len(backup.records)
     return len(backup.records), deleted, refused
 
 
-async def _write_all(agent: AgentPort, changes: Iterable[tuple[bytes, bytes | None]],
-                     live: dict[bytes, Record]) -> int:  # fmt: skip
-    """Write `changes` in batches, each waited for durable; the refused count."""
+async def _write_all(agent: AgentPort, changes: list[Change]) -> int:
+    """Write `changes` in batches (`_chunks`), one per pass of the loop,
+    each batch's sync overlapping the next batch (at most two wait for
+    theirs); the refused count once all are durable. A key whose current
+    version is fenced is written fenced under the current epoch, decided
+    as its batch is written."""
     epoch = agent.status().node.epoch
     refused = 0
-    pending: list[asyncio.Future[None]] = []
-    for key, value in changes:
-        held = live.get(key)
-        fence = epoch if held is not None and held.epoch and epoch else None
+    previous: asyncio.Future[None] | None = None
+    for chunk in _chunks(changes):
+        writes: list[tuple[bytes, bytes | None, int | None]] = []
+        for key, value in chunk:
+            held = agent.read(key)
+            writes.append((key, value, epoch if held is not None and held.epoch and epoch
+                           else None))  # fmt: skip
+        durable: asyncio.Future[None] | None = None
         try:
-            pending.append(agent.write(key, value, fence)[1])
-        except ShoalError:
-            refused += 1
-        if len(pending) >= _KV_BATCH:
-            await asyncio.gather(*set(pending))
-            pending = []
-        elif len(pending) % _KV_PER_PASS == 0:
-            await asyncio.sleep(0)
-    if pending:
-        await asyncio.gather(*set(pending))
+            _, rejected, durable = agent.write_many(writes)
+            refused += rejected
+        except ShoalError:  # this agent's clock: none written
+            refused += len(writes)
+        if previous is not None:
+            await asyncio.shield(previous)  # shared by its group: never cancelled
+        await asyncio.sleep(0)  # the next batch in the next pass
+        previous = durable
+    if previous is not None:
+        await asyncio.shield(previous)
     return refused
+
+
+def _chunks(changes: list[Change]) -> Iterator[list[Change]]:
+    """`changes` cut into batches of `_KV_BATCH` records or `_KV_BATCH_BYTES`."""
+    chunk: list[Change] = []
+    size = 0
+    for key, value in changes:
+        chunk.append((key, value))
+        size += len(key) + len(value or b"")
+        if len(chunk) >= _KV_BATCH or size >= _KV_BATCH_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
