@@ -104,13 +104,12 @@ from shoal.sim.elections import (
     random_fault,
 )
 from shoal.sim.linearizability import CheckResult, Operation
-from shoal.sim.metacall import Call
+from shoal.sim.metacall import Call, settle, write_output
 from shoal.sim.metahistory import check_meta
-from shoal.sim.metamodel import Conflict, Delete, Get, NotApplied, Put, Read, Written
+from shoal.sim.metamodel import Delete, Get, Put, Read
 from shoal.sim.metarestore import RestoreClient, WatchCheck, check_reads
 from shoal.sim.metatxn import TXN_KEYS, txn_input, txn_output
 from shoal.sim.network import LinkProfile
-from shoal.sim.sessionmodel import NoSession
 from shoal.sim.wipe import schedule_wipe
 
 if TYPE_CHECKING:
@@ -172,15 +171,7 @@ class MetaRun:
                 continue
             call: Put | Delete = (Put(key, (c.value or b"").decode(), c.cas, c.session.hex())
                                   if c.kind == "put" else Delete(key, c.cas))  # fmt: skip
-            output: Written | Conflict | NotApplied | NoSession | None = None
-            if c.outcome == "no_session":
-                output = NoSession()
-            elif c.outcome == "ok":
-                output = Written(c.revision)
-            elif c.outcome == "conflict":
-                output = Conflict(c.revision)
-            elif c.outcome == "not_applied":
-                output = NotApplied()
+            output = write_output(c)
             ops.append(Operation(c.client, c.call_at, None if output is None else c.return_at,
                                  call, output))  # fmt: skip
         return ops
@@ -424,11 +415,7 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
 
     cluster.at(heal_at_s, heal_all)
     cluster.run_until(duration_s)
-    for call in run.calls:  # still in flight at the end: unknown
-        if call.outcome == "pending":
-            call.outcome = "unknown" if call.kind != "get" else "failed"
-            if call.kind == "get":
-                call.return_at = cluster.now
+    settle(run.calls, cluster.now)
     applied.check(cluster)
     if run.sessions is not None:
         run.sessions.check(applied.entries)

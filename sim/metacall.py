@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shoal.metalog.state import MetaOp, MetaTxn, TxnApplied
+from shoal.sim.metamodel import Conflict, NotApplied, Written
+from shoal.sim.sessionmodel import NoSession
 
 
 @dataclass
@@ -29,3 +31,26 @@ class Call:
     session: bytes = b""  # a put's session
     op: MetaOp | None = None  # a session's open or close, as proposed
     read_revision: int = 0  # the revision a read was served at
+
+
+def settle(calls: list[Call], now: float) -> None:
+    """The end of a run: a write still in flight is unknown (it may yet have
+    happened), a read still in flight failed (it has no effect)."""
+    for call in calls:
+        if call.outcome == "pending":
+            call.outcome = "unknown" if call.kind != "get" else "failed"
+            if call.kind == "get":
+                call.return_at = now
+
+
+def write_output(call: Call) -> Written | Conflict | NotApplied | NoSession | None:
+    """A write's outcome as the checker's model takes it (None: unknown)."""
+    if call.outcome == "ok":
+        return Written(call.revision)
+    if call.outcome == "conflict":
+        return Conflict(call.revision)
+    if call.outcome == "not_applied":
+        return NotApplied()
+    if call.outcome == "no_session":
+        return NoSession()
+    return None

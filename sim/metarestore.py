@@ -42,8 +42,7 @@ from shoal.metalog.messages import OUTCOME_COMMITTED, OUTCOME_CONFLICT, OUTCOME_
 from shoal.metalog.snapshot import Snapshot, take
 from shoal.metalog.state import KeyState, MetaRestore, MetaState, SessionInfo
 from shoal.sim.linearizability import Operation
-from shoal.sim.metacall import Call
-from shoal.sim.metamodel import Conflict, NotApplied, Written
+from shoal.sim.metacall import Call, write_output
 from shoal.sim.restoremodel import Restore
 
 if TYPE_CHECKING:
@@ -212,13 +211,7 @@ class RestoreClient:
     def operation(self, call: Call) -> Operation:
         """A restore call as the checker's operation."""
         backup = self.backups[id(call)]
-        output: Written | Conflict | NotApplied | None = None
-        if call.outcome == "ok":
-            output = Written(call.revision)
-        elif call.outcome == "conflict":
-            output = Conflict(call.revision)
-        elif call.outcome == "not_applied":
-            output = NotApplied()
+        output = write_output(call)
         restore = Restore(backup.rows, self.universe, backup.intact)
         return Operation(call.client, call.call_at, None if output is None else call.return_at,
                          restore, output)  # fmt: skip

@@ -40,6 +40,7 @@ from shoal.node.recovery import (
 from shoal.sim.cluster import SimCluster
 from shoal.sim.elections import LeaseSafety
 from shoal.sim.meta import MetaRun, _Applied, _Clients
+from shoal.sim.metacall import settle
 from shoal.sim.network import LinkProfile
 from shoal.sim.wipe import wipe_host
 
@@ -119,11 +120,7 @@ def lost_majority_run(seed: int, old_data: bool = False, duration_s: float = 50.
     for k, i in enumerate(lost):  # one by one
         cluster.at(_BACK_AT + 2.0 * k + rng.uniform(0.0, 1.0), _back(cluster, i, survivors))
     cluster.run_until(duration_s, lambda: _watch(cluster, out, safety))
-    for call in run.calls:  # still in flight at the end: unknown
-        if call.outcome == "pending":
-            call.outcome = "unknown" if call.kind != "get" else "failed"
-            if call.kind == "get":
-                call.return_at = cluster.now
+    settle(run.calls, cluster.now)
     applied.check(cluster)
     out.safety = safety.violations
     run.faults.append(f"survivors {survivors} (lagger {out.lagger}), lost {lost}"
