@@ -220,8 +220,13 @@ class Session:
             if self._conn is not None:
                 self._conn.close()
 
-    def _renew(self) -> None:
-        """One renewal on this session's own connection (kept open).
+    def _renew(self, kept: bool = True) -> None:
+        """One renewal on this session's own connection (kept open). One
+        that gets no answer on the connection kept from the last renewal is
+        sent again at once on a new one (not with `kept`): the agent closed
+        it as it restarted, and a retry delay would spend up to a second of
+        the TTL after the agent is back (bench/sessions.py, restart). A
+        renewal sent twice renews twice: nothing else.
 
         Raises:
             ShoalError: NotFound when the session is gone, Unavailable without an answer.
@@ -229,6 +234,7 @@ class Session:
         client = self._client
         call = calls.session_renew(self.id)
         if self._conn is None:
+            kept = False
             # A renewal that hangs must not outlast the retries the TTL leaves room for.
             timeout_s = min(client.timeout, max(1.0, self._keepalive.interval_s))
             self._conn = client.endpoint.connect(timeout_s)
@@ -240,6 +246,8 @@ class Session:
         except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
             self._conn = None
+            if kept and not isinstance(exc, TimeoutError):
+                return self._renew(kept=False)
             raise calls.unreachable(client.endpoint.base, exc) from None
         if resp.will_close:
             self._conn.close()
