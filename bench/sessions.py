@@ -797,7 +797,8 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
                 "watch_ended": any(st.transport is None or st.transport.is_closing()
                                    for st in streams),
                 "to_spawn": started - sent,
-                **start_steps(root / f"w{home:03d}.log", log_at, sent + wall_minus_mono),
+                **start_steps(root / f"w{home:03d}.log", log_at, sent + wall_minus_mono,
+                              started + wall_minus_mono),
             })  # fmt: skip
             await holder.close()
             holder = None
@@ -825,10 +826,12 @@ START_STEPS = {
 }
 
 
-def start_steps(log: Path, offset: int, sent_wall: float) -> dict[str, float | None]:
+def start_steps(log: Path, offset: int, sent_wall: float,
+                started_wall: float) -> dict[str, float | None]:  # fmt: skip
     """Seconds from the signal (`sent_wall`, wall clock) to each of
-    `START_STEPS`, from the restarted agent's log written after `offset`
-    (None: the step is not in the log)."""
+    `START_STEPS`, from what the restarted agent (started at `started_wall`)
+    logged after `offset`, not the stopped one's last words (None: the step
+    is not in the log)."""
     from datetime import datetime
 
     found: dict[str, float | None] = dict.fromkeys(START_STEPS)
@@ -837,12 +840,14 @@ def start_steps(log: Path, offset: int, sent_wall: float) -> dict[str, float | N
         for raw in f:
             try:
                 line = json.loads(raw)
-            except ValueError:
+                at = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            if at < started_wall or line.get("controller") == "":
+                continue  # the agent stopped, or a controller forgotten
             for key, event in START_STEPS.items():
-                if found[key] is None and line.get("event") == event and "timestamp" in line:
-                    at = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))
-                    found[key] = at.timestamp() - sent_wall
+                if found[key] is None and line.get("event") == event:
+                    found[key] = at - sent_wall
     return found
 
 

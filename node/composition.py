@@ -485,8 +485,8 @@ class ShoalNode:
         """`handler` of notices, after which a follower knows at once a
         level a notice brought, not at its next look (up to
         `_LEVEL_EVERY_S` later): the metadata log forwards nothing below
-        level 2, and a restarted agent's first notice came 1 s before it
-        knew the level (bench/sessions.py, restart)."""
+        level 2, and a restarted agent knew the level 0.6-0.8 s after its
+        first notice (bench/sessions.py, restart)."""
 
         def route(message: Any, sender: Address, now: float) -> None:
             handler(message, sender, now)
