@@ -54,7 +54,11 @@ Sections:
             still open there, same id; the holder not told its session was
             lost. Timed: signal -> the agent's API answers -> the holder's
             first renewal answered; how much of the TTL was left then (its
-            last keepalive before the signal + T - then). ZooKeeper: the
+            last keepalive before the signal + T - then); and the steps of
+            the restarted agent's start from its own log (the agents run
+            at --log-level info: `START_STEPS`): started, join completed,
+            the controller's notice accepted, the feature level known
+            (renewals are forwarded from then on). ZooKeeper: the
             holder (kazoo, timeout T, the connection string lists all
             three servers, its own first, randomize_hosts off) is on a
             follower; that server gets SIGTERM or kill -9 and is started
