@@ -54,7 +54,11 @@ Sections:
             still open there, same id; the holder not told its session was
             lost. Timed: signal -> the agent's API answers -> the holder's
             first renewal answered; how much of the TTL was left then (its
-            last keepalive before the signal + T - then). ZooKeeper: the
+            last keepalive before the signal + T - then); and the steps of
+            the restarted agent's start from its own log (the agents run
+            at --log-level info: `START_STEPS`): started, join completed,
+            the controller's notice accepted, the feature level known
+            (renewals are forwarded from then on). ZooKeeper: the
             holder (kazoo, timeout T, the connection string lists all
             three servers, its own first, randomize_hosts off) is on a
             follower; that server gets SIGTERM or kill -9 and is started
@@ -121,19 +125,20 @@ class Agents(watch.Shoal):
     """bench/watch.py's agents, on this bench's addresses; with `meta`, agents
     of the metadata log (`--meta`), each of which can be restarted on its data."""
 
-    def __init__(self, root: Path, n: int, meta: bool = False) -> None:
+    def __init__(self, root: Path, n: int, meta: bool = False, log_level: str = "warning") -> None:
         super().__init__(root, n)
         self.ips = [f"{SHOAL_NET}.{i + 1}" for i in range(n)]
         self.writer = watch.HttpConnection(self.ips[0], 7947)
         self.meta = meta
+        self.log_level = log_level
         self.argv: dict[int, tuple[str, list[str]]] = {}
 
     def launch(self, i: int) -> None:
         ip, name = self.ips[i], f"w{i:03d}"
         args = [sys.executable, "-m", "shoal.daemon.cli", "agent", "--node-name", name,
                 "--bind", f"{ip}:7946", "--api", f"{ip}:7947", "--profile", "local",
-                "--data-dir", str(self.root / name), "--no-discovery", "--log-level", "warning",
-                *(["--meta"] if self.meta else [])]  # fmt: skip
+                "--data-dir", str(self.root / name), "--no-discovery",
+                "--log-level", self.log_level, *(["--meta"] if self.meta else [])]  # fmt: skip
         self.spawn(name, args + (["--join", f"{self.ips[0]}:7946"] if i else []))
         # Started again, it joins every other agent (tests/integration/metaagents.py).
         others = [f"{o}:7946" for o in self.ips if o != ip]
@@ -744,7 +749,7 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
     watches (metadata and kv) on another agent, a non-controller one. Each
     round a new holder registers a metadata key and a kv key; `home` is
     restarted under it; then a TTL and a second more for any late deletion."""
-    agents = Agents(root, 3, meta=True)
+    agents = Agents(root, 3, meta=True, log_level="info")  # info: the steps of a start
     streams: list[KvStream] = []
     holder: Holder | None = None
     rounds: list[dict[str, Any]] = []
@@ -768,7 +773,9 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
             for stream in streams:
                 assert await stream.until(stream.put_at, key, 10) is not None, "no put seen"
             await asyncio.sleep(delay)
+            log_at = (root / f"w{home:03d}.log").stat().st_size
             sent, exited, started = await agents.restart(home, how)
+            wall_minus_mono = time.time() - time.monotonic()
             answered, knows, level = await asyncio.gather(
                 first_answer(agents.ips[home], 60),
                 first_answer(agents.ips[home], 60, "/v1/controller", lambda c: c["controller"]),
@@ -793,6 +800,9 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
                 "deleted": sum(1 for st in streams if st.deleted_at.get(key, end) < end),
                 "watch_ended": any(st.transport is None or st.transport.is_closing()
                                    for st in streams),
+                "to_spawn": started - sent,
+                **start_steps(root / f"w{home:03d}.log", log_at, sent + wall_minus_mono,
+                              started + wall_minus_mono),
             })  # fmt: skip
             await holder.close()
             holder = None
@@ -808,6 +818,41 @@ async def restart_shoal(args: argparse.Namespace, root: Path, out: dict[str, Any
         await agents.stop()
         out["rounds"] = rounds
         out["placement"] = "; ".join(sorted(placements))
+
+
+# The steps of an agent's start, by the first line of its log (--log-level
+# info) that says each: the round's key -> the line's event.
+START_STEPS = {
+    "to_started": "agent started",  # data directory open, sockets bound, join sent
+    "to_joined": "join-completed",  # a push-pull with a member done
+    "to_notice": "controller-changed",  # a controller's notice accepted
+    "to_level_log": "feature-level-changed",  # the cluster's level known
+}
+
+
+def start_steps(log: Path, offset: int, sent_wall: float,
+                started_wall: float) -> dict[str, float | None]:  # fmt: skip
+    """Seconds from the signal (`sent_wall`, wall clock) to each of
+    `START_STEPS`, from what the restarted agent (started at `started_wall`)
+    logged after `offset`, not the stopped one's last words (None: the step
+    is not in the log)."""
+    from datetime import datetime
+
+    found: dict[str, float | None] = dict.fromkeys(START_STEPS)
+    with open(log, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            try:
+                line = json.loads(raw)
+                at = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if at < started_wall or line.get("controller") == "":
+                continue  # the agent stopped, or a controller forgotten
+            for key, event in START_STEPS.items():
+                if found[key] is None and line.get("event") == event:
+                    found[key] = at - sent_wall
+    return found
 
 
 def margin(holder: Holder, sent: float, usable: float | None, ttl_s: float) -> float | None:
@@ -1099,7 +1144,12 @@ def report_restart(args: argparse.Namespace, results: dict[str, dict[str, Any]])
         ("lost", "sessions lost (must be 0)", "sum"),
         ("same", "the same session after (of rounds)", "sum"),
         ("to_exit", "signal -> process exited, p50 / max (s)", "p50/max"),
+        ("to_spawn", "signal -> started again (s)", "p50/max"),
+        ("to_started", "signal -> log: agent started (bound, join sent) (s)", "p50/max"),
         ("to_api", "signal -> restarted agent's API answers (s)", "p50/max"),
+        ("to_joined", "signal -> log: join completed (push-pull) (s)", "p50/max"),
+        ("to_notice", "signal -> log: controller's notice accepted (s)", "p50/max"),
+        ("to_level_log", "signal -> log: feature level known (s)", "p50/max"),
         ("to_controller", "signal -> it names the controller (s)", "p50/max"),
         ("to_level", f"signal -> its feature level is {META_LOG_FEATURE} (s)", "p50/max"),
         ("to_usable", "signal -> renewal answered / kazoo CONNECTED (s)", "ratio"),

@@ -221,14 +221,24 @@ class Session:
                 self._conn.close()
 
     def _renew(self) -> None:
-        """One renewal on this session's own connection (kept open).
+        """One renewal on this session's own connection (kept open). One
+        that gets no answer on the connection kept from the last renewal is
+        sent again at once on a new one: the agent closed it as it
+        restarted, and a retry delay would spend up to a second of the TTL
+        after the agent is back (bench/sessions.py, restart). A renewal
+        sent twice renews twice: nothing else.
 
         Raises:
             ShoalError: NotFound when the session is gone, Unavailable without an answer.
         """
+        self._renew_on(kept=True)
+
+    def _renew_on(self, kept: bool) -> None:
+        """`_renew`; with `kept`, again on a new connection if the kept one fails."""
         client = self._client
         call = calls.session_renew(self.id)
         if self._conn is None:
+            kept = False
             # A renewal that hangs must not outlast the retries the TTL leaves room for.
             timeout_s = min(client.timeout, max(1.0, self._keepalive.interval_s))
             self._conn = client.endpoint.connect(timeout_s)
@@ -240,6 +250,8 @@ class Session:
         except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
             self._conn = None
+            if kept and not isinstance(exc, TimeoutError):
+                return self._renew_on(kept=False)
             raise calls.unreachable(client.endpoint.base, exc) from None
         if resp.will_close:
             self._conn.close()

@@ -80,9 +80,12 @@ class LogSessions:
 
     async def settle(self) -> bool:
         """Whether a session opened now goes through the log: an agent that
-        does not know the cluster's feature level yet (it has just started)
-        waits up to `RENEW_WAIT_S` * 3 to learn it, rather than hand out a
-        session of its own table that its next restart would end."""
+        does not know the cluster's feature level yet (it has just started:
+        it learns it with the controller's notice, which a restarted agent
+        asks the voters for as its join shows them, and a new one hears at
+        the controller's next renewal) waits up to `RENEW_WAIT_S` * 3 to
+        learn it, rather than hand out a session of its own table that its
+        next restart would end."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 3 * RENEW_WAIT_S
         while self._node().feature_level == 0 and loop.time() < deadline:
@@ -118,13 +121,13 @@ class LogSessions:
     async def renew(self, sid: bytes) -> dict[str, Any]:
         """Renew `sid` at the controller: its brief JSON, 404 once it ended.
 
-        An agent that knows no controller yet (just restarted: it learns the
-        controller and the cluster's feature level from gossip within a
-        second or two) tries again every 50 ms for up to `RENEW_WAIT_S`
+        An agent that knows no controller yet (just restarted: it asks the
+        voters for the controller's notice as its join shows them, and
+        learns the controller and the cluster's feature level from the
+        answer, a round trip after the join; election/notices.py,
+        `ask_voters`) tries again every 50 ms for up to `RENEW_WAIT_S`
         before it answers 503, rather than refusing at once: the client
-        would otherwise sleep its retry delay, and a restart measured 1.9-2.4
-        s from the signal to a renewal answered, with 0.45 s of a 4 s TTL
-        left at worst (bench/sessions.py, restart)."""
+        would otherwise sleep its retry delay (bench/sessions.py, restart)."""
         started = asyncio.get_running_loop().time()
         while True:
             done = await self.renewals.renew(sid)

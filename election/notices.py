@@ -22,6 +22,19 @@ it report no controller for a moment. It is forgotten when that time runs
 out, when the view reports the controller dead or left, or when the
 controller releases its lease. Every change is a `ControllerChanged` event.
 
+A member that has just started knows no controller, and the next renewal's
+notice may be a second away: a restarted agent forwarded nothing (its
+sessions' renewals among it) for 1.5-2.4 s after the signal. So until it
+accepts its first notice, it asks each voter of the configuration it
+stored for one (`NoticeQuery`) as soon as its view shows that voter live
+(`ask_voters`, once per voter): the controller is always one of them, and
+the others ignore the query. The answer is an ordinary notice, accepted
+by the rules above, vouching for the lease it names and no more (issue 28
+holds as it did). The member asks rather than the controller telling it:
+a restart by kill -9 within the failure detector's time changes nothing
+the controller's view reports (the same member, alive, at a higher
+incarnation), and at most `max_voters` datagrams go, once per start.
+
 A voter's renewals are not knowledge: a controller cut off from its
 majority goes on renewing with the voters it still reaches, and they cannot
 tell from a renewal whether it won. Only the controller knows its lease,
@@ -145,6 +158,7 @@ class KnownController:
         self._liveness_of = liveness_of
         self._view = view
         self._decide = decisions.append
+        self._asked_voters: set[str] = set()  # asked for a notice since start (`ask_voters`)
 
     def on_notice(self, msg: ControllerNotice, now: float, adopted: bool = False) -> Adopt | None:
         """A controller's notice (see the module docstring). `Adopt`: its
@@ -208,10 +222,27 @@ class KnownController:
             self.out.events.append(ControllerChanged(known[0] if known else "", epoch))
 
     def view_changed(self) -> None:
-        """Forget a controller the view reports dead or left."""
+        """Forget a controller the view reports dead or left; just started,
+        ask the voters now live for a notice."""
         known = self.known
         if known is not None and known[0] != self.name and self._gone(known[0]):
             self.set(None, known[1])
+        if self._last_notice == (0, 0) and self.known is None:
+            self.ask_voters()
+
+    def ask_voters(self) -> None:
+        """Until the first notice is accepted, ask each voter of our
+        configuration for one, once, when our view shows it live (module
+        docstring): the controller answers with its notice at once."""
+        voters, liveness_of = self._view.voters, self._liveness_of
+        if voters is None or liveness_of is None:
+            return
+        asked = self._asked_voters
+        for name in voters.voters:
+            if name != self.name and name not in asked and liveness_of(name) is _LIVE:
+                asked.add(name)
+                self.counters.notice_queries += 1
+                self._send_to(name, NoticeQuery(0))
 
     def expire(self, now: float) -> None:
         """Forget a controller not heard of in time (a follower only)."""
