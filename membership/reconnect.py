@@ -190,7 +190,8 @@ class Reconnects:
         """The member an ack with `seq` answers for, if it is one of ours."""
         return self._pings.pop(seq, None)
 
-    def heard(self, name: str, now: float, lost_since: float = -math.inf) -> None:
+    def heard(self, name: str, now: float, lost_since: float = -math.inf,
+              still_lost: bool = False) -> None:  # fmt: skip
         """Lost member `name` (dead, or suspect since `lost_since`) was
         heard from: a cut may have just healed, so ping the other lost
         members at once, the suspects with their suspicion (at most
@@ -203,12 +204,16 @@ class Reconnects:
         ends in a death (claims.py holds it only briefly), a dead member
         that is back rejoins anyway. At 60 agents, a suspicion that came
         after the heal, behind twenty of the dead in the round robin, was
-        told to its suspect 5.1 s after the heal."""
+        told to its suspect 5.1 s after the heal. With `still_lost` (any
+        other datagram from it: `SwimNode.heard_from`), `name` is pinged in
+        the burst too: a suspect refutes to us, a dead member syncs."""
         if now - lost_since >= _OTHERS_SUSPICION_ROUNDS * self._config.probe_interval_s:
             self.heard_at = now
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s
+        if still_lost:
+            self.ping(name)
         lost = [(not suspect, other) for other, since, suspect in self._fast
                 if other != name and self._lost(other, since, suspect)]  # fmt: skip
         lost.sort(key=lambda entry: entry[0])  # stable: suspects first, each in turn

@@ -219,6 +219,18 @@ class SwimNode:
         """Handle one decoded message from `sender`."""
         self.handlers[type(message)](message, sender, now)
 
+    def heard_from(self, sender: Address, now: float) -> None:
+        """A datagram or stream came from `sender`, whatever it carried
+        (the node calls this while `table.lost` is not empty). If a member
+        we hold suspect or dead listens there, it is back, or a cut has
+        healed: the election's datagrams and the metadata log's cross a cut
+        before any of ours, so the holds and the burst learn of a heal from
+        them too (reconnect.py, `Reconnects.heard`)."""
+        entry = self.table.lost.get(sender)
+        if entry is not None:
+            name, since = entry
+            self.reconnects.heard(name, now, since, still_lost=True)
+
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
         self._deadlines.run_due(now)

@@ -213,6 +213,11 @@ class MemberTable:
         self._down_at: dict[str, float] = {}
         # Members other than self that are alive or suspect.
         self.live = LiveList(self.members, self.self_name)
+        # Where each suspect or dead member listens -> (its name, since when
+        # it has been lost: suspect or dead without being alive between).
+        # Empty while nobody is lost, so the node's one test per datagram
+        # (`SwimNode.heard_from`) costs a truth test then.
+        self.lost: dict[Address, tuple[str, float]] = {}
         # Bumped on every change of any row: other cores compare it to know
         # when the view changed, without subscribing to events.
         self.version = 0
@@ -352,6 +357,9 @@ class MemberTable:
             return None
         del self.members[name]
         self._down_at.pop(name, None)
+        entry = self.lost.get(m.ident.addr)
+        if entry is not None and entry[0] == name:
+            del self.lost[m.ident.addr]
         self.version += 1
         self._tombstones[name] = (m.ident.node_id, m.incarnation)
         return m
@@ -361,6 +369,20 @@ class MemberTable:
         tomb = self._tombstones.get(name)
         if tomb is not None and tomb[0] == node_id and name not in self.members:
             del self._tombstones[name]
+
+    def _track_lost(self, old: Member, new: Member, now: float) -> None:
+        """Keep `lost` in step with a row that was or becomes suspect or
+        dead: lost since it was last alive, wherever it listens now."""
+        lost = self.lost
+        name = new.ident.name
+        since = now
+        entry = lost.get(old.ident.addr)
+        if entry is not None and entry[0] == name:
+            since = entry[1]
+            del lost[old.ident.addr]
+        state = new.state
+        if state is SUSPECT or state is DEAD:
+            lost[new.ident.addr] = (name, since)
 
     def _set(self, old: Member, new: Member, now: float) -> None:
         """Replace the row `old` with `new` (same name) at `now`."""
@@ -372,6 +394,9 @@ class MemberTable:
             self._down_at[name] = now
         else:
             self._down_at.pop(name, None)
+        before = old.state
+        if before is SUSPECT or before is DEAD or state is SUSPECT or state is DEAD:
+            self._track_lost(old, new, now)
         was_live = old.state in _LIVE
         if name == self.self_name or was_live == (state in _LIVE):
             return
