@@ -86,6 +86,21 @@ def main() -> None:
                  (node(args.members, True), messages, 1)]  # fmt: skip
         quiet, lost, heard = per_datagram_ns(cases, args.repeat, args.number)
         print(f"{label:11s}  {quiet:8.0f}  {lost:7.0f}  {heard:12.0f}")
+    print("the test alone (receive_all's two lines), ns:", test_alone_ns(args.repeat, args.number))
+
+
+def test_alone_ns(repeat: int, number: int) -> str:
+    """`lost and sender in lost` timed by itself: nobody lost, and one
+    member lost that is not the sender (the loop's own cost subtracted)."""
+    sender = ident(3).addr
+    out = []
+    for lost in ({}, {ident(1).addr: ("n1", 0.0)}):
+        env = {"lost": lost, "sender": sender}
+        test = min(timeit.repeat("lost and sender in lost", globals=env, number=number,
+                                 repeat=repeat))  # fmt: skip
+        empty = min(timeit.repeat("pass", globals=env, number=number, repeat=repeat))
+        out.append(f"{(test - empty) / number * 1e9:.0f}")
+    return f"nobody lost {out[0]}, a member lost {out[1]}"
 
 
 if __name__ == "__main__":

@@ -25,10 +25,12 @@ each refutes, and the refutations spread on both sides by gossip. The first
 answer across a healed cut is also a sign that the others behind it are
 back: every other recently dead member, and every suspect, gets a ping at
 once (at most `_HEARD_BURST_MAX`, once per probe interval, the suspects
-first); so does a ping from a member we suspect, its refutation, and a
-dead member's return. The time of the last such sign is `heard_at`:
-claims.py holds a suspicion that runs out just after it (see
-`Claims._hold`).
+first); so does a ping from a member we suspect, its refutation, a
+dead member's return, and any other datagram from a member we hold lost
+(the node tells us whom it heard from, `SwimNode.heard_from`: the
+election's datagrams cross a healed cut before ours), which pings that
+member too. The time of the last such sign is `heard_at`: claims.py
+holds a suspicion that runs out just after it (`SuspicionTimer.hold`).
 
 At 60 members (issue 42) the heal's tail was a suspicion that only one
 member held, or held at an incarnation the suspect had already outbid: no

@@ -220,12 +220,20 @@ class SwimNode:
         self.handlers[type(message)](message, sender, now)
 
     def heard_from(self, sender: Address, now: float) -> None:
-        """A datagram or stream came from `sender`, whatever it carried
-        (the node calls this while `table.lost` is not empty). If a member
-        we hold suspect or dead listens there, it is back, or a cut has
-        healed: the election's datagrams and the metadata log's cross a cut
-        before any of ours, so the holds and the burst learn of a heal from
-        them too (reconnect.py, `Reconnects.heard`)."""
+        """A datagram or stream came from `sender`, whatever it carried.
+        If a member we hold suspect or dead listens there, it is back, or a
+        cut has healed: the election's datagrams cross a healed cut before
+        ours (at 60 agents, 8 of the 12 verdicts after a heal came from
+        agents that had heard from across the cut, but not membership), so
+        the holds and the burst learn of a heal from them too
+        (`Reconnects.heard`, which pings the member as well).
+
+        The node calls this for every datagram while `table.lost` is not
+        empty, and the sender is in it (after the messages: a refutation
+        takes it out first). That test costs 6 ns per datagram with nobody
+        lost and 22 ns with members lost, where `receive_all` of the
+        cheapest datagrams (a late ack, an election query) takes 250-500
+        ns (`bench/heard_from.py`, 2 cores, loaded)."""
         entry = self.table.lost.get(sender)
         if entry is not None:
             name, since = entry

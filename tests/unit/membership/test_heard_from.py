@@ -115,3 +115,19 @@ def test_the_table_keeps_the_addresses_of_the_lost_members_only():
     assert table.lost[ident(2).addr] == ("n2", 1.0)
     node.receive_all([Alive(2, ident(2)), Alive(2, ident(3))], ident(21).addr, 2.0)
     assert table.lost == {}
+
+
+def test_a_live_member_at_a_dead_members_address_is_not_a_sign_of_a_heal():
+    """n3 is dead and another member, n30, now listens at n3's address (a
+    machine reinstalled under another name): n30's datagrams are no sign of
+    a heal (a verdict due just after one runs out on time)."""
+    node = _node()
+    n30 = ident(30)
+    moved = type(n30)(n30.name, n30.node_id, ident(3).addr)
+    node.receive_all([Alive(1, moved)], moved.addr, 0.5)
+    assert node.swim.table.lost == {}
+    _suspected(node, "n2", SUSPECTED_AT)
+    inputs = {RUNS_OUT_AT - 0.05: (moved.addr, [NoticeQuery(1)])}
+    deaths, _ = _run(node, SUSPECTED_AT, RUNS_OUT_AT + 0.2, inputs)
+    assert deaths == [(RUNS_OUT_AT, "n2")]
+    assert node.swim.counters.suspicions_held == 0
