@@ -62,7 +62,7 @@ def test_an_election_datagram_from_a_dead_member_holds_a_verdict_due_just_after(
     """A cut heals: the first datagram across it is the election's (here a
     NoticeQuery from n3, which n1 holds dead), 50 ms before n1's suspicion
     of n2 runs out, and n2's refutation comes 10 ms after. n1 holds the
-    verdict, pings n2 with its suspicion and n3 at once, and n2 is never
+    verdict, pings n2 with its suspicion, and n2 is never
     declared dead (on main's code it was, when the suspicion ran out)."""
     node = _node()
     _suspected(node, "n2", SUSPECTED_AT)
@@ -73,7 +73,6 @@ def test_an_election_datagram_from_a_dead_member_holds_a_verdict_due_just_after(
     }
     deaths, pings = _run(node, SUSPECTED_AT, RUNS_OUT_AT + 2.0, inputs)
     assert deaths == []
-    assert (heard_at, "n3", False) in pings  # the dead member, to bring it back
     assert any(target == "n2" and told and heard_at <= at <= RUNS_OUT_AT
                for at, target, told in pings), pings  # fmt: skip
     m = node.swim.table.get("n2")
