@@ -14,9 +14,10 @@ others, in three states:
 
 Two datagrams: a late `Ack` (the cheapest thing membership handles: counted,
 nothing sent) and a `NoticeQuery` (the election's; a member asks for a
-notice, and a node that is not the controller drops it). Run it on a tree
-without the test to compare (the figures of this commit and its parent are
-in SwimNode.heard_from's docstring).
+notice, and a node that is not the controller drops it). Last, the test
+alone, timed by itself. Figures: SwimNode.heard_from's docstring. On a
+busy machine the first three columns move by more than the test costs
+(take the best of several runs); the last line is steadier.
 
     .venv/bin/python bench/heard_from.py [--members 60] [--repeat 5] [--number 200000]
 """

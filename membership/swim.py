@@ -224,20 +224,19 @@ class SwimNode:
         If a member we hold suspect or dead listens there, it is back, or a
         cut has healed, whichever core the datagram was for (the election's
         requests and notices, the sync's trees, membership's own gossip),
-        so the holds and the burst learn of a heal from any of them
-        (`Reconnects.heard`: the other lost members are pinged). At 60 agents,
-        270 cuts: 14 members declared failed after the heal, 11 with this.
+        so the holds learn of a heal from any of them (`Reconnects.sign`;
+        the burst of pings stays membership's: see there).
 
         The node calls this for every datagram while `table.lost` is not
         empty, and the sender is in it (after the messages: a refutation
         takes it out first). That test costs 6 ns per datagram with nobody
         lost and 22 ns with members lost, where `receive_all` of the
-        cheapest datagrams (a late ack, an election query) takes 250-500
+        cheapest datagrams (a late ack, an election query) takes 250-600
         ns (`bench/heard_from.py`, 2 cores, loaded)."""
         entry = self.table.lost.get(sender)
         if entry is not None:
             name, since = entry
-            self.reconnects.heard(name, now, since)
+            self.reconnects.sign(now, since)
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""
