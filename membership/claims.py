@@ -67,7 +67,8 @@ _MAX_CONFLICT_REPORTS = 1024
 # Corrections (see Claims.correct) per probe round, at most.
 _MAX_CORRECTIONS = 64
 _COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
-# A suspicion this old (probe intervals) that a late confirmation ends is held.
+# A suspicion this many probe intervals old that a late confirmation ends
+# is held too (suspicion.py, `SuspicionTimer.hold`).
 _OVERDUE_ROUNDS = 3
 
 
@@ -296,9 +297,8 @@ class Claims:
         if m is None or m.state is not SUSPECT:
             return
         config = self._config
-        interval_s = config.probe_interval_s
-        if timer.hold(self._reconnects.heard_at, now, interval_s, config.probe_timeout_s,
-                      _OVERDUE_ROUNDS * interval_s):  # fmt: skip
+        if timer.hold(self._reconnects.heard_at, now, config.probe_interval_s,
+                      config.probe_timeout_s, _OVERDUE_ROUNDS * config.probe_interval_s):  # fmt: skip
             # a lost member heard from just before, or a late confirmation: maybe a heal
             self._counters.suspicions_held += 1
             self._deadlines.push(timer.deadline_at, self._due_suspicion, name)
