@@ -67,9 +67,6 @@ _MAX_CONFLICT_REPORTS = 1024
 # Corrections (see Claims.correct) per probe round, at most.
 _MAX_CORRECTIONS = 64
 _COUNTER_OF = {reason: "ignored_" + reason.value for reason in Ignored}
-# A suspicion this many probe intervals old that a late confirmation ends
-# is held too (suspicion.py, `SuspicionTimer.hold`).
-_OVERDUE_ROUNDS = 3
 
 
 class Claims:
@@ -222,7 +219,7 @@ class Claims:
             running = self.suspicions.get(msg.node)
             if msg.source == self._name:
                 self._reconnects.suspected(msg.node, True, now)
-            if running is not None and running.confirm(msg.source, now):
+            if running is not None and running.confirm(msg.source):
                 self._deadlines.push(running.deadline_at, self._due_suspicion, msg.node)
                 self._broadcast(msg.node, msg, now)  # others count confirmations too
             return
@@ -298,8 +295,8 @@ class Claims:
             return
         config = self._config
         if timer.hold(self._reconnects.heard_at, now, config.probe_interval_s,
-                      config.probe_timeout_s, _OVERDUE_ROUNDS * config.probe_interval_s):  # fmt: skip
-            # a lost member heard from just before, or a late confirmation: maybe a heal
+                      config.probe_timeout_s):  # fmt: skip
+            # a lost member was heard from just before: maybe a heal
             self._counters.suspicions_held += 1
             self._deadlines.push(timer.deadline_at, self._due_suspicion, name)
             self._reconnects.ping(name)  # with the suspicion: a live suspect refutes to us

@@ -107,8 +107,7 @@ def expected_confirmations(config: SwimConfig, cluster_size: int) -> int:
 class SuspicionTimer:
     """One running suspicion: when it started and who confirmed it."""
 
-    __slots__ = ("started_at", "k", "min_s", "max_s", "confirmers", "cap", "floor_s", "held_until",
-                 "overdue")  # fmt: skip
+    __slots__ = ("started_at", "k", "min_s", "max_s", "confirmers", "cap", "floor_s", "held_until")
 
     def __init__(
         self,
@@ -141,8 +140,6 @@ class SuspicionTimer:
         self.confirmers: set[str] = {source}
         # Held at a heal (`hold`): no verdict before this.
         self.held_until = 0.0
-        # Whether the last confirmation came after the deadline it set (`confirm`).
-        self.overdue = False
 
     @classmethod
     def begin(
@@ -162,18 +159,14 @@ class SuspicionTimer:
         """Independent confirmations beyond the first suspector."""
         return len(self.confirmers) - 1
 
-    def confirm(self, source: str, now: float = -math.inf) -> bool:
-        """Record a suspicion from `source` at `now`; True if it was new
-        and counted (then `overdue` says whether it ends the suspicion at
-        once: the deadline it sets has passed)."""
+    def confirm(self, source: str) -> bool:
+        """Record a suspicion from `source`; True if it was new and counted."""
         if self.confirmations >= self.cap or source in self.confirmers:
             return False
         self.confirmers.add(source)
-        self.overdue = self.deadline_at <= now
         return True
 
-    def hold(self, heard_at: float, now: float, window_s: float, hold_s: float,
-             overdue_age_s: float = math.inf) -> bool:  # fmt: skip
+    def hold(self, heard_at: float, now: float, window_s: float, hold_s: float) -> bool:
         """Hold the verdict, due `now`, for `hold_s`, if a lost member was
         heard from (`heard_at`: a refutation, a dead member back, any
         datagram from one: `SwimNode.heard_from`) after this
@@ -192,22 +185,8 @@ class SuspicionTimer:
         that ends just after a member lost for two probe intervals or more
         came back (reconnect.py: a false suspicion from loss, refuted
         sooner, is no sign).
-
-        Also held: a suspicion `overdue_age_s` old or more that a late
-        confirmation ends at once (`overdue`). Such a confirmation was
-        held back too, or is an echo: a push-pull at the heal turns a dead
-        row into a suspicion in the pusher's name (exchange.py), gossiped
-        back to the pusher's side. 4 of the 11 deaths left at 60 agents
-        after the sign above came so, 3.3-5.6 s into their suspicions,
-        0.4-1.3 s past their deadlines. The checks confirm a crash about
-        a second into its suspicion (100 agents, 10 % loss, 10 seeds of
-        two crashes: 540 verdicts, none on a suspicion older than 3 s),
-        so crash verdicts are not held.
         """
-        if self.held_until:
-            return False
-        healed = heard_at >= self.started_at and now - heard_at <= window_s
-        if not healed and not (self.overdue and now - self.started_at >= overdue_age_s):
+        if self.held_until or heard_at < self.started_at or now - heard_at > window_s:
             return False
         self.held_until = now + hold_s
         return True
