@@ -225,7 +225,9 @@ class SwimNode:
         cut has healed, whichever core the datagram was for (the election's
         requests and notices, the sync's trees, membership's own gossip),
         so the holds learn of a heal from any of them (`Reconnects.sign`;
-        the burst of pings stays membership's: see there).
+        the burst of pings stays membership's: see there). 60 agents, 270
+        cuts (`python -m shoal.sim.cuts --nodes 60 --minority 1,20,30
+        1-10`): 11 members declared failed after the heal, 14 before.
 
         The node calls this for every datagram while `table.lost` is not
         empty, and the sender is in it (after the messages: a refutation
