@@ -231,8 +231,8 @@ class SwimNode:
 
         The node calls this for every datagram while `table.lost` is not
         empty, and the sender is in it (after the messages: a refutation
-        takes it out first). That test costs 6 ns per datagram with nobody
-        lost and 22 ns with members lost, where `receive_all` of the
+        takes it out first). That test costs 6-12 ns per datagram with nobody
+        lost and 22-40 ns with members lost, where `receive_all` of the
         cheapest datagrams (a late ack, an election query) takes 250-600
         ns (`bench/heard_from.py`, 2 cores, loaded)."""
         entry = self.table.lost.get(sender)
