@@ -10,7 +10,7 @@ others, in three states:
 - quiet: nobody lost (the test is one truth test of an empty dict);
 - lost: one member dead, the datagram from another (one dict lookup);
 - from the lost: the datagram from the dead member itself (the lookup, and
-  the sign: `Reconnects.heard`, its burst at most once per probe interval).
+  the sign: `Reconnects.sign`).
 
 Two datagrams: a late `Ack` (the cheapest thing membership handles: counted,
 nothing sent) and a `NoticeQuery` (the election's; a member asks for a

@@ -237,8 +237,7 @@ class SwimNode:
         ns (`bench/heard_from.py`, 2 cores, loaded)."""
         entry = self.table.lost.get(sender)
         if entry is not None:
-            name, since = entry
-            self.reconnects.sign(now, since)
+            self.reconnects.sign(now, entry[1])
 
     def tick(self, now: float) -> None:
         """Do all work due at or before `now`."""

@@ -238,9 +238,9 @@ class ShoalNode:
             else:
                 routes[type(message)](message, sender, now)
         # Whatever it carried, a datagram from a member membership holds
-        # lost is a sign of a heal (SwimNode.heard_from). Nearly always
-        # empty; tested per datagram, after the messages, so a refutation
-        # is applied first (it is no longer lost then).
+        # lost is a sign of a heal (SwimNode.heard_from). Empty while no
+        # member is suspect or dead; tested per datagram, after the
+        # messages, so a refutation is applied first (no longer lost then).
         lost = self._lost
         if lost and sender in lost:
             self.swim.heard_from(sender, now)
