@@ -26,9 +26,11 @@ answer across a healed cut is also a sign that the others behind it are
 back: every other recently dead member, and every suspect, gets a ping at
 once (at most `_HEARD_BURST_MAX`, once per probe interval, the suspects
 first); so does a ping from a member we suspect, its refutation, and a
-dead member's return. The time of the last such sign is `heard_at`:
-claims.py holds a suspicion that runs out just after it (see
-`Claims._hold`).
+dead member's return. The time of the last such sign is `heard_at`, set
+also by any other datagram from a member we hold lost (the node tells us
+whom it heard from, `SwimNode.heard_from`: the election's datagrams and
+the sync's cross a healed cut too): claims.py holds a suspicion that runs
+out just after it (`SuspicionTimer.hold`).
 
 At 60 members (issue 42) the heal's tail was a suspicion that only one
 member held, or held at an incarnation the suspect had already outbid: no
@@ -192,20 +194,16 @@ class Reconnects:
 
     def heard(self, name: str, now: float, lost_since: float = -math.inf) -> None:
         """Lost member `name` (dead, or suspect since `lost_since`) was
-        heard from: a cut may have just healed, so ping the other lost
-        members at once, the suspects with their suspicion (at most
-        `_HEARD_BURST_MAX`, once per probe interval). It is a sign of a
-        heal for the holds (`heard_at`) only when `name` was lost for
-        `_OTHERS_SUSPICION_ROUNDS` probe intervals or more: a false
-        suspicion from loss is refuted sooner, and holding verdicts after
-        each of those slowed the detection of crashes (100 nodes, 10 %
-        loss: by 0.27 s in the median). The suspects go first: a suspicion left unrefuted
-        ends in a death (claims.py holds it only briefly), a dead member
-        that is back rejoins anyway. At 60 agents, a suspicion that came
-        after the heal, behind twenty of the dead in the round robin, was
-        told to its suspect 5.1 s after the heal."""
-        if now - lost_since >= _OTHERS_SUSPICION_ROUNDS * self._config.probe_interval_s:
-            self.heard_at = now
+        heard from by membership (a refutation, a ping, an answer): a cut
+        may have just healed, so ping the other lost members at once, the
+        suspects with their suspicion (at most `_HEARD_BURST_MAX`, once per
+        probe interval), and note the sign (`sign`). The suspects go
+        first: a suspicion left unrefuted ends in a death (claims.py holds
+        it only briefly), a dead member that is back rejoins anyway. At 60
+        agents, a suspicion that came after the heal, behind twenty of the
+        dead in the round robin, was told to its suspect 5.1 s after the
+        heal."""
+        self.sign(now, lost_since)
         if now < self._burst_after or self._local.leaving:
             return
         self._burst_after = now + self._config.probe_interval_s
@@ -214,6 +212,21 @@ class Reconnects:
         lost.sort(key=lambda entry: entry[0])  # stable: suspects first, each in turn
         for _, other in lost[:_HEARD_BURST_MAX]:
             self.ping(other)
+
+    def sign(self, now: float, lost_since: float) -> None:
+        """A member lost since `lost_since` was heard from at `now`: a sign
+        of a heal for the holds (`heard_at`) only when it was lost for
+        `_OTHERS_SUSPICION_ROUNDS` probe intervals or more: a false
+        suspicion from loss is refuted sooner, and holding verdicts after
+        each of those slowed the detection of crashes (100 nodes, 10 %
+        loss: by 0.27 s in the median). Any other datagram from a lost
+        member (`SwimNode.heard_from`) is a sign and no more: a burst on
+        each of those too (or a ping to the member, which syncs with us
+        and merges our stale view) crowded the refutations out of gossip
+        at the heal (60 agents, 20 cut off for 30 s: 4.1 s to all see all,
+        0.5 s without)."""
+        if now - lost_since >= _OTHERS_SUSPICION_ROUNDS * self._config.probe_interval_s:
+            self.heard_at = now
 
     def _lost(self, name: str, since: float, suspect: bool) -> bool:
         """Whether a round-robin entry is still lost (a suspect is pinged

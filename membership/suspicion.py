@@ -168,7 +168,8 @@ class SuspicionTimer:
 
     def hold(self, heard_at: float, now: float, window_s: float, hold_s: float) -> bool:
         """Hold the verdict, due `now`, for `hold_s`, if a lost member was
-        heard from (`heard_at`: a refutation, a dead member back) after this
+        heard from (`heard_at`: a refutation, a dead member back, any
+        datagram from one: `SwimNode.heard_from`) after this
         suspicion started and within `window_s` before now, and it was not
         held before. Whether it is held (ours).
 

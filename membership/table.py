@@ -213,6 +213,9 @@ class MemberTable:
         self._down_at: dict[str, float] = {}
         # Members other than self that are alive or suspect.
         self.live = LiveList(self.members, self.self_name)
+        # Where each suspect or dead member listens -> (its name, since when
+        # it is lost, not alive): tested per datagram (SwimNode.heard_from).
+        self.lost: dict[Address, tuple[str, float]] = {}
         # Bumped on every change of any row: other cores compare it to know
         # when the view changed, without subscribing to events.
         self.version = 0
@@ -271,7 +274,9 @@ class MemberTable:
             if tomb is not None and tomb[0] == ident.node_id and inc <= tomb[1]:
                 return Ignored.GHOST
             self._tombstones.pop(ident.name, None)
-            self.members[ident.name] = alive_row(ident, inc)
+            self.members[ident.name] = row = alive_row(ident, inc)
+            if self.lost:
+                self._track_lost(row, row, now)
             self.live.append(ident.name)
             self.version += 1
             return Transition.JOINED
@@ -352,6 +357,9 @@ class MemberTable:
             return None
         del self.members[name]
         self._down_at.pop(name, None)
+        entry = self.lost.get(m.ident.addr)
+        if entry is not None and entry[0] == name:
+            del self.lost[m.ident.addr]
         self.version += 1
         self._tombstones[name] = (m.ident.node_id, m.incarnation)
         return m
@@ -361,6 +369,22 @@ class MemberTable:
         tomb = self._tombstones.get(name)
         if tomb is not None and tomb[0] == node_id and name not in self.members:
             del self._tombstones[name]
+
+    def _track_lost(self, old: Member, new: Member, now: float) -> None:
+        """Keep `lost` in step with a changed row: a suspect or dead member
+        is lost since it was last alive; a live one at an address takes it
+        from a lost one (a reinstalled machine, say: not a heal sign)."""
+        lost = self.lost
+        name = new.ident.name
+        since = now
+        entry = lost.get(old.ident.addr)
+        if entry is not None and entry[0] == name:
+            since = entry[1]
+            del lost[old.ident.addr]
+        if new.state is SUSPECT or new.state is DEAD:
+            lost[new.ident.addr] = (name, since)
+        elif new.state is ALIVE:
+            lost.pop(new.ident.addr, None)
 
     def _set(self, old: Member, new: Member, now: float) -> None:
         """Replace the row `old` with `new` (same name) at `now`."""
@@ -372,6 +396,8 @@ class MemberTable:
             self._down_at[name] = now
         else:
             self._down_at.pop(name, None)
+        if self.lost or state is SUSPECT or state is DEAD:
+            self._track_lost(old, new, now)
         was_live = old.state in _LIVE
         if name == self.self_name or was_live == (state in _LIVE):
             return

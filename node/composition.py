@@ -154,6 +154,7 @@ class ShoalNode:
             self._routes[kind] = self._heeding_strangers(self._routes[kind])
         self._routes[ControllerNotice] = self._learning_level(self._routes[ControllerNotice])
         self._claims = self.swim.claims
+        self._lost = self.swim.table.lost  # see receive_all
         self._cores = (self.swim, self.sync, self.election)
         # The node's own output: feature-level events and the next-release
         # stand-in's message (node/features.py, node/nextrelease.py).
@@ -212,6 +213,8 @@ class ShoalNode:
     def receive(self, message: Any, sender: Address, now: float) -> None:
         """Route one decoded message to the core it belongs to."""
         self._routes[type(message)](message, sender, now)
+        if self._lost:
+            self.swim.heard_from(sender, now)
         self._check_view(now)
         if self.meta is not None:
             self.meta.leadership(now)
@@ -236,6 +239,13 @@ class ShoalNode:
                 claims.on_alive(message, sender, now)
             else:
                 routes[type(message)](message, sender, now)
+        # Whatever it carried, a datagram from a member membership holds
+        # lost is a sign of a heal (SwimNode.heard_from). Empty while no
+        # member is suspect or dead; tested per datagram, after the
+        # messages, so a refutation is applied first (no longer lost then).
+        lost = self._lost
+        if lost and sender in lost:
+            self.swim.heard_from(sender, now)
         if self.swim.table.version != self._view_version:
             self._check_view(now)
         if self.meta is not None:
