@@ -24,8 +24,9 @@ SESSION_CLIENTS = 3
 
 @functools.cache
 def run(seed: int) -> MetaRun:
-    """One seed's run, once per session of tests (runs are deterministic)."""
-    return meta_run(seed, sessions=SESSION_CLIENTS)
+    """One seed's run, once per session of tests (runs are deterministic).
+    Without restores: sessions beside restores are test_meta_restore_sim's."""
+    return meta_run(seed, sessions=SESSION_CLIENTS, restores=0)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
