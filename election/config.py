@@ -52,6 +52,14 @@ class LeaseConfig(msgspec.Struct, frozen=True):
     notice_interval_s: float = 15.0
     # Voters in the configuration (Raft and ZooKeeper advise 3 or 5).
     max_voters: int = 5
+    # A voter that left gracefully (SIGTERM, `shoal leave`) stays a voter
+    # this long before the controller removes it, as a voter that crashed
+    # does: a restart or an upgrade brings it back a voter at once, with its
+    # log, where removing it at once left a restarted agent of three voters
+    # out of every majority until it had caught up and been added back
+    # (a controller lost meanwhile left the other voter alone, with no
+    # majority). `shoal force-leave` removes a voter at once.
+    left_voter_grace_s: float = 60.0
     # Hand the lease to a better-ranked candidate that joins (1) or keep a
     # healthy controller (0, the default: no needless changes).
     preempt: int = 0
@@ -75,6 +83,8 @@ class LeaseConfig(msgspec.Struct, frozen=True):
             raise ValueError("preempt must be 0 or 1, bootstrap_settle_s >= 0")
         if self.healthy_only not in (0, 1):
             raise ValueError("healthy_only must be 0 or 1")
+        if self.left_voter_grace_s < 0:
+            raise ValueError("left_voter_grace_s must be >= 0")
 
     @property
     def holder_lease_s(self) -> float:

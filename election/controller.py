@@ -27,6 +27,18 @@ has caught up as a non-voter (`_ready`: the log replicates to every live
 member). Before that level, or where this node runs no log, the renewal
 alone carries the change, as 0.2.0 did.
 
+**Voters that left.** A voter that left gracefully (SIGTERM, `shoal
+leave`) is removed only once it has been gone `left_voter_grace_s` (60 s)
+by this controller's clock, counted from when this controller first saw it
+left (`_left_since`; a new controller counts afresh, so later, never
+sooner). Until then it is a voter as one that crashed is: the majority is
+still of three, the same two live voters as of a configuration without it,
+and a restart brings it back a voter with its log, with nothing to catch up
+and no change to commit. Removed at once, as before, a restarted agent of
+three voters was out of every majority until it had caught up and been
+added back, and the controller lost meanwhile left one voter of two with
+no majority (tests/integration/test_meta_sessions.py saw it in CI).
+
 A voter that vanished from the view (reaped) is removed only after
 `_REAPED_GUARD_S` as controller, so that a fresh controller whose view is
 still filling up does not remove voters it has not heard of yet.
@@ -144,6 +156,9 @@ class Controller:
         self.came_back: dict[str, bytes] = {}
         self._replaced_told: set[tuple[str, bytes]] = set()  # VoterReplaced events made
         self.decided: VoterConfig | None = None  # a change the log committed, to adopt
+        self._left_since: dict[
+            str, float
+        ] = {}  # voter -> when first seen left ("Voters that left")
 
     @property
     def is_controller(self) -> bool:
@@ -224,13 +239,23 @@ class Controller:
     def _next_change(self, voters: VoterConfig, now: float) -> VoterConfig | None:
         """The one voter change to carry in the next renewal, if any."""
         settled = now - self.elected_at >= _REAPED_GUARD_S
+        kept = self._kept_left(voters, now)
         if self._view.feature_level >= META_LOG_FEATURE:  # voters have ids
             return self._replace(voters) or self.ranking.next_config(
-                voters, settled, self.config.max_voters, self.came_back, self._ready
+                voters, settled, self.config.max_voters, self.came_back, self._ready, kept
             )
         if voters.ids:  # the level was lowered (an operator's cap, before a downgrade)
             return voters.without_ids()
-        return self.ranking.next_config(voters, settled, self.config.max_voters)
+        return self.ranking.next_config(voters, settled, self.config.max_voters, kept=kept)
+
+    def _kept_left(self, voters: VoterConfig, now: float) -> set[str]:
+        """The voters that left less than `left_voter_grace_s` ago, as this
+        controller counts (module docstring, "Voters that left"); one back
+        is forgotten, so that it gets the whole grace if it leaves again."""
+        since = self._left_since
+        self._left_since = {n: since.get(n, now) for n in self.ranking.left_voters(voters)}
+        grace = self.config.left_voter_grace_s
+        return {n for n, t in self._left_since.items() if now - t < grace}
 
     def note_identity(self, voter: str, voter_id: bytes) -> None:
         """`voter` refused a request of ours as not the voter our
@@ -331,6 +356,7 @@ class Controller:
         assert epoch is not None
         self.lease_epoch = None
         self.decided = None
+        self._left_since = {}  # counted afresh by a later term ("Voters that left")
         self.campaign.late = None
         self.out.events.append(ControllerLost(epoch, reason))
         self.following.set(None, epoch)

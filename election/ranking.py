@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from shoal.election.config import ELIGIBLE_TAG, HEALTH_TAG, PRIORITY_TAG
 from shoal.election.view import Liveness, ViewFn
@@ -129,15 +129,21 @@ class Ranking:
         """The best-ranked candidate among `voters`, if any."""
         return next((n for n in self.candidates() if n in voters.voters), None)
 
+    def left_voters(self, voters: VoterConfig) -> list[str]:
+        """The voters of `voters` that this node's view shows left."""
+        return [m.name for m in self._view() if m.liveness is _LEFT and m.name in voters.voters]
+
     def next_config(self, voters: VoterConfig, settled: bool, max_voters: int,
                     ids: Mapping[str, bytes] | None = None,
-                    ready: Callable[[str], bool] | None = None) -> VoterConfig | None:  # fmt: skip
+                    ready: Callable[[str], bool] | None = None,
+                    kept: Collection[str] = ()) -> VoterConfig | None:  # fmt: skip
         """One voter change the controller should make now, if any.
 
-        A voter that left is removed at once; one missing from the view
-        (reaped) only once the controller is `settled`, so that a fresh
-        controller whose view is still filling up does not remove voters it
-        has not heard of yet. With `ids` (the cluster reads voter ids:
+        A voter that left is removed, unless `kept` names it (it left within
+        `left_voter_grace_s`: controller.py, "Voters that left"); one
+        missing from the view (reaped) only once the controller is
+        `settled`, so that a fresh controller whose view is still filling up
+        does not remove voters it has not heard of yet. With `ids` (the cluster reads voter ids:
         voters.py, "Identity"), the voters' ids not yet known are filled in
         next, from the view, `ids` first (name -> the id a voter answered
         with). Then the best-ranked live non-voter is added, up to
@@ -147,7 +153,8 @@ class Ranking:
         rows = {m.name: m for m in self._view()}
         for name in voters.voters:
             gone = name not in rows and settled
-            if name != self.name and ((name in rows and rows[name].liveness is _LEFT) or gone):
+            left = name in rows and rows[name].liveness is _LEFT and name not in kept
+            if name != self.name and (left or gone):
                 return voters.without_voter(name)
         if ids is None:
             known: dict[str, bytes] = {}

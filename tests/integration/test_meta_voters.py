@@ -1,8 +1,10 @@
 """Voter changes through the metadata log with real agents, under writes
-(issue 37; docs/metadata.md, "Voter changes"): a voter leaves, the
-controller commits its removal and then the observer's addition as log
-entries, the observer becomes a voter only once it holds the log, and every
-write acknowledged meanwhile is there afterwards, on every agent."""
+(issue 37; docs/metadata.md, "Voter changes"): a voter leaves for good
+and stays a voter for `left_voter_grace_s` (8 s here, 60 s by default: a
+restart within it changes nothing); then the controller commits its removal
+and then the observer's addition as log entries, the observer becomes a
+voter only once it holds the log, and every write acknowledged meanwhile is
+there afterwards, on every agent."""
 
 import threading
 import time
@@ -11,9 +13,14 @@ from shoal.client import Client, ShoalError
 from tests.conftest import poll_until
 from tests.integration.metaagents import META, voter_roles, writable
 
+GRACE_S = 8.0  # above the leave itself (up to leave_timeout_s, 5 s)
 
-def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, figure):
-    started = agents.start(6, extra=META)  # at most 5 voters: one observes
+
+def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, figure, tmp_path):
+    config = tmp_path / "grace.toml"
+    config.write_text(f"[election]\nleft_voter_grace_s = {GRACE_S}\n")
+    # at most 5 voters: one observes
+    started = agents.start(6, extra=[*META, "--config", str(config)])
     agents.wait_all_see([a.name for a in started], "alive", started)
 
     def roles():
@@ -47,6 +54,9 @@ def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, fig
         poll_until(lambda: len(acknowledged) >= 20, 30)
         left_at = time.monotonic()
         leaving.stop()  # SIGTERM: a graceful leave
+        # Within the grace it is still a voter, and the observer is not.
+        assert voter_roles(writer).get(leaving.name) == "voter"
+        assert voter_roles(writer).get(observer) == "non-voter"
 
         def replaced():
             r = voter_roles(writer)
@@ -56,6 +66,7 @@ def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, fig
 
         poll_until(replaced, 60, interval_s=0.1)
         took = time.monotonic() - left_at
+        assert took >= GRACE_S  # not before its grace ran out
         during = len(acknowledged)
         poll_until(lambda: len(acknowledged) >= during + 20, 30)  # writes go on after
     finally:
@@ -65,8 +76,8 @@ def test_a_voter_leaves_and_an_observer_takes_its_place_under_writes(agents, fig
     assert new_voters == sorted([*(set(voters) - {leaving.name}), observer])
     figure(
         f"[meta voters] {leaving.name} left (SIGTERM) -> {observer} a voter in its place: "
-        f"{took:.2f} s (both changes committed in the log); {len(acknowledged)} writes "
-        "acknowledged meanwhile, all found on every agent"
+        f"{took:.2f} s with a grace of {GRACE_S:.0f} s (both changes committed in the log); "
+        f"{len(acknowledged)} writes acknowledged meanwhile, all found on every agent"
     )
     # Every acknowledged write, read linearizably through every remaining agent.
     for agent in (a for a in started if a is not leaving):

@@ -46,7 +46,7 @@ def unlogged() -> Iterator[None]:
 
 def _scenario(seed: int) -> tuple[SimCluster, int, int]:
     """Run it; the cluster, the write's revision, and the host that held the lease."""
-    lease = msgspec.structs.replace(LeaseConfig(), max_voters=3)
+    lease = msgspec.structs.replace(LeaseConfig(), max_voters=3, left_voter_grace_s=0.0)
     cluster = SimCluster(5, seed, PROFILES["lan"], lease_config=lease, bootstrap_expect=5,
                          meta=MetaConfig())  # fmt: skip
     outcomes = _Outcomes()
