@@ -145,8 +145,6 @@ def test_a_sessions_writes_racing_a_restore_are_ordered_as_any_writes(agents, tm
         before = [k for k, (_, _, at, here) in acked.items() if at < sent and here]
         during = [k for k, (_, _, at, _) in acked.items() if sent < at < answered]
         assert before and during, (len(before), len(during))
-        written, skipped = (int(said.split(f" {w}")[0].split()[-1]) for w in ("written", "skipped"))
-        assert written + skipped == RECORDS and skipped >= len(before), said
         for key, (value, stamp, at, here) in acked.items():
             got = final[key]
             assert got is not None, key
@@ -156,6 +154,10 @@ def test_a_sessions_writes_racing_a_restore_are_ordered_as_any_writes(agents, tm
                 assert got[:3] == (value, stamp, True), key  # the session's, the last
             else:  # the restore's, written after the session's
                 assert got[1] > stamp and got[0].startswith("backed up") and not got[2], key
+        written, skipped = (int(said.split(f" {w}")[0].split()[-1]) for w in ("written", "skipped"))
+        assert written + skipped == RECORDS and skipped >= len(before), said
         owned = [k for k, v in final.items() if v is not None and v[2]]
+        print(f"\nacked {len(acked)}: {len(before)} before (via asked), {len(during)} during; "
+              f"{skipped} skipped, {len(owned)} the session's at the end")
     for key in owned:  # still the session's: closing it deleted them
         assert everywhere(started, key) is None, key
