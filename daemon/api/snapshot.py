@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -253,7 +253,7 @@ async def _write_all(agent: AgentPort, changes: list[Change]) -> KvCounts:
     return counts
 
 
-def _batch(agent: AgentPort, chunk: list[Change], epoch: int,
+def _batch(agent: AgentPort, chunk: list[Change], epoch: int | None,
            counts: KvCounts) -> list[tuple[bytes, bytes | None, int | None]]:  # fmt: skip
     """The writes of `chunk`, decided key by key as it is written (in the
     same pass of the loop, nothing between): a key whose current version

@@ -157,7 +157,9 @@ def test_a_sessions_writes_racing_a_restore_are_ordered_as_any_writes(agents, tm
         written, skipped = (int(said.split(f" {w}")[0].split()[-1]) for w in ("written", "skipped"))
         assert written + skipped == RECORDS and skipped >= len(before), said
         owned = [k for k, v in final.items() if v is not None and v[2]]
-        print(f"\nacked {len(acked)}: {len(before)} before (via asked), {len(during)} during; "
-              f"{skipped} skipped, {len(owned)} the session's at the end")
+        print(
+            f"\nacked {len(acked)}: {len(before)} before (via asked), {len(during)} during; "
+            f"{skipped} skipped, {len(owned)} the session's at the end"
+        )
     for key in owned:  # still the session's: closing it deleted them
         assert everywhere(started, key) is None, key
