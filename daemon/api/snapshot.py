@@ -26,8 +26,11 @@ a minute, for this agent's state to become exactly the backup's at one
 revision (a later write meanwhile leaves it unknown). Once it committed,
 the kv records: `merge` (the default) writes each as a new write, so it
 wins over the live one; `replace` also deletes the live keys the backup
-does not hold (those live when the kv records begin). Ephemeral keys are
-left alone (their sessions are this cluster's). A key fenced under a
+does not hold (those live when the kv records begin). A live ephemeral key
+(an open session's, a live member's) is left alone, neither written nor
+deleted, decided as its batch is written (`_batch`: a session's write
+racing the restore through another agent is ordered as any two writes
+are); the answer counts them (`kv_skipped_ephemeral`). A key fenced under a
 controller epoch is written fenced under the current one (an unfenced
 write to it would be refused).
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -177,10 +181,11 @@ async def restore_route(agent: AgentPort, request: Request) -> Result:
             "touched): list the keys, or restore again",
             outcome="unknown",
         )
-    written, deleted, refused = await _restore_kv(agent, backup, mode == "replace")
+    kv = await _restore_kv(agent, backup, mode == "replace")
     return 200, {"outcome": "committed", "revision": revision,
-                 "meta_keys": backup.manifest.get("meta_keys"), "kv_written": written,
-                 "kv_deleted": deleted, "kv_refused": refused}  # fmt: skip
+                 "meta_keys": backup.manifest.get("meta_keys"), "kv_written": kv.written,
+                 "kv_deleted": kv.deleted, "kv_refused": kv.refused,
+                 "kv_skipped_ephemeral": kv.skipped}  # fmt: skip
 
 
 async def _read_back(service: MetaService, backup: Backup) -> int:
@@ -204,46 +209,77 @@ async def _read_back(service: MetaService, backup: Backup) -> int:
     return 0
 
 
-async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> tuple[int, int, int]:
+@dataclass
+class KvCounts:
+    """What a restore did with the kv records (its answer's kv_ fields)."""
+
+    written: int = 0  # backed-up records written (those refused among them)
+    deleted: int = 0  # live keys the backup lacks, deleted (`replace`)
+    refused: int = 0  # writes and deletes refused (a fence, the clock)
+    skipped: int = 0  # keys left alone: a live ephemeral key held them
+
+
+async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> KvCounts:
     """Write the backup's kv records (and, with `replace`, delete the live
-    keys it does not hold); (written, deleted, refused)."""
+    keys it does not hold), but none over a live ephemeral key."""
     changes: list[Change] = [(r.key, r.value) for r in backup.records]
     if replace:
         held = {r.key for r in backup.records}
         changes += [(r.key, None) for r in await live_records(agent) if r.key not in held]
-    refused = await _write_all(agent, changes)
-    deleted = len(changes) - len(backup.records)
-    return len(backup.records), deleted, refused
+    return await _write_all(agent, changes)
 
 
-async def _write_all(agent: AgentPort, changes: list[Change]) -> int:
+async def _write_all(agent: AgentPort, changes: list[Change]) -> KvCounts:
     """Write `changes` in batches (`_chunks`), one per pass of the loop,
     each batch's sync overlapping the next batch (at most two wait for
-    theirs); the refused count once all are durable. A key whose current
-    version is fenced is written fenced under the current epoch, decided
-    as its batch is written."""
+    theirs); the counts once all are durable."""
     epoch = agent.status().node.epoch
-    refused = 0
+    counts = KvCounts()
     previous: asyncio.Future[None] | None = None
     for chunk in _chunks(changes):
-        writes: list[tuple[bytes, bytes | None, int | None]] = []
-        for key, value in chunk:
-            held = agent.read(key)
-            writes.append((key, value, epoch if held is not None and held.epoch and epoch
-                           else None))  # fmt: skip
+        writes = _batch(agent, chunk, epoch, counts)
         durable: asyncio.Future[None] | None = None
         try:
             _, rejected, durable = agent.write_many(writes)
-            refused += rejected
+            counts.refused += rejected
         except ShoalError:  # this agent's clock: none written
-            refused += len(writes)
+            counts.refused += len(writes)
         if previous is not None:
             await asyncio.shield(previous)  # shared by its group: never cancelled
         await asyncio.sleep(0)  # the next batch in the next pass
         previous = durable
     if previous is not None:
         await asyncio.shield(previous)
-    return refused
+    return counts
+
+
+def _batch(agent: AgentPort, chunk: list[Change], epoch: int | None,
+           counts: KvCounts) -> list[tuple[bytes, bytes | None, int | None]]:  # fmt: skip
+    """The writes of `chunk`, decided key by key as it is written (in the
+    same pass of the loop, nothing between): a key whose current version
+    is fenced is written fenced under the current epoch; a key a live
+    ephemeral record holds (an open session's, a live member's) is left
+    alone, as its owner's (its end deletes it). So a session's write
+    through this agent made before the key's batch is kept, one made after
+    it is newer than the restore's; one made through another agent that
+    this agent has not heard of when the batch is written races it as any
+    two writes do: the later stamp wins everywhere, and if that is the
+    restore's the key is the backup's plain record, no longer the
+    session's (as after a client's write without the session)."""
+    visible = agent.visible
+    writes: list[tuple[bytes, bytes | None, int | None]] = []
+    for key, value in chunk:
+        held = agent.read(key)
+        if held is not None and held.owner and held.value is not None and visible(held):
+            counts.skipped += 1
+            continue
+        if value is None:
+            counts.deleted += 1
+        else:
+            counts.written += 1
+        writes.append((key, value, epoch if held is not None and held.epoch and epoch
+                       else None))  # fmt: skip
+    return writes
 
 
 def _chunks(changes: list[Change]) -> Iterator[list[Change]]:

@@ -176,9 +176,11 @@ def _restore(args: argparse.Namespace) -> int:
     if status != 200:
         return _refusal(status, body)
     done = json.loads(body)
+    skipped = done.get("kv_skipped_ephemeral")  # None: an agent older than the count
     print(f"Restored {args.file}: {done['meta_keys']} metadata keys at revision "
           f"{done['revision']}; kv ({args.kv}): {done['kv_written']} written, "
-          f"{done['kv_deleted']} deleted, {done['kv_refused']} refused")  # fmt: skip
+          f"{done['kv_deleted']} deleted, {done['kv_refused']} refused"
+          + ("" if skipped is None else f", {skipped} skipped (live ephemeral keys)"))  # fmt: skip
     return 0
 
 
