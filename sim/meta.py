@@ -350,6 +350,10 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
     observed = n == 5 and random.Random(seed * 4_099 + 3).random() < 0.33
     if observed:
         lease = msgspec.structs.replace(lease, max_voters=3)
+    # A voter that leaves is removed at once, soon, or (the default, 60 s)
+    # not within the run: each run draws one, from a stream of its own.
+    grace = random.Random(seed * 3_001 + 7).choice([0.0, 2.0, lease.left_voter_grace_s])
+    lease = msgspec.structs.replace(lease, left_voter_grace_s=grace)
     cluster = SimCluster(n, seed, PROFILES["lan"],
                          LinkProfile(loss=loss, duplicate=rng.choice([0.0, 0.02])),
                          clocks=clocks, lease_config=lease, bootstrap_expect=n,
@@ -370,6 +374,8 @@ def meta_run(seed: int, duration_s: float = 30.0, heal_at_s: float = 22.0,
         run.faults.append(f"clock rates up to {drift:+.0%}")
     if observed:
         run.faults.append("3 voters, 2 observers")
+    if grace < lease.lease_s:
+        run.faults.append(f"a voter that left removed after {grace:.0f} s")
     attackers = attack(cluster, replay_rate)
     for i in range(n):
         cluster.start(i, rng.uniform(0.0, 1.0), [0] if i else [])
