@@ -62,11 +62,11 @@ def test_reads_of_two_timed_out_transactions_at_once_are_illegal():
                                                           ("<", "m", False)])  # fmt: skip
 def test_a_value_a_compare_names_or_orders_is_kept(op, operand, succeeded):
     """A timed-out put of "seen" (> "m", as "a" is not) is what the compare found."""
+    compared = Txn((Cmp("a", "value", op, operand),), (Put("b", "x"),))
     history = [
         Operation(0, 0.0, 0.1, Txn((), (Put("a", "a"),)), TxnDone(True, 1, (None,))),
         Operation(1, 1.0, None, Txn((), (Put("a", "seen"),)), None),
-        Operation(2, 2.0, 2.1, Txn((Cmp("a", "value", op, operand),), (Put("b", "x"),)),
-                  TxnDone(succeeded, 5, (None,) if succeeded else ())),  # fmt: skip
+        Operation(2, 2.0, 2.1, compared, TxnDone(succeeded, 5, (None,) if succeeded else ())),
     ]
     assert check_meta(history, max_steps=BUDGET).ok
 
@@ -116,8 +116,8 @@ def _scrambled(history, rng):
         output = TxnDone(o.output.succeeded, o.output.revision, tuple(results))
     else:
         branch = o.input.failure if o.output.succeeded else o.input.success
-        output = TxnDone(not o.output.succeeded, o.output.revision,
-                         tuple(Read(None, 0) if isinstance(x, Get) else None for x in branch))  # fmt: skip
+        results = [Read(None, 0) if isinstance(x, Get) else None for x in branch]
+        output = TxnDone(not o.output.succeeded, o.output.revision, tuple(results))
     return [*history[:i], Operation(o.client, o.call_at, o.return_at, o.input, output),
             *history[i + 1 :]]  # fmt: skip
 
