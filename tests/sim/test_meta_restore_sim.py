@@ -49,9 +49,9 @@ def test_restores_commit_under_faults_and_every_check_holds():
         assert r.violations == [], (r.seed, r.faults, r.violations)
         verdict = r.linearizable()
         # Decided, every seed: seed 7 (a restore among 47 transactions of
-        # unknown outcome on one group of keys) took 4,839 steps once
-        # `prepare` relabels the timed-out transactions' unread values;
-        # it was undecided in 2 or 20 million before.
+        # unknown outcome on one group of keys) takes 2,602 steps since
+        # `prepare` gives the timed-out transactions' unread values one
+        # name (sim/metahistory.py); it was undecided in 2 or 20 million.
         assert verdict.ok, (r.seed, r.faults, verdict.explanation)
     stats = [r.restores.stats for r in runs if r.restores is not None]
     assert sum(s.committed for s in stats) >= 5
