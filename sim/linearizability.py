@@ -43,12 +43,20 @@ to the end of a linearization, where it changes nothing anyone saw
   end it does as little).
 - Of two with the same input and output, the earlier-called may stand in
   for the later anywhere, so they are taken in call order.
-- Subsumption: a configuration that failed with some open operations taken
-  fails with more of them taken and the same state and the same operations
-  that return; the cache prunes those (Lowe's cache, widened).
+- Subsumption: a configuration met (searched, or being searched) with some
+  open operations taken makes the same state with the same operations that
+  return and more open ones not worth searching: any way on from it is one
+  from the first with fewer open operations (Lowe's cache, widened).
 
 The model may help further: `metahistory.prepare` drops the timed-out writes
-no one could have seen and ends the seen ones at the read that saw them.
+no one could have seen, ends the seen ones at the read that saw them, and
+gives the values nothing can observe one name (`UNREAD`), so that timed-out
+operations that differ only in those are equal, and taken in call order.
+Seed 7 of the metadata swarm with sessions and restores (47 timed-out
+transactions and a timed-out restore on one group of keys) went from
+undecided in 2 and 20 million steps to decided in 4,839 with the names,
+2,602 with subsumption by configurations met rather than failed; over
+seeds 1 to 200, 327,170 steps in all with the first, 301,619 with both.
 
 Partitions. The model splits each operation into per-partition parts
 (`Model.split`); for a key-value model, one part per key. Linearizability is

@@ -63,6 +63,14 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
     Timed-out deletes are kept as they are: an absent key's reads do not
     say which delete they saw.
 
+    A timed-out transaction's put of a value no read of its key returned
+    and no compare of the key names (nor orders: `<`, `>` on values) gets
+    the value `UNREAD` (`_unread_txns`): a state holding it and one holding
+    the value differ in nothing any operation of the history can observe.
+    Timed-out transactions of one kind (a client's retries, a workload's
+    transfers) are then equal, and the search takes equal ones in call
+    order (linearization.py) where it would try every subset of them.
+
     The operations on a key a transaction touches are only dropped when
     they certainly did nothing (not applied, a timed-out read), as are
     transactions that touch no key: a transaction's compares and gets see
@@ -110,7 +118,48 @@ def prepare(history: Sequence[Operation]) -> list[Operation]:
             )
             continue
         kept.update(_prepare_key([history[i] for i in indices], indices, key, restores))
-    return [kept[i] for i in sorted(kept)]
+    return _unread_txns([kept[i] for i in sorted(kept)])
+
+
+def _unread_txns(ops: list[Operation]) -> list[Operation]:
+    """The timed-out transactions' puts of values nobody can tell apart given `UNREAD`.
+
+    A value is told apart on a key by a read returning it (a get's or a
+    transaction's), by a compare naming it, and by any ordering compare of
+    the key's values; a put of one that none of these can see is
+    relabelled (`prepare`'s docstring).
+    """
+    seen: set[tuple[str, object]] = set()
+    ordered: set[str] = set()
+    for op in ops:
+        if isinstance(op.output, Read):
+            assert isinstance(op.input, Get | Put | Delete)
+            seen.add((op.input.key, op.output.value))
+        if not isinstance(op.input, Txn):
+            continue
+        for c in op.input.compares:
+            if c.target == "value":
+                seen.add((c.key, c.operand))
+                if c.op not in ("=", "!="):
+                    ordered.add(c.key)
+        if isinstance(op.output, TxnDone):
+            branch = op.input.success if op.output.succeeded else op.input.failure
+            seen.update((o.key, r.value) for o, r in zip(branch, op.output.results, strict=True)
+                        if isinstance(r, Read))  # fmt: skip
+
+    def blind(o: Get | Put | Delete) -> Get | Put | Delete:
+        if isinstance(o, Put) and o.key not in ordered and (o.key, o.value) not in seen:
+            return Put(o.key, UNREAD, o.cas, o.session)
+        return o
+
+    out = []
+    for op in ops:
+        if isinstance(op.input, Txn) and op.output is None:
+            txn = op.input
+            txn = Txn(txn.compares, tuple(map(blind, txn.success)), tuple(map(blind, txn.failure)))
+            op = Operation(op.client, op.call_at, op.return_at, txn, None)
+        out.append(op)
+    return out
 
 
 def _prepare_key(ops: list[Operation], indices: list[int], key: str,

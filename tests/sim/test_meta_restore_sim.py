@@ -13,7 +13,6 @@ from shoal.metalog.core import MetaLog
 from shoal.metalog.restore import replace_keys
 from shoal.metalog.snapshot import Snapshot, digest, restore
 from shoal.metalog.state import Applied, KeyState, MetaRestore, MetaState, Result
-from shoal.sim.linearizability import Verdict
 from shoal.sim.meta import MetaRun, meta_run
 
 MAX_SEEDS = 30
@@ -43,22 +42,17 @@ def mutate() -> Iterator[Callable[[Restorer], None]]:
 def test_restores_commit_under_faults_and_every_check_holds():
     """Over ten seeds with session clients, restores commit (some time
     out, damaged ones are refused), the watches resync, reads are checked
-    against the state at their revision, and every check passes."""
+    against the state at their revision, and every check passes, the
+    linearizability checker's included (decided on every seed)."""
     runs = [meta_run(seed, sessions=3) for seed in range(1, 11)]
-    undecided = []
     for r in runs:
         assert r.violations == [], (r.seed, r.faults, r.violations)
         verdict = r.linearizable()
-        assert verdict.verdict is not Verdict.ILLEGAL, (r.seed, r.faults, verdict.explanation)
-        if not verdict.ok:
-            # The search's budget, not a verdict: seed 7 (a restore among 47
-            # transactions of unknown outcome on one group of keys) is not
-            # decided in 2 or 20 million steps; without its restores it is,
-            # in 1,011. Its reads are still checked against the committed
-            # state at their revision (`check_reads`, in r.violations).
-            assert r.restores is not None and r.restores.stats.reads_checked > 0
-            undecided.append(r.seed)
-    assert len(undecided) <= 1, undecided
+        # Decided, every seed: seed 7 (a restore among 47 transactions of
+        # unknown outcome on one group of keys) takes 2,602 steps since
+        # `prepare` gives the timed-out transactions' unread values one
+        # name (sim/metahistory.py); it was undecided in 2 or 20 million.
+        assert verdict.ok, (r.seed, r.faults, verdict.explanation)
     stats = [r.restores.stats for r in runs if r.restores is not None]
     assert sum(s.committed for s in stats) >= 5
     assert sum(s.refused for s in stats) >= 1

@@ -6,8 +6,9 @@ fsync, lost disks, clock rates, a paused controller, loss). No key
 outlives its session's committed end on any node or in any read, none
 vanishes but by its end, a delete or an overwrite, no session expires
 before the TTL its renewals (or a new controller's start) gave it, and
-the histories, with each end an operation deleting its keys, are
-linearizable."""
+the histories, with each end an operation deleting its keys and the
+swarm's online restores among them (sim/metarestore.py), are
+linearizable: the checker decides every seed."""
 
 import functools
 import os
@@ -24,15 +25,16 @@ SESSION_CLIENTS = 3
 
 @functools.cache
 def run(seed: int) -> MetaRun:
-    """One seed's run, once per session of tests (runs are deterministic).
-    Without restores: sessions beside restores are test_meta_restore_sim's."""
-    return meta_run(seed, sessions=SESSION_CLIENTS, restores=0)
+    """One seed's run, once per session of tests (runs are deterministic),
+    with the swarm's restores (3 a run)."""
+    return meta_run(seed, sessions=SESSION_CLIENTS)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_session_keys_go_with_their_session_and_only_then(seed):
-    """Every check of sim/sessioncheck.py holds and the history, ends
-    included, is linearizable; the run did open, renew and end sessions."""
+    """Every check of sim/sessioncheck.py holds and the history, ends and
+    restores included, is decided linearizable; the run did open, renew
+    and end sessions, and restore."""
     r = run(seed)
     assert r.violations == [], (r.faults, r.violations)
     verdict = r.linearizable()
@@ -42,6 +44,7 @@ def test_session_keys_go_with_their_session_and_only_then(seed):
     assert stats.opened > 0 and stats.renewed > 0, stats
     assert stats.expired + stats.closed > 0, stats
     assert r.sessions.ends(), "no end in the history: the model checked no deletion"
+    assert r.restores is not None and r.restores.stats.proposed > 0, "no restore in the history"
 
 
 def test_sessions_expire_close_and_refuse_writes_across_seeds():
