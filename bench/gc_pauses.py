@@ -20,10 +20,12 @@ and the longest gap between answers to `GET /v1/health` asked every 5 ms
 of the controller and of the follower (bench/backup.py's `Lag`).
 
     ip netns exec NS .venv/bin/python bench/gc_pauses.py [--meta-keys 100000]
-        [--kv-records 100000] [--value-bytes 100] [--gc-threshold 700,10,10]
+        [--kv-records 100000] [--value-bytes 100] [--gc-threshold 700,10,10] [--python-gc]
 
 --gc-threshold sets the agents' `gc.set_threshold` (SHOAL_GC_THRESHOLD,
-read at start): the way to measure another setting against the agent's.
+read at start), and --python-gc leaves the survivors of full collections
+unfrozen (SHOAL_GC_FREEZE_SURVIVORS=0: Python's own way, daemon/gcpauses.py):
+the ways to measure another setting against the agent's.
 Figures: docs/performance.md, "Garbage collection".
 """
 
@@ -106,8 +108,10 @@ def phase(name: str, members: list[AgentProcess], watched: dict[str, AgentProces
     gaps = ", ".join(f"{role} {lag.stop() * 1000:.0f} ms" for role, lag in lags.items())
     print(f"{name:8} {took:6.1f} s; longest gap between health answers: {gaps}")
     for agent in members:
-        print(f"         {agent.name}: {pauses(before[agent.name], scrape(agent))}; "
-              f"RSS {rss_mb(agent):.0f} MB")  # fmt: skip
+        after = scrape(agent)
+        print(f"         {agent.name}: {pauses(before[agent.name], after)}; "
+              f"RSS {rss_mb(agent):.0f} MB; frozen {after['shoal_gc_frozen_objects']:.0f}, "
+              f"thaws {after['shoal_gc_thaws_total']:.0f}")  # fmt: skip
     sys.stdout.flush()
 
 
@@ -151,10 +155,15 @@ def main() -> None:
     parser.add_argument("--kv-records", type=int, default=100_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--gc-threshold", help="the agents' gc.set_threshold, e.g. 700,10,10")
+    parser.add_argument("--python-gc", action="store_true",
+                        help="survivors of full collections left unfrozen")
     args = parser.parse_args()
+    if args.python_gc:
+        os.environ["SHOAL_GC_FREEZE_SURVIVORS"] = "0"
     if args.gc_threshold:
         os.environ["SHOAL_GC_THRESHOLD"] = args.gc_threshold
-    print(f"gc threshold: {args.gc_threshold or 'the agent default'}; load average "
+    print(f"gc threshold: {args.gc_threshold or 'the agent default'}; survivors "
+          f"{'left' if args.python_gc else 'frozen'}; load average "
           f"{os.getloadavg()[0]:.1f} at start")  # fmt: skip
     value = "x" * args.value_bytes
     with tempfile.TemporaryDirectory() as tmp:

@@ -109,7 +109,7 @@ class Agent:
         # as they happen). The roles below count into this one Counter.
         self.counters: Counter[str] = Counter(dict.fromkeys(_AGENT_COUNTERS, 0))
         self.started_wall_ms = int(time.time() * 1000)
-        self.gc_pauses = GcPauses()  # each collection timed (gcpauses.py), from the start
+        self.gc_pauses: GcPauses | None = None  # the collector, once running (gcpauses.py)
         # Built by `run`, in this order (each needs the ones before it).
         self.wire: Wire
         self.data_dir: DataDir | None = None
@@ -166,7 +166,7 @@ class Agent:
             self._loop.add_signal_handler(sig, self._stop.set)
         self._loop.add_signal_handler(signal.SIGHUP, self._reload)
         self.notifier.notify("READY=1", f"STATUS={self.status_text()}", f"MAINPID={os.getpid()}")
-        settle_collector(self.gc_pauses)  # `shoal agent` starts with the collector off
+        self.gc_pauses = settle_collector()  # start-up frozen, collections timed, gc on
         self.notifier.start_watchdog(self._loop)
         await self._stop.wait()
         self.discovery.cancel()
@@ -589,7 +589,7 @@ class Agent:
             history_written=None if self.history is None else self.history.written,
             disk=None if c is None else DiskStatus(c.syncs, c.slow_syncs, c.slowest_s),
             former_ids=self.publisher.wiped.former_ids(node.members),
-            gc=self.gc_pauses.status(),
+            gc=None if self.gc_pauses is None else self.gc_pauses.status(),
         )
 
     def status_text(self) -> str:

@@ -1,16 +1,48 @@
-"""GcPauses: how long each of Python's garbage collections stopped the agent.
+"""GcPauses: Python's garbage collections in the agent, timed and kept short.
 
 The cyclic collector runs inside whatever allocation crosses its
 threshold, on the event loop's thread: while it runs, the agent answers
-nothing. `gc.callbacks` tells when each collection starts and stops;
-this keeps, per generation, how many there were, their total and longest
-time, and a histogram (exported as `shoal_gc_pause_seconds`, api/metrics.py).
-A callback costs a clock read per collection, nothing between them.
+nothing. A full (generation-2) collection walks every tracked object, and
+CPython 3.11 runs one whenever the objects promoted since the last grow
+past a quarter of those it kept then: while a restore or a load doubles
+what the agent holds (10^5 records: the Merkle tree's lists, the change
+log's 65,536 entries), that is a full pass over a few hundred thousand
+objects every second or two.
+
+**Survivors are frozen.** After each full collection, what survived it is
+moved to the permanent generation (`gc.freeze()`, as the agent's start
+does with what start-up built), so the next full pass walks only what came
+since. A frozen object is still freed by its reference count, as nearly
+everything here is (records, tree nodes, change entries); only a cycle
+that dies while frozen waits. So that such cycles cannot pile up, a full
+collection once the frozen objects are twice as many as after the last
+thorough one thaws them first (`gc.unfreeze()`) and walks everything: what
+waits is bounded by what the agent holds, at the cost of one long pass per
+doubling. Measured (bench/gc_pauses.py, three agents, 10^5 metadata keys
+and 10^5 kv records, then an online restore; load average 6-9 on 2 cores,
+pure-Python build): the restore's longest full collection 63-206 ms, 0.2-0.4 s
+of them in all per agent, against 405-1,104 ms and 1.0-5.0 s without; the
+longest gap in the controller's answers 414 ms against 999-1,544 ms; the
+resident memory the same (214-426 MB against 222-429 MB). Tried and not
+taken: a young generation of 50,000 (`gc.set_threshold(50_000, 20, 100)`):
+no full collection in the run, but each young one then walks the big
+containers made since (a restore's lists of 10^5 records): 207-448 ms each,
+the gaps as long (docs/performance.md, "Garbage collection").
+
+`gc.callbacks` tells when each collection starts and stops; this keeps,
+per generation, how many there were, their total and longest time, and a
+histogram (`shoal_gc_pause_seconds`, api/metrics.py). A callback costs a
+clock read per collection, nothing between them.
+
+Two environment variables, for benches and tests only (read at start):
+SHOAL_GC_THRESHOLD=a,b,c sets `gc.set_threshold`, and
+SHOAL_GC_FREEZE_SURVIVORS=0 keeps survivors unfrozen (Python's own way).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from typing import Any
 
@@ -18,6 +50,7 @@ import msgspec
 
 # Upper bounds of the histogram's buckets, in seconds (+Inf is implied).
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+THAW_FACTOR = 2  # a full collection thaws everything once this many times as much is frozen
 
 
 class GcStatus(msgspec.Struct, frozen=True):
@@ -27,19 +60,26 @@ class GcStatus(msgspec.Struct, frozen=True):
     seconds: list[float]  # their total time
     longest: list[float]
     buckets: list[list[int]]  # per generation: collections <= BUCKETS[i], not cumulative
+    frozen: int  # objects in the permanent generation now
+    thawed: int  # full collections that walked the frozen objects too
 
 
 class GcPauses:
-    """Times every collection through `gc.callbacks` once installed."""
+    """Times every collection through `gc.callbacks` once installed and,
+    with `freeze_survivors`, freezes what each full collection kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, freeze_survivors: bool = True) -> None:
+        self.freeze_survivors = freeze_survivors
         self.counts = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
         self.longest = [0.0, 0.0, 0.0]
         self.buckets = [[0] * (len(BUCKETS) + 1) for _ in range(3)]
+        self.thawed = 0
         self._began = 0.0
+        self._frozen_after_thaw = 0  # frozen objects after the last thorough collection
 
     def install(self) -> None:
+        self._frozen_after_thaw = gc.get_freeze_count()
         gc.callbacks.append(self._on_gc)
 
     def remove(self) -> None:
@@ -47,11 +87,20 @@ class GcPauses:
             gc.callbacks.remove(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        generation: int = info["generation"]
         if phase == "start":
+            if generation == 2 and self.freeze_survivors and \
+                    gc.get_freeze_count() >= THAW_FACTOR * max(self._frozen_after_thaw, 1):
+                gc.unfreeze()  # this one walks everything: frozen cycles that died go
+                self.thawed += 1
+                self._frozen_after_thaw = -1  # set once this collection has frozen again
             self._began = time.perf_counter()
             return
         took = time.perf_counter() - self._began
-        generation: int = info["generation"]
+        if generation == 2 and self.freeze_survivors:
+            gc.freeze()
+            if self._frozen_after_thaw < 0:
+                self._frozen_after_thaw = gc.get_freeze_count()
         self.counts[generation] += 1
         self.seconds[generation] += took
         self.longest[generation] = max(self.longest[generation], took)
@@ -59,7 +108,8 @@ class GcPauses:
 
     def status(self) -> GcStatus:
         return GcStatus(list(self.counts), list(self.seconds), list(self.longest),
-                        [list(b) for b in self.buckets])  # fmt: skip
+                        [list(b) for b in self.buckets], gc.get_freeze_count(),
+                        self.thawed)  # fmt: skip
 
 
 def _bucket(took: float) -> int:
@@ -69,15 +119,16 @@ def _bucket(took: float) -> int:
     return len(BUCKETS)
 
 
-def settle_collector(pauses: GcPauses) -> None:
+def settle_collector() -> GcPauses:
     """Once the agent runs: what start-up built is frozen out of the
-    collector (it lives as long as the agent), the pauses are timed, and
-    the collector is turned on."""
-    import os
-
+    collector (it lives as long as the agent), each collection is timed and
+    its survivors frozen (module docstring), and the collector turned on
+    (`shoal agent` starts with it off)."""
     gc.freeze()
+    pauses = GcPauses(freeze_survivors=os.environ.get("SHOAL_GC_FREEZE_SURVIVORS") != "0")
     pauses.install()
-    wanted = os.environ.get("SHOAL_GC_THRESHOLD")
+    wanted = os.environ.get("SHOAL_GC_THRESHOLD", "")
     if wanted:
         gc.set_threshold(*(int(n) for n in wanted.split(",")))
     gc.enable()
+    return pauses

@@ -90,6 +90,11 @@ def _gc_families(gc: GcStatus) -> Iterator[Metric]:
         longest.add_metric(label, gc.longest[generation])
     yield pauses
     yield longest
+    yield GaugeMetricFamily("shoal_gc_frozen_objects",
+                            "Objects the collector skips (frozen: start-up and survivors)",
+                            value=gc.frozen)  # fmt: skip
+    yield CounterMetricFamily("shoal_gc_thaws", "Full collections that walked the frozen too",
+                              value=gc.thawed)  # fmt: skip
 
 
 def render(status: AgentStatus) -> bytes:
