@@ -12,6 +12,9 @@ same way:
   restore   `shoal snapshot save` from a follower, then `shoal snapshot
             restore --kv merge` through it, until the two others hold every
             record (bench/backup.py's online restore)
+  soak      --soak-seconds of overwrites of the same 10^4 kv records and
+            metadata keys (16 clients, a connection per request): whether
+            the frozen objects and the memory stay level once nothing grows
 
 For each phase and agent: the collections per generation (count, total
 time, the longest: exact when it is the longest so far, otherwise the
@@ -20,7 +23,8 @@ and the longest gap between answers to `GET /v1/health` asked every 5 ms
 of the controller and of the follower (bench/backup.py's `Lag`).
 
     ip netns exec NS .venv/bin/python bench/gc_pauses.py [--meta-keys 100000]
-        [--kv-records 100000] [--value-bytes 100] [--gc-threshold 700,10,10] [--python-gc]
+        [--kv-records 100000] [--value-bytes 100] [--soak-seconds 120]
+        [--gc-threshold 700,10,10] [--python-gc]
 
 --gc-threshold sets the agents' `gc.set_threshold` (SHOAL_GC_THRESHOLD,
 read at start), and --python-gc leaves the survivors of full collections
@@ -149,14 +153,33 @@ def restore(members: list[AgentProcess], asked: AgentProcess, file: Path, record
                interval_s=0.05)  # fmt: skip
 
 
+def soak(members: list[AgentProcess], seconds: float, value: str) -> None:
+    until = time.perf_counter() + seconds
+
+    def client(n: int) -> None:
+        i = n
+        while time.perf_counter() < until:
+            agent = members[i % 3]
+            if n % 2:
+                call(agent, "PUT", f"/v1/kv/r/{i % 10_000:07}", value.encode())
+            else:
+                call(agent, "PUT", f"/v1/meta/m/{i % 10_000:07}", value.encode())
+            i += 16
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(client, range(16)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--meta-keys", type=int, default=100_000)
     parser.add_argument("--kv-records", type=int, default=100_000)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--soak-seconds", type=float, default=120)
     parser.add_argument("--gc-threshold", help="the agents' gc.set_threshold, e.g. 700,10,10")
-    parser.add_argument("--python-gc", action="store_true",
-                        help="survivors of full collections left unfrozen")
+    parser.add_argument(
+        "--python-gc", action="store_true", help="survivors of full collections left unfrozen"
+    )
     args = parser.parse_args()
     if args.python_gc:
         os.environ["SHOAL_GC_FREEZE_SURVIVORS"] = "0"
@@ -177,8 +200,13 @@ def main() -> None:
             print(f"start    RSS {', '.join(f'{rss_mb(a):.0f}' for a in members)} MB")
             phase("meta", members, watched, lambda: write_meta(members, args.meta_keys, value))
             phase("kv", members, watched, lambda: write_kv(members, args.kv_records, value))
-            phase("restore", members, watched,
-                  lambda: restore(members, follower, Path(tmp) / "b.tar", args.kv_records))
+            phase(
+                "restore",
+                members,
+                watched,
+                lambda: restore(members, follower, Path(tmp) / "b.tar", args.kv_records),
+            )
+            phase("soak", members, watched, lambda: soak(members, args.soak_seconds, value))
         finally:
             agents.stop()
     print(f"load average {os.getloadavg()[0]:.1f} at the end")

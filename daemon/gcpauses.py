@@ -89,8 +89,11 @@ class GcPauses:
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         generation: int = info["generation"]
         if phase == "start":
-            if generation == 2 and self.freeze_survivors and \
-                    gc.get_freeze_count() >= THAW_FACTOR * max(self._frozen_after_thaw, 1):
+            if (
+                generation == 2
+                and self.freeze_survivors
+                and gc.get_freeze_count() >= THAW_FACTOR * max(self._frozen_after_thaw, 1)
+            ):
                 gc.unfreeze()  # this one walks everything: frozen cycles that died go
                 self.thawed += 1
                 self._frozen_after_thaw = -1  # set once this collection has frozen again

@@ -18,6 +18,7 @@ def test_the_collections_are_on_metrics_by_generation(agents):
     # A young generation of 100 objects: collections come within seconds of
     # gossip and API traffic (the agent's own threshold is far higher).
     agent = agents.add(env={"SHOAL_GC_THRESHOLD": "100,2,2"})
+    agents.wait_all_see([agent.name], "alive", [agent])
 
     def collected() -> dict[str, float] | None:
         got = samples(agent)
