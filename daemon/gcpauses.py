@@ -60,7 +60,7 @@ class GcStatus(msgspec.Struct, frozen=True):
     seconds: list[float]  # their total time
     longest: list[float]
     buckets: list[list[int]]  # per generation: collections <= BUCKETS[i], not cumulative
-    frozen: int  # objects in the permanent generation now
+    frozen: int  # objects in the permanent generation after the last full collection
     thawed: int  # full collections that walked the frozen objects too
 
 
@@ -76,10 +76,13 @@ class GcPauses:
         self.buckets = [[0] * (len(BUCKETS) + 1) for _ in range(3)]
         self.thawed = 0
         self._began = 0.0
-        self._frozen_after_thaw = 0  # frozen objects after the last thorough collection
+        self.frozen = 0  # objects frozen, as of the last full collection
+        self._frozen_after_thaw = 0  # the same, after the last thorough collection
 
     def install(self) -> None:
-        self._frozen_after_thaw = gc.get_freeze_count()
+        # gc.get_freeze_count() walks the permanent generation's list: read
+        # it once per full collection, never per scrape or health check.
+        self.frozen = self._frozen_after_thaw = gc.get_freeze_count()
         gc.callbacks.append(self._on_gc)
 
     def remove(self) -> None:
@@ -89,21 +92,19 @@ class GcPauses:
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         generation: int = info["generation"]
         if phase == "start":
-            if (
-                generation == 2
-                and self.freeze_survivors
-                and gc.get_freeze_count() >= THAW_FACTOR * max(self._frozen_after_thaw, 1)
-            ):
+            self._began = time.perf_counter()
+            if generation == 2 and self.freeze_survivors and \
+                    self.frozen >= THAW_FACTOR * max(self._frozen_after_thaw, 1):  # fmt: skip
                 gc.unfreeze()  # this one walks everything: frozen cycles that died go
                 self.thawed += 1
                 self._frozen_after_thaw = -1  # set once this collection has frozen again
-            self._began = time.perf_counter()
             return
-        took = time.perf_counter() - self._began
         if generation == 2 and self.freeze_survivors:
             gc.freeze()
+            self.frozen = gc.get_freeze_count()
             if self._frozen_after_thaw < 0:
-                self._frozen_after_thaw = gc.get_freeze_count()
+                self._frozen_after_thaw = self.frozen
+        took = time.perf_counter() - self._began  # the freezing and counting included
         self.counts[generation] += 1
         self.seconds[generation] += took
         self.longest[generation] = max(self.longest[generation], took)
@@ -111,8 +112,7 @@ class GcPauses:
 
     def status(self) -> GcStatus:
         return GcStatus(list(self.counts), list(self.seconds), list(self.longest),
-                        [list(b) for b in self.buckets], gc.get_freeze_count(),
-                        self.thawed)  # fmt: skip
+                        [list(b) for b in self.buckets], self.frozen, self.thawed)  # fmt: skip
 
 
 def _bucket(took: float) -> int:
