@@ -91,7 +91,7 @@ def _gc_families(gc: GcStatus) -> Iterator[Metric]:
     yield pauses
     yield longest
     yield GaugeMetricFamily("shoal_gc_frozen_objects",
-                            "Objects frozen out of the collector, after the last full one",
+                            "Objects frozen out of the collector, as last counted",
                             value=gc.frozen)  # fmt: skip
     yield CounterMetricFamily("shoal_gc_thaws", "Full collections that walked the frozen too",
                               value=gc.thawed)  # fmt: skip
