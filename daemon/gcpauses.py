@@ -15,19 +15,20 @@ does with what start-up built), so the next full pass walks only what came
 since. A frozen object is still freed by its reference count, as nearly
 everything here is (records, tree nodes, change entries); only a cycle
 that dies while frozen waits. So that such cycles cannot pile up, a full
-collection once the frozen objects are twice as many as after the last
-thorough one thaws them first (`gc.unfreeze()`) and walks everything: what
-waits is bounded by what the agent holds, at the cost of one long pass per
-doubling. Measured (bench/gc_pauses.py, three agents, 10^5 metadata keys
-and 10^5 kv records, then an online restore; load average 6-9 on 2 cores,
-pure-Python build): the restore's longest full collection 63-206 ms, 0.2-0.4 s
-of them in all per agent, against 405-1,104 ms and 1.0-5.0 s without; the
-longest gap in the controller's answers 414 ms against 999-1,544 ms; the
-resident memory the same (214-426 MB against 222-429 MB). Tried and not
-taken: a young generation of 50,000 (`gc.set_threshold(50_000, 20, 100)`):
-no full collection in the run, but each young one then walks the big
-containers made since (a restore's lists of 10^5 records): 207-448 ms each,
-the gaps as long (docs/performance.md, "Garbage collection").
+collection once the frozen objects are THAW_FACTOR times as many as after
+the last thorough one thaws them first (`gc.unfreeze()`) and walks
+everything: what waits is bounded by what the agent holds, at the cost of
+one pass as long as Python's per doubling of it (Python's own: one per
+quarter). Measured (bench/gc_pauses.py: three agents, 10^5 metadata keys
+and 10^5 kv records, an online restore, then 120 s of overwrites; load
+average 5-16 on 2 cores, pure-Python build; docs/performance.md, "Garbage
+collection"): during the restore, full passes took 0.4-1.2 s in all per
+agent against Python's 0.8-5.0 s, the longest 100-436 ms (760 ms a
+thorough one) against 381-1,104 ms; in 120 s of steady writes 0.21-0.43 s
+against 0.73-1.06 s; the resident memory grew the same either way.
+Tried and not taken: a young generation of 50,000
+(`gc.set_threshold(50_000, 20, 100)`): no full pass in the run, but each
+young one then walks the big containers made since, 207-448 ms each.
 
 `gc.callbacks` tells when each collection starts and stops; this keeps,
 per generation, how many there were, their total and longest time, and a
