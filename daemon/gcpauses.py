@@ -139,6 +139,11 @@ def settle_collector() -> GcPauses:
     pauses.install()
     wanted = os.environ.get("SHOAL_GC_THRESHOLD", "")
     if wanted:
-        gc.set_threshold(*(int(n) for n in wanted.split(",")))
+        try:
+            gc.set_threshold(*(int(n) for n in wanted.split(",")))
+        except (ValueError, TypeError):  # a knob for benches: a typo is not worth a crash
+            import structlog
+
+            structlog.get_logger("shoal").warning("SHOAL_GC_THRESHOLD ignored", value=wanted)
     gc.enable()
     return pauses
