@@ -26,7 +26,6 @@ The agent is the lifecycle and the flush; the roles are apart:
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import random
 import signal
@@ -43,6 +42,7 @@ from shoal.daemon.disk.commit import GroupCommit, slowed
 from shoal.daemon.disk.datadir import DataDir
 from shoal.daemon.disk.persister import Persister
 from shoal.daemon.disk.snapshots import SnapshotTaker
+from shoal.daemon.gcpauses import GcPauses, settle_collector
 from shoal.daemon.health import CRITICAL, HEALTH_TAG
 from shoal.daemon.liveness import Liveness, tags_with_health
 from shoal.daemon.logsessions import LogSessions, parse_id
@@ -109,6 +109,7 @@ class Agent:
         # as they happen). The roles below count into this one Counter.
         self.counters: Counter[str] = Counter(dict.fromkeys(_AGENT_COUNTERS, 0))
         self.started_wall_ms = int(time.time() * 1000)
+        self.gc_pauses: GcPauses | None = None  # the collector, once running (gcpauses.py)
         # Built by `run`, in this order (each needs the ones before it).
         self.wire: Wire
         self.data_dir: DataDir | None = None
@@ -165,8 +166,7 @@ class Agent:
             self._loop.add_signal_handler(sig, self._stop.set)
         self._loop.add_signal_handler(signal.SIGHUP, self._reload)
         self.notifier.notify("READY=1", f"STATUS={self.status_text()}", f"MAINPID={os.getpid()}")
-        gc.freeze()  # what start-up built lives as long as the agent: never scan it
-        gc.enable()  # (`shoal agent` starts with the collector off)
+        self.gc_pauses = settle_collector()  # start-up frozen, collections timed, gc on
         self.notifier.start_watchdog(self._loop)
         await self._stop.wait()
         self.discovery.cancel()
@@ -589,6 +589,7 @@ class Agent:
             history_written=None if self.history is None else self.history.written,
             disk=None if c is None else DiskStatus(c.syncs, c.slow_syncs, c.slowest_s),
             former_ids=self.publisher.wiped.former_ids(node.members),
+            gc=None if self.gc_pauses is None else self.gc_pauses.status(),
         )
 
     def status_text(self) -> str:

@@ -11,9 +11,15 @@ from collections import Counter
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from shoal.daemon.api.port import AgentStatus
+from shoal.daemon.gcpauses import BUCKETS, GcStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -62,6 +68,33 @@ class AgentCollector:
                                       value=disk.slow_fsyncs)  # fmt: skip
             yield GaugeMetricFamily("shoal_store_fsync_max_seconds", "The longest sync so far",
                                     value=disk.fsync_max_s)  # fmt: skip
+        if status.gc is not None:
+            yield from _gc_families(status.gc)
+
+
+def _gc_families(gc: GcStatus) -> Iterator[Metric]:
+    """The collector's pauses by generation: a histogram and the longest."""
+    pauses = HistogramMetricFamily("shoal_gc_pause_seconds",
+                                   "Python garbage collections: how long each stopped the agent",
+                                   labels=["generation"])  # fmt: skip
+    longest = GaugeMetricFamily("shoal_gc_pause_max_seconds", "The longest collection so far",
+                                labels=["generation"])  # fmt: skip
+    for generation in range(3):
+        counts, below = gc.buckets[generation], 0
+        cumulative = []
+        for bound, count in zip((*map(str, BUCKETS), "+Inf"), counts, strict=True):
+            below += count
+            cumulative.append((bound, below))
+        label = [str(generation)]
+        pauses.add_metric(label, cumulative, sum_value=gc.seconds[generation])
+        longest.add_metric(label, gc.longest[generation])
+    yield pauses
+    yield longest
+    yield GaugeMetricFamily("shoal_gc_frozen_objects",
+                            "Objects frozen out of the collector, as last counted",
+                            value=gc.frozen)  # fmt: skip
+    yield CounterMetricFamily("shoal_gc_thaws", "Full collections that walked the frozen too",
+                              value=gc.thawed)  # fmt: skip
 
 
 def render(status: AgentStatus) -> bytes:

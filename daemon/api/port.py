@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from shoal.daemon.gcpauses import GcStatus
 from shoal.node.status import NodeStatus
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class AgentStatus(msgspec.Struct, frozen=True):
     # Members back with a new data directory: name -> the id a voter
     # configuration named before (node/wiped.py).
     former_ids: dict[str, bytes] = {}
+    gc: GcStatus | None = None  # the collector's pauses (daemon/gcpauses.py)
 
 
 class AgentPort(Protocol):
