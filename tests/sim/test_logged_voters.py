@@ -61,7 +61,9 @@ def _scenario(seed: int) -> tuple[SimCluster, _Watch, int, int, int]:
     c_addr = cluster.idents[c].addr
 
     def ids_to_c(src: int, to: Any, messages: tuple[Any, ...]) -> bool:
-        return to == c_addr and any(getattr(getattr(m, "config", None), "ids", ()) for m in messages)
+        # A request, a refusal or a notice whose configuration has the ids.
+        return to == c_addr and any(getattr(getattr(m, "config", None), "ids", ())
+                                    for m in messages)  # fmt: skip
 
     cluster.drop_hooks.append(ids_to_c)
     for i in range(3):
