@@ -204,6 +204,30 @@ class Steps:
                 self._become_follower(now, "merged")
         self.wake(now)
 
+    def logged_voters(self, config: VoterConfig, now: float) -> None:
+        """The metadata log committed `config` and this node, following,
+        applied it: adopt it if it is a later one of our lineage, as the
+        controller's renewal carrying it would (Raft's servers use the
+        newest configuration in their log).
+
+        Without this a voter cut off after it held the entry, before the
+        renewal reached it, campaigned under the configuration before, and
+        that one may name its voters by name alone (before the controller
+        filled in their ids): a voter back with a wiped disk then granted
+        as its old self, and the laggard won without the entries the wiped
+        voter had held (the swarm's seed 703, sessions=3; two committed
+        histories). Under the logged configuration the wiped voter's new id
+        is refused (voter.py, step 1). A single change at a time, committed:
+        any majority of it meets any majority of the one before, so
+        adopting it early elects no one a majority of the other would not.
+        The controller decides its own changes (`Controller.decide`)."""
+        current = self.voters
+        if self.controller.is_controller or (current is not None and (
+                config.lineage != current.lineage or config.recovery != current.recovery
+                or config.version <= current.version)):  # fmt: skip
+            return
+        self.adopt(config, now)
+
     def saw_epoch(self, epoch: int) -> None:
         """A request for `epoch` exists: campaign above it."""
         self.candidacy.saw_epoch(epoch)

@@ -51,6 +51,11 @@ it. So a majority of the new voters holds every entry committed before the
 change (Raft's log matching), whatever follows, and no change starts
 before the last one is in force. A `VoterSet` committed under an earlier
 leader is not acted on: its commit may have needed only the old majority.
+A follower that applies a `VoterSet` has its election adopt it if newer
+(`on_logged_voters`): one cut off before the renewal carrying it reached
+it would otherwise campaign under the configuration before, which may
+name a voter back with a wiped disk by name alone (election/steps.py,
+`logged_voters`).
 
 **Snapshots** (metalog/snapshot.py): every `snapshot_every` applied
 entries a node snapshots its state and compacts its log behind it; a
@@ -183,6 +188,9 @@ class MetaLog(Following, Reading, Renewing):
         # (leader only); `on_voters` is called when that change is committed.
         self._votes = VoterSets(voters)
         self.on_voters: Callable[[VoterSet, float], None] = lambda change, now: None
+        # A follower applied a committed `VoterSet`: the election adopts it
+        # if newer (election/steps.py, `logged_voters`). Set by the composing node.
+        self.on_logged_voters: Callable[[VoterSet, float], None] = lambda change, now: None
         # Leader state (epoch None: not leading).
         self.epoch: int | None = None
         self._next: dict[str, int] = {}
@@ -448,6 +456,8 @@ class MetaLog(Following, Reading, Renewing):
             result = state.apply(index, entry.op, entry.origin, entry.pid)
             if type(entry.op) is SessionOpen or type(entry.op) is SessionEnd:
                 self._session_applied(entry.op, result, now)
+            elif type(entry.op) is VoterSet and self.epoch is None:
+                self.on_logged_voters(entry.op, now)  # following: the election adopts it
             if self.on_apply is not None:
                 self.on_apply(entry)
             deciding = self._votes.deciding

@@ -390,6 +390,12 @@ class ShoalNode:
 
         election.propose_voters = propose_voters
         meta.on_voters = decided
+        # A follower adopts a committed configuration it applies (a voter cut
+        # off before the renewal carrying it must not campaign under the one
+        # before: election/steps.py, `logged_voters`).
+        meta.on_logged_voters = lambda change, now: election.logged_voters(
+            VoterConfig(change.lineage, change.version, change.voters, change.ids,
+                        change.recovery), now)  # fmt: skip
         # A voter back with a new data directory catches up as a non-voter
         # before it is added again, and its old self's acknowledgements no
         # longer count (election/controller.py, issue 37).

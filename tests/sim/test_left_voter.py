@@ -69,9 +69,12 @@ def test_a_controller_lost_just_after_a_voters_restart_is_replaced(seed):
 
 def test_removed_at_once_the_restarted_voter_could_not_help_elect():
     """The behaviour before (a grace of 0): the two agents left hold no
-    majority, so no controller is elected until the crashed one is back."""
+    majority, so no controller is elected until the crashed one is back
+    (in some runs: where the change adding the restarted voter back was
+    committed in the log before the controller crashed, the two adopt it
+    from the log and elect; election/steps.py, `logged_voters`)."""
     assert any(_restart_then_lose_the_controller(seed, left_voter_grace_s=0.0) is None
-               for seed in (1, 2, 3))  # fmt: skip
+               for seed in range(1, 11))  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", seeds())
