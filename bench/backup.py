@@ -25,7 +25,7 @@ records also: how long until the two other agents hold every record
 (their `shoal_store_merged_total` up by --kv-records), the longest gap on
 each agent (the agent asked writes the batches, the others merge them),
 over the whole restore and in its kv part (from the first record merged
-elsewhere), and how the records travelled (pushes, anti-entropy sessions) from each agent's counters.
+elsewhere; with how many gaps there were over 100 ms), and how the records travelled (pushes, anti-entropy sessions) from each agent's counters.
 
     ip netns exec NS .venv/bin/python bench/backup.py [--meta-keys 100000]
         [--kv-records 100000] [--value-bytes 100]
@@ -126,6 +126,10 @@ class Lag:
         """The longest gap that began at or after `since` (perf_counter)."""
         return max((gap for end, gap in self.gaps if end - gap >= since), default=0.0)
 
+    def over_since(self, since: float, limit_s: float) -> int:
+        """How many gaps that began at or after `since` were over `limit_s`."""
+        return sum(1 for end, gap in self.gaps if end - gap >= since and gap > limit_s)
+
 
 def metrics(agent: AgentProcess) -> dict[str, float]:
     """`agent`'s counters and gauges (/metrics), by name."""
@@ -190,7 +194,8 @@ def restore_kv(members: list[AgentProcess], asked: AgentProcess, controller: Age
         f"was asked, {done - kv_began:.2f} s after the first of them reached another agent"
     )
     gaps = ", ".join(f"{name} {lag.stop() * 1000:.0f} ms ({lag.worst_since(kv_began) * 1000:.0f} "
-                     "ms in the kv part)" for name, lag in lags.items())  # fmt: skip
+                     f"ms in the kv part, {lag.over_since(kv_began, 0.1)} over 100 ms)"
+                     for name, lag in lags.items())  # fmt: skip
     print(f"         longest gap between health answers meanwhile: {gaps}")
     for agent in members:
         print(f"         {agent.name} ({role(agent, asked, controller)}): "
