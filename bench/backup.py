@@ -25,7 +25,9 @@ records also: how long until the two other agents hold every record
 (their `shoal_store_merged_total` up by --kv-records), the longest gap on
 each agent (the agent asked writes the batches, the others merge them),
 over the whole restore and in its kv part (from the first record merged
-elsewhere; with how many gaps there were over 100 ms), and how the records travelled (pushes, anti-entropy sessions) from each agent's counters.
+elsewhere; with how many gaps there were over 100 ms), and how the
+records travelled (pushes, anti-entropy sessions) from each agent's
+counters.
 
     ip netns exec NS .venv/bin/python bench/backup.py [--meta-keys 100000]
         [--kv-records 100000] [--value-bytes 100]
@@ -198,8 +200,10 @@ def restore_kv(members: list[AgentProcess], asked: AgentProcess, controller: Age
                      for name, lag in lags.items())  # fmt: skip
     print(f"         longest gap between health answers meanwhile: {gaps}")
     for agent in members:
-        print(f"         {agent.name} ({role(agent, asked, controller)}): "
-              f"{activity(counted[agent.name], metrics(agent))}")
+        print(
+            f"         {agent.name} ({role(agent, asked, controller)}): "
+            f"{activity(counted[agent.name], metrics(agent))}"
+        )
 
 
 def role(agent: AgentProcess, asked: AgentProcess, controller: AgentProcess) -> str:
