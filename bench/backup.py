@@ -23,9 +23,11 @@ client saw between answers of `GET /v1/health` on the controller; a
 rough bound, the client shares the machine). For the restore with kv
 records also: how long until the two other agents hold every record
 (their `shoal_store_merged_total` up by --kv-records), the longest gap on
-the agent asked and on the controller, over the whole restore and in its
-kv part (from the first record merged elsewhere), and how the records
-travelled (pushes, anti-entropy sessions) from each agent's counters.
+each agent (the agent asked writes the batches, the others merge them),
+over the whole restore and in its kv part (from the first record merged
+elsewhere; with how many gaps there were over 100 ms), and how the
+records travelled (pushes, anti-entropy sessions) from each agent's
+counters.
 
     ip netns exec NS .venv/bin/python bench/backup.py [--meta-keys 100000]
         [--kv-records 100000] [--value-bytes 100]
@@ -126,6 +128,10 @@ class Lag:
         """The longest gap that began at or after `since` (perf_counter)."""
         return max((gap for end, gap in self.gaps if end - gap >= since), default=0.0)
 
+    def over_since(self, since: float, limit_s: float) -> int:
+        """How many gaps that began at or after `since` were over `limit_s`."""
+        return sum(1 for end, gap in self.gaps if end - gap >= since and gap > limit_s)
+
 
 def metrics(agent: AgentProcess) -> dict[str, float]:
     """`agent`'s counters and gauges (/metrics), by name."""
@@ -166,7 +172,7 @@ def restore_kv(members: list[AgentProcess], asked: AgentProcess, controller: Age
     others = [a for a in members if a is not asked]
     before = {a.name: merged(a) for a in others}
     counted = {a.name: metrics(a) for a in members}
-    lags = {"the agent asked": Lag(asked), "the controller": Lag(controller)}
+    lags = {f"{a.name} ({role(a, asked, controller)})": Lag(a) for a in members}
     started = time.perf_counter()
     command = [sys.executable, "-m", "shoal.daemon.cli", "snapshot", "restore", str(file),
                "--kv", "merge", "--api", f"{asked.ip}:7947"]  # fmt: skip
@@ -190,11 +196,18 @@ def restore_kv(members: list[AgentProcess], asked: AgentProcess, controller: Age
         f"was asked, {done - kv_began:.2f} s after the first of them reached another agent"
     )
     gaps = ", ".join(f"{name} {lag.stop() * 1000:.0f} ms ({lag.worst_since(kv_began) * 1000:.0f} "
-                     "ms in the kv part)" for name, lag in lags.items())  # fmt: skip
+                     f"ms in the kv part, {lag.over_since(kv_began, 0.1)} over 100 ms)"
+                     for name, lag in lags.items())  # fmt: skip
     print(f"         longest gap between health answers meanwhile: {gaps}")
     for agent in members:
-        role = "asked" if agent is asked else "controller" if agent is controller else "other"
-        print(f"         {agent.name} ({role}): {activity(counted[agent.name], metrics(agent))}")
+        print(
+            f"         {agent.name} ({role(agent, asked, controller)}): "
+            f"{activity(counted[agent.name], metrics(agent))}"
+        )
+
+
+def role(agent: AgentProcess, asked: AgentProcess, controller: AgentProcess) -> str:
+    return "asked" if agent is asked else "controller" if agent is controller else "other"
 
 
 def main() -> None:

@@ -40,15 +40,18 @@ as a write of its own at that moment (so it wins or loses against a
 client's write exactly as one would), staged for the group commit, and
 pushed to the other agents as one stream each; the route waits for each
 batch's sync while the next one is written, and answers once all are
-durable here. One by one (a write, a flush and a datagram per record to
-each peer) 10^5 records took 49-95 s; in batches, bench/backup.py.
+durable here. A batch is sized to about 20 ms of this loop's work
+(`_next_size`), so a health check or a lease renewal waits behind one such
+batch here, and behind its merge (one push) on each peer. One by one (a
+write, a flush and a datagram per record to each peer) 10^5 records took
+49-95 s; in batches, bench/backup.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,11 +78,27 @@ MAX_BACKUP_BYTES = 512 * 1024 * 1024
 _BARRIER_KEY = b"/"  # any key: the read is a barrier, its value unused
 _PAGE = 1024  # kv records read per pass of the loop
 # A restore's kv writes go in batches (`Agent.write_many`), each stamped
-# and pushed to the other agents in one pass of the loop: at most this many
-# records or bytes. 1,024 records of 100 bytes, over keys held already,
-# cost the writing loop about 40 ms, and each peer's loop as much to merge
-# them (pure Python, unloaded; bench/backup.py has the whole restore).
+# and pushed to the other agents in one pass of the loop: a batch is sized
+# to cost the writing loop about `_KV_BUDGET_S` (the next batch's size from
+# the last one's time, `_next_size`), from `_KV_BATCH_MIN` to `_KV_BATCH`
+# records, and at most `_KV_BATCH_BYTES`. Each peer merges a batch in one
+# pass too (one push), at about the same cost. Measured (bench/backup.py,
+# 10^5 records of 100 bytes, 3 agents on 2 loaded cores, pure Python): in
+# fixed batches of 1,024 (about 40 ms each, unloaded) the restore took
+# 7.4-13.9 s and each agent's longest gap in its health answers in the kv
+# part was 0.18-0.75 s, 4-35 gaps over 100 ms per agent (3 runs); with the
+# 20 ms budget (160-290 batches) 8.9-13.9 s, longest gaps 0.20-0.87 s,
+# but 1-7 gaps over 100 ms per agent (3 runs; gap counts in 2 of each):
+# fewer stalls, the longest not set by the batches (the controller, which
+# only merges pushes of a few hundred records, saw 0.87 s). Merging a push in slices
+# on the receivers as well (128 records a pass) made it worse (one run:
+# gaps of 1.9-2.6 s, 18 s): pushes merged later left the trees apart when
+# sessions compared them, and sessions carried 17,500 records, in answers
+# of up to 4 MiB each merged in one pass (storage/responder.py).
+_KV_BUDGET_S = 0.02
 _KV_BATCH = 1024
+_KV_BATCH_MIN = 32
+_KV_BATCH_FIRST = 128
 _KV_BATCH_BYTES = 1 << 20
 Change = tuple[bytes, bytes | None]  # a key and its value (None: delete it)
 _READ_BACK_S = 60.0  # an unknown restore: how long to look for it applied here
@@ -230,13 +249,17 @@ async def _restore_kv(agent: AgentPort, backup: Backup, replace: bool) -> KvCoun
 
 
 async def _write_all(agent: AgentPort, changes: list[Change]) -> KvCounts:
-    """Write `changes` in batches (`_chunks`), one per pass of the loop,
-    each batch's sync overlapping the next batch (at most two wait for
-    theirs); the counts once all are durable."""
+    """Write `changes` in batches (`_next_batch`), one per pass of the
+    loop, each batch's sync overlapping the next batch (at most two wait
+    for theirs); the counts once all are durable."""
     epoch = agent.status().node.epoch
     counts = KvCounts()
     previous: asyncio.Future[None] | None = None
-    for chunk in _chunks(changes):
+    start, size = 0, _KV_BATCH_FIRST
+    while start < len(changes):
+        chunk = _next_batch(changes, start, size)
+        start += len(chunk)
+        began = time.perf_counter()
         writes = _batch(agent, chunk, epoch, counts)
         durable: asyncio.Future[None] | None = None
         try:
@@ -244,6 +267,7 @@ async def _write_all(agent: AgentPort, changes: list[Change]) -> KvCounts:
             counts.refused += rejected
         except ShoalError:  # this agent's clock: none written
             counts.refused += len(writes)
+        size = _next_size(len(chunk), time.perf_counter() - began)
         if previous is not None:
             await asyncio.shield(previous)  # shared by its group: never cancelled
         await asyncio.sleep(0)  # the next batch in the next pass
@@ -251,6 +275,15 @@ async def _write_all(agent: AgentPort, changes: list[Change]) -> KvCounts:
     if previous is not None:
         await asyncio.shield(previous)
     return counts
+
+
+def _next_size(size: int, took_s: float) -> int:
+    """The next batch's size after one of `size` records took `took_s`:
+    as many as `_KV_BUDGET_S` holds at that pace, at most twice as many."""
+    if took_s <= 0:
+        return min(size * 2, _KV_BATCH)
+    fits = int(size * _KV_BUDGET_S / took_s)
+    return max(_KV_BATCH_MIN, min(fits, size * 2, _KV_BATCH))
 
 
 def _batch(agent: AgentPort, chunk: list[Change], epoch: int | None,
@@ -282,15 +315,14 @@ def _batch(agent: AgentPort, chunk: list[Change], epoch: int | None,
     return writes
 
 
-def _chunks(changes: list[Change]) -> Iterator[list[Change]]:
-    """`changes` cut into batches of `_KV_BATCH` records or `_KV_BATCH_BYTES`."""
+def _next_batch(changes: list[Change], start: int, size: int) -> list[Change]:
+    """The batch from `changes[start]`: `size` records, or fewer up to
+    `_KV_BATCH_BYTES` (the record that crosses it included)."""
     chunk: list[Change] = []
-    size = 0
-    for key, value in changes:
+    total = 0
+    for key, value in changes[start : start + size]:
         chunk.append((key, value))
-        size += len(key) + len(value or b"")
-        if len(chunk) >= _KV_BATCH or size >= _KV_BATCH_BYTES:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
+        total += len(key) + len(value or b"")
+        if total >= _KV_BATCH_BYTES:
+            break
+    return chunk
