@@ -133,8 +133,8 @@ class Lag:
         return sum(1 for end, gap in self.gaps if end - gap >= since and gap > limit_s)
 
 
-def metrics(agent: AgentProcess) -> dict[str, float]:
-    """`agent`'s counters and gauges (/metrics), by name."""
+def scrape(agent: AgentProcess) -> dict[str, float]:
+    """Every sample of `agent`'s /metrics, labels included in the name."""
     conn = http.client.HTTPConnection(agent.ip, 7947, timeout=60)
     try:
         conn.request("GET", "/metrics")
@@ -142,7 +142,12 @@ def metrics(agent: AgentProcess) -> dict[str, float]:
     finally:
         conn.close()
     pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line[:1] not in ("#", ""))
-    return {name: float(value) for name, value in pairs if "{" not in name}
+    return {name: float(value) for name, value in pairs}
+
+
+def metrics(agent: AgentProcess) -> dict[str, float]:
+    """`agent`'s counters and gauges (/metrics) without labels, by name."""
+    return {name: value for name, value in scrape(agent).items() if "{" not in name}
 
 
 def merged(agent: AgentProcess) -> int:

@@ -36,7 +36,6 @@ Figures: docs/performance.md, "Garbage collection".
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import subprocess
@@ -49,25 +48,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `backup`
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `tests`
 
-from backup import Lag, call, merged  # noqa: E402
+from backup import Lag, call, merged, scrape  # noqa: E402
 
 from tests.conftest import poll_until  # noqa: E402
 from tests.integration.agents import AgentCluster, AgentProcess  # noqa: E402
 from tests.integration.metaagents import controller_name, three  # noqa: E402
 
 Scrape = dict[str, float]
-
-
-def scrape(agent: AgentProcess) -> Scrape:
-    """Every sample of `agent`'s /metrics, labels included in the name."""
-    conn = http.client.HTTPConnection(agent.ip, 7947, timeout=60)
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line[:1] not in ("#", ""))
-    return {name: float(value) for name, value in pairs}
 
 
 def rss_mb(agent: AgentProcess) -> float:
