@@ -15,6 +15,7 @@ entries where the write was. Under the logged one it refuses (another data
 directory), and no controller is elected until the one holding the write
 is back."""
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -85,9 +86,17 @@ def _scenario(seed: int) -> tuple[SimCluster, _Watch, int, int, int]:
     assert cluster.run_until(15.0, ids_logged), "no controller but c filled in the ids"
     cluster.run_until(cluster.now + 1.0)
     a = controllers(cluster)[0]
+    return cluster, watch, _write_then_wipe(cluster, watch, a, c, ids_to_c), c, a
+
+
+def _write_then_wipe(cluster: SimCluster, watch: _Watch, a: int, c: int,
+                     hook: Callable[[int, Any, tuple[Any, ...]], bool]) -> int:  # fmt: skip
+    """With c cut off, a write commits through the controller `a` on the
+    other two; then the third (b) is wiped, `a` halts, `hook` is lifted and
+    the cut healed, and b boots again joining c: 10 s on. The write's revision."""
     b = 3 - a - c
     cluster.net.isolate(c, [0, 1, 2])
-    node = nodes[a]
+    node = cluster.nodes[a]
     assert node is not None
     now = cluster.now
     pid = node.meta_propose(MetaPut(b"topic", b"created"), now)
@@ -97,11 +106,11 @@ def _scenario(seed: int) -> tuple[SimCluster, _Watch, int, int, int]:
     assert done.outcome == OUTCOME_COMMITTED
     wipe_host(cluster, b)
     cluster._halt(a)  # noqa: SLF001
-    cluster.drop_hooks.remove(ids_to_c)
+    cluster.drop_hooks.remove(hook)
     cluster.net.heal()
     cluster._boot(b, [c])  # noqa: SLF001
     cluster.run_until(cluster.now + 10.0)
-    return cluster, watch, done.revision, c, a
+    return done.revision
 
 
 def test_a_voter_cut_off_campaigns_under_the_logged_configuration() -> None:
@@ -154,21 +163,7 @@ def test_a_voter_cut_off_before_the_ids_are_logged_is_not_elected_by_a_wiped_one
 
     assert cluster.run_until(15.0, ids_filled)
     a = controllers(cluster)[0]
-    b = 3 - a - c
-    node = cluster.nodes[a]
-    assert node is not None
-    cluster.net.isolate(c, [0, 1, 2])
-    now = cluster.now
-    pid = node.meta_propose(MetaPut(b"topic", b"created"), now)
-    cluster._flush(a)  # noqa: SLF001
-    assert cluster.run_until(now + 2.0, lambda: (a, pid) in watch.done)
-    assert watch.done[a, pid].outcome == OUTCOME_COMMITTED
-    wipe_host(cluster, b)
-    cluster._halt(a)  # noqa: SLF001
-    cluster.drop_hooks.remove(cut)
-    cluster.net.heal()
-    cluster._boot(b, [c])  # noqa: SLF001
-    cluster.run_until(cluster.now + 10.0)
+    _write_then_wipe(cluster, watch, a, c, cut)
     cluster._boot(a, [c])  # noqa: SLF001
     cluster.run_until(cluster.now + 20.0)
     assert not watch.diverged
